@@ -1,0 +1,160 @@
+//! Exporters: JSON, CSV and the terminal table, all from [`Results`].
+
+use crate::results::{Results, Row};
+use crate::units::fmt_size;
+use anyhow::Context;
+use std::io::Write;
+use std::path::Path;
+
+fn open_out(path: &Path) -> anyhow::Result<Box<dyn Write>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    Ok(Box::new(std::fs::File::create(path).with_context(|| {
+        format!("cannot write {}", path.display())
+    })?))
+}
+
+/// Writes the JSON file (whole, every time: it is rewritten after each point).
+pub fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(r)?;
+    if path == Path::new("-") {
+        println!("{text}");
+        return Ok(());
+    }
+    // Write beside, then rename: an interrupted write never leaves a torn file.
+    let tmp = path.with_extension("json.partial");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// CSV header, one column per field a spreadsheet needs.
+pub const CSV_HEADER: [&str; 31] = [
+    "workload",
+    "strategy",
+    "size_bytes",
+    "request_bytes",
+    "threads",
+    "fields",
+    "recv_mode",
+    "rate_per_s",
+    "repeats",
+    "throughput_gbps_median",
+    "throughput_gbps_min",
+    "throughput_gbps_max",
+    "messages_per_s_median",
+    "cpu_process_ns_per_byte",
+    "cpu_system_ns_per_byte",
+    "est_cycles_per_byte",
+    "hw_cycles_per_byte",
+    "hw_llc_misses_per_byte",
+    "zc_attempts",
+    "zc_copied_fraction",
+    "fallback_enobufs",
+    "fallback_inflight_cap",
+    "fallback_unsupported",
+    "fallback_enomem",
+    "bytes_verified",
+    "mismatches",
+    "latency_p50_us",
+    "latency_p90_us",
+    "latency_p99_us",
+    "latency_p999_us",
+    "latency_max_us",
+];
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.6}"))
+}
+
+fn median_of(row: &Row, f: fn(&crate::results::Repeat) -> Option<f64>) -> Option<f64> {
+    let v: Vec<f64> = row.repeats.iter().filter_map(f).collect();
+    (!v.is_empty()).then(|| crate::results::Spread::of(&v).median)
+}
+
+/// Writes the CSV file.
+pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_writer(open_out(path)?);
+    w.write_record(CSV_HEADER)?;
+    for row in &r.results {
+        let l = row.latency_us;
+        let f = row.zerocopy.fallbacks;
+        w.write_record([
+            row.workload.clone(),
+            row.strategy.clone(),
+            row.size_bytes.to_string(),
+            row.request_bytes.map_or(String::new(), |b| b.to_string()),
+            row.threads.to_string(),
+            row.fields.to_string(),
+            row.recv_mode.clone(),
+            opt(row.rate_per_s),
+            row.repeats.len().to_string(),
+            format!("{:.6}", row.throughput_gbps.median),
+            format!("{:.6}", row.throughput_gbps.min),
+            format!("{:.6}", row.throughput_gbps.max),
+            format!("{:.3}", row.messages_per_s.median),
+            format!("{:.6}", row.cpu_ns_per_byte.process),
+            format!("{:.6}", row.cpu_ns_per_byte.system),
+            opt(median_of(row, |r| r.est_cycles_per_byte)),
+            opt(median_of(row, |r| r.hw_cycles_per_byte)),
+            opt(median_of(row, |r| r.hw_llc_misses_per_byte)),
+            row.zerocopy.attempts.to_string(),
+            opt(row.zerocopy.copied_fraction),
+            f.enobufs.to_string(),
+            f.inflight_cap.to_string(),
+            f.unsupported.to_string(),
+            f.enomem.to_string(),
+            row.integrity.bytes_verified.to_string(),
+            row.integrity.mismatches.to_string(),
+            opt(l.map(|l| l.p50)),
+            opt(l.map(|l| l.p90)),
+            opt(l.map(|l| l.p99)),
+            opt(l.map(|l| l.p999)),
+            opt(l.map(|l| l.max)),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// One table line for a row.
+pub fn table_line(row: &Row) -> String {
+    let t = row.throughput_gbps;
+    let copied = match (row.zerocopy.attempts, row.zerocopy.copied_fraction) {
+        (0, _) => "-".to_string(),
+        (_, Some(f)) => format!("{:.0}%", f * 100.0),
+        (_, None) => "unknown".to_string(),
+    };
+    let fb = row.zerocopy.fallbacks.total();
+    let lat = row
+        .latency_us
+        .map_or(String::new(), |l| format!("  p50 {:.1} p99 {:.1} us", l.p50, l.p99));
+    let integ = if row.recv_mode == "verify" {
+        format!("  verified {} B, {} bad", row.integrity.bytes_verified, row.integrity.mismatches)
+    } else {
+        String::new()
+    };
+    format!(
+        "{:<13}{:>8}{:>4}  {:>8.3} Gbit/s [{:.3}..{:.3}]  {:>10.0} msg/s  cpu {:>6.3}/{:<6.3} ns/B  copied {:>7}  fallbacks {:>6}{lat}{integ}",
+        row.strategy,
+        fmt_size(row.size_bytes),
+        row.threads,
+        t.median,
+        t.min,
+        t.max,
+        row.messages_per_s.median,
+        row.cpu_ns_per_byte.process,
+        row.cpu_ns_per_byte.system,
+        copied,
+        fb,
+    )
+}
+
+/// The header printed above table lines.
+pub fn table_header() -> String {
+    format!(
+        "{:<13}{:>8}{:>4}  {:>8} (median [min..max])            cpu process/system   copied   fallbacks",
+        "strategy", "size", "thr", "throughput"
+    )
+}

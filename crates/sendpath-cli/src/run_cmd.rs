@@ -1,0 +1,254 @@
+//! Running a matrix of points for `stream` and `rr`, writing results after each point.
+
+use crate::cli::{RrArgs, RunArgs, StreamArgs};
+use crate::measure::HwCounters;
+use crate::output;
+use crate::results::{Environment, Results, Row, Zerocopy, SCHEMA_VERSION};
+use crate::workload::rr::{self, RrPoint};
+use crate::workload::stream::{self, StreamOutcome, StreamPoint};
+use crate::workload::{PatternFile, INTERRUPTED};
+use anyhow::{bail, Context};
+use sendpath::metrics::SendStats;
+use sendpath::Source;
+use std::sync::atomic::Ordering;
+
+/// The environment block of a results file.
+pub fn environment() -> Environment {
+    let probe = sendpath::probe::run();
+    Environment {
+        kernel: probe.kernel_release.clone(),
+        cpu: probe.cpu_model.clone(),
+        probe,
+        command_line: std::env::args().collect(),
+        start_time_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        sendpath_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Collects repeats into a row and keeps the outputs current.
+pub struct Recorder<'a> {
+    pub results: Results,
+    args: &'a RunArgs,
+}
+
+impl<'a> Recorder<'a> {
+    pub fn new(args: &'a RunArgs) -> Recorder<'a> {
+        Recorder {
+            results: Results {
+                schema_version: SCHEMA_VERSION,
+                environment: environment(),
+                results: Vec::new(),
+            },
+            args,
+        }
+    }
+
+    pub fn cpu_mhz(&self) -> Option<f64> {
+        self.results.environment.probe.cpu_mhz
+    }
+
+    /// Adds a finished row (if it has any repeat), prints it, rewrites the files.
+    pub fn push(&mut self, mut row: Row, outs: Vec<StreamOutcome>) -> anyhow::Result<()> {
+        if outs.is_empty() {
+            return Ok(());
+        }
+        let mut stats = SendStats::default();
+        for o in &outs {
+            stats.merge(&o.stats);
+            row.integrity.bytes_verified += o.integrity.bytes_verified;
+            row.integrity.mismatches += o.integrity.mismatches;
+        }
+        let s = stats.summary();
+        row.zerocopy = Zerocopy {
+            attempts: s.zc_attempts,
+            completions: s.zc_completions,
+            copied_fraction: s.copied_fraction,
+            fallbacks: s.fallbacks,
+            completion_p50_us: (s.completion_latency.count > 0)
+                .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
+            note: outs.iter().find_map(|o| o.note.clone()),
+        };
+        if let Some(n) = &row.zerocopy.note {
+            row.warnings.push(n.clone());
+        }
+        if let Some(f) = s.copied_fraction.filter(|f| *f > 0.5) {
+            row.warnings.push(format!(
+                "the kernel copied {:.0}% of the zero-copy sends (a local receiver always forces the copy): this measures zero-copy bookkeeping plus a copy",
+                f * 100.0
+            ));
+        }
+        row.repeats = outs.into_iter().map(|o| o.repeat).collect();
+        row.summarise();
+        println!("{}", output::table_line(&row));
+        for w in &row.warnings {
+            println!("    warning: {w}");
+        }
+        self.results.results.push(row);
+        self.write()
+    }
+
+    pub fn write(&self) -> anyhow::Result<()> {
+        if let Some(p) = &self.args.json {
+            output::write_json(p, &self.results)?;
+        }
+        if let Some(p) = &self.args.csv {
+            output::write_csv(p, &self.results)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
+    /// was corrupted.
+    pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
+        self.write()?;
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            eprintln!(
+                "interrupted: {} finished point(s) written",
+                self.results.results.len()
+            );
+            return Ok(std::process::ExitCode::from(130));
+        }
+        let bad: u64 = self.results.results.iter().map(|r| r.integrity.mismatches).sum();
+        if bad > 0 {
+            bail!("{bad} bytes arrived corrupted (see the warnings above)");
+        }
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}
+
+/// Runs repeats of one point, stopping early on Ctrl-C.
+fn repeats(
+    n: u32,
+    mut once: impl FnMut() -> anyhow::Result<Option<StreamOutcome>>,
+) -> anyhow::Result<Vec<StreamOutcome>> {
+    let mut outs = Vec::new();
+    for _ in 0..n {
+        match once()? {
+            Some(o) => outs.push(o),
+            None => break,
+        }
+    }
+    Ok(outs)
+}
+
+pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
+    let mut rec = Recorder::new(&a.run);
+    if a.connect.is_some() && a.run.recv != crate::workload::RecvMode::Copy {
+        eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
+    }
+    println!("{}", output::table_header());
+    let mut hw = HwCounters::open();
+    'points: for &strategy in &a.run.strategy {
+        for &size in &a.size {
+            let file = if strategy.source() == Source::File {
+                Some(PatternFile::create((size as u64 * 8).max(64 << 20))?)
+            } else {
+                None
+            };
+            for &threads in &a.threads {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    break 'points;
+                }
+                let pt = StreamPoint {
+                    strategy,
+                    size,
+                    threads,
+                    fields: a.run.fields,
+                    recv: a.run.recv,
+                    duration: a.run.duration,
+                    warmup: a.run.warmup,
+                    connect: a.connect,
+                    cpus: a.cpu,
+                    opts: a.run.options(),
+                };
+                let outs = repeats(a.run.repeat, || {
+                    if let (Some(f), true) = (&file, a.cold) {
+                        f.make_cold()?;
+                    }
+                    stream::run_once(&pt, file.as_ref(), &mut hw, rec.cpu_mhz())
+                });
+                let outs = match outs {
+                    Ok(o) => o,
+                    Err(e) => {
+                        rec.write()?;
+                        return Err(e).with_context(|| {
+                            format!("{strategy} {size} B x{threads} failed (finished points are written)")
+                        });
+                    }
+                };
+                let row = Row {
+                    workload: "stream".into(),
+                    strategy: strategy.name().into(),
+                    size_bytes: size,
+                    threads,
+                    fields: if strategy.uses_fields() { a.run.fields } else { 1 },
+                    recv_mode: if a.connect.is_some() { "remote".into() } else { a.run.recv.name().into() },
+                    ..Default::default()
+                };
+                rec.push(row, outs)?;
+            }
+        }
+    }
+    rec.finish()
+}
+
+pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            bail!("--rate must be a positive number of requests per second");
+        }
+    }
+    if a.run.recv == crate::workload::RecvMode::Discard {
+        bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
+    }
+    let mut rec = Recorder::new(&a.run);
+    println!("{}", output::table_header());
+    let mut hw = HwCounters::open();
+    'points: for &strategy in &a.run.strategy {
+        if strategy.source() == Source::File {
+            eprintln!("note: rr sends responses from memory; skipping file path {strategy}");
+            continue;
+        }
+        for &response in &a.response {
+            for &concurrency in &a.concurrency {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    break 'points;
+                }
+                let pt = RrPoint {
+                    strategy,
+                    request: a.request,
+                    response,
+                    concurrency,
+                    fields: a.run.fields,
+                    recv: a.run.recv,
+                    duration: a.run.duration,
+                    warmup: a.run.warmup,
+                    rate: a.rate,
+                    opts: a.run.options(),
+                };
+                let outs = match repeats(a.run.repeat, || rr::run_once(&pt, &mut hw, rec.cpu_mhz())) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        rec.write()?;
+                        return Err(e).with_context(|| format!("rr {strategy} failed (finished points are written)"));
+                    }
+                };
+                let row = Row {
+                    workload: "rr".into(),
+                    strategy: strategy.name().into(),
+                    size_bytes: response,
+                    request_bytes: Some(a.request),
+                    threads: concurrency,
+                    fields: if strategy.uses_fields() { a.run.fields } else { 1 },
+                    recv_mode: a.run.recv.name().into(),
+                    rate_per_s: a.rate,
+                    ..Default::default()
+                };
+                rec.push(row, outs)?;
+            }
+        }
+    }
+    rec.finish()
+}

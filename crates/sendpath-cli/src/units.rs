@@ -1,0 +1,101 @@
+//! Sizes and durations as people type them: `4K`, `64KiB`, `1M`, `1.5s`, `200ms`.
+
+use std::time::Duration;
+
+/// Parses a byte size: a number with an optional unit `K`, `KB`, `KiB`, `M`, `MB`, `MiB`, `G`,
+/// `GB`, `GiB` (all powers of 1024, as iperf3 and neper read them) or `B`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| {
+        format!("`{s}` is not a size; use a number with an optional unit, e.g. 64, 4K, 64KiB, 1M")
+    })?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        u => {
+            return Err(format!(
+                "`{s}`: unknown size unit `{u}`; use K, KiB, M, MiB, G or GiB"
+            ))
+        }
+    };
+    let v = n * mult as f64;
+    if v < 1.0 || v.fract() != 0.0 {
+        return Err(format!(
+            "`{s}`: a size must be a whole number of bytes, at least 1"
+        ));
+    }
+    Ok(v as usize)
+}
+
+/// Parses a comma-separated list of sizes.
+pub fn parse_size_list(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',').map(parse_size).collect()
+}
+
+/// Parses a duration: a number with `s` (default), `ms`, `us` or `m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration; use e.g. 10, 2.5s, 500ms"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        u => {
+            return Err(format!(
+                "`{s}`: unknown duration unit `{u}`; use s, ms, us or m"
+            ))
+        }
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Formats bytes with a binary unit (`64KiB`).
+pub fn fmt_size(b: usize) -> String {
+    for (unit, m) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if b >= m && b % m == 0 {
+            return format!("{}{unit}", b / m);
+        }
+    }
+    format!("{b}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64").unwrap(), 64);
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("64KiB").unwrap(), 65536);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5k").unwrap(), 1536);
+        assert!(parse_size("4Q").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("abc").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_size_list("4K,1M").unwrap(), vec![4096, 1 << 20]);
+        assert_eq!(fmt_size(65536), "64KiB");
+        assert_eq!(fmt_size(100), "100B");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("0.2s").unwrap(), Duration::from_millis(200));
+        assert!(parse_duration("2h").is_err());
+    }
+}

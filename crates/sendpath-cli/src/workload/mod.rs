@@ -1,0 +1,154 @@
+//! Workloads: what runs on the connections while a window is measured.
+
+pub mod rr;
+pub mod sink;
+pub mod stream;
+
+use anyhow::{bail, Context};
+use sendpath::pattern::{self, Verifier};
+use sendpath::{sys, Msg, SendPath, Source, Strategy};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Set by Ctrl-C: every loop stops at its next check and the finished repeats are written.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// How the receiver treats bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecvMode {
+    /// `read()` into a buffer (what a real application does).
+    Copy,
+    /// `recv(MSG_TRUNC)`: the kernel drops the bytes without copying them out.
+    Discard,
+    /// `read()` and check every byte against the pattern.
+    Verify,
+}
+
+impl RecvMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecvMode::Copy => "copy",
+            RecvMode::Discard => "discard",
+            RecvMode::Verify => "verify",
+        }
+    }
+}
+
+/// Counters a receiver publishes while it runs.
+#[derive(Default)]
+pub struct RecvCounters {
+    pub bytes: AtomicU64,
+}
+
+/// Reads from `s` until EOF (or an error after data stopped), counting bytes into `c`; returns
+/// the verifier (meaningful in verify mode).
+pub fn receive(mut s: TcpStream, mode: RecvMode, c: &RecvCounters) -> anyhow::Result<Verifier> {
+    let mut v = Verifier::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = match mode {
+            RecvMode::Discard => sys::socket::recv(s.as_fd(), &mut buf, libc::MSG_TRUNC),
+            _ => s.read(&mut buf),
+        };
+        let n = match n {
+            Ok(0) => return Ok(v),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(v),
+            Err(e) => return Err(e).context("receiver read"),
+        };
+        if mode == RecvMode::Verify {
+            v.check(&buf[..n]);
+        }
+        c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// A file of the pattern for the file paths, long enough to stream from in a loop. Its length
+/// is a multiple of the pattern period, so wrapping around keeps the stream verifiable.
+pub struct PatternFile {
+    pub file: Arc<File>,
+    pub len: u64,
+}
+
+impl PatternFile {
+    /// Creates the file (unlinked, in the temp dir) with at least `min_len` bytes; its pages are
+    /// in the page cache afterwards (warm).
+    pub fn create(min_len: u64) -> anyhow::Result<PatternFile> {
+        let period = pattern::PERIOD;
+        let len = min_len.div_ceil(period) * period;
+        let mut f = tempfile::tempfile().context("creating the source file for file paths (set TMPDIR to a writable directory)")?;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut off = 0u64;
+        while off < len {
+            let n = ((len - off) as usize).min(chunk.len());
+            pattern::fill(&mut chunk[..n], off);
+            f.write_all(&chunk[..n]).context("writing the source file")?;
+            off += n as u64;
+        }
+        f.sync_all().context("fsync of the source file")?;
+        Ok(PatternFile {
+            file: Arc::new(f),
+            len,
+        })
+    }
+
+    /// Drops the file's pages from the page cache (`posix_fadvise(DONTNEED)`), for a cold run.
+    pub fn make_cold(&self) -> anyhow::Result<()> {
+        sys::file::drop_page_cache(self.file.as_fd()).context("posix_fadvise(DONTNEED)")
+    }
+}
+
+/// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get `fields`
+/// buffers (filled with the pattern when `fill`); file paths get the range at `off` modulo the
+/// file length, split in two where it wraps.
+pub fn send_message(
+    p: &mut dyn SendPath,
+    strategy: Strategy,
+    size: usize,
+    fields: usize,
+    off: u64,
+    fill: bool,
+    file_len: u64,
+) -> anyhow::Result<()> {
+    match strategy.source() {
+        Source::Memory => {
+            let n = if strategy.uses_fields() { fields.clamp(1, size) } else { 1 };
+            let base = size / n;
+            let mut f = Vec::with_capacity(n);
+            let mut o = off;
+            for i in 0..n {
+                let len = if i + 1 == n { size - base * (n - 1) } else { base };
+                let mut b = p.take_buf(len);
+                if fill {
+                    pattern::fill(b.as_mut_slice(), o);
+                }
+                o += len as u64;
+                f.push(b);
+            }
+            p.send(Msg::Fields(f))?;
+        }
+        Source::File => {
+            if file_len == 0 {
+                bail!("no source file for the {strategy} path");
+            }
+            let start = off % file_len;
+            let first = (size as u64).min(file_len - start) as usize;
+            p.send(Msg::File {
+                offset: start,
+                len: first,
+            })?;
+            let mut left = size - first;
+            while left > 0 {
+                let n = left.min(file_len as usize);
+                p.send(Msg::File { offset: 0, len: n })?;
+                left -= n;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `sendpath rr`: request/response. Each connection's client sends a request and waits for the
+//! response (closed loop), or sends on a fixed schedule (open loop, `--rate`), in which case
+//! latency counts from the intended send time, so a slow response delays the clock of every
+//! request behind it (no coordinated omission). The server answers with the chosen path.
+
+use super::{send_message, RecvMode, INTERRUPTED};
+use crate::measure::{HwCounters, Snapshot};
+use crate::results::{Integrity, LatencyUs};
+use crate::workload::stream::{sleep_unless_interrupted, StreamOutcome};
+use anyhow::{anyhow, Context};
+use hdrhistogram::Histogram;
+use sendpath::metrics::{new_histogram, SendStats};
+use sendpath::pattern::Verifier;
+use sendpath::{Options, Strategy};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One point of an rr run.
+#[derive(Debug, Clone)]
+pub struct RrPoint {
+    pub strategy: Strategy,
+    pub request: usize,
+    pub response: usize,
+    pub concurrency: usize,
+    pub fields: usize,
+    pub recv: RecvMode,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Open loop: requests per second over all connections.
+    pub rate: Option<f64>,
+    pub opts: Options,
+}
+
+struct ClientOut {
+    hist: Histogram<u64>,
+    verifier: Verifier,
+}
+
+fn serve(
+    mut s: TcpStream,
+    pt: &RrPoint,
+    fill: bool,
+) -> anyhow::Result<(SendStats, Option<String>)> {
+    let mut req = vec![0u8; pt.request];
+    let rd = s.try_clone()?;
+    let mut p = sendpath::open(pt.strategy, rd, &pt.opts)?;
+    let mut off = 0u64;
+    loop {
+        match s.read_exact(&mut req) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e).context("rr server read"),
+        }
+        send_message(p.as_mut(), pt.strategy, pt.response, pt.fields, off, fill, 0)?;
+        p.flush()?;
+        off += pt.response as u64;
+    }
+    p.finish(Duration::from_secs(2))?;
+    Ok((p.stats().clone(), p.note().map(String::from)))
+}
+
+fn client(
+    mut s: TcpStream,
+    pt: &RrPoint,
+    recording: &AtomicBool,
+    stop: &AtomicBool,
+    done: &AtomicU64,
+) -> anyhow::Result<ClientOut> {
+    let req = vec![0x42u8; pt.request];
+    let mut resp = vec![0u8; pt.response];
+    let mut out = ClientOut {
+        hist: new_histogram(),
+        verifier: Verifier::new(),
+    };
+    let interval = pt
+        .rate
+        .map(|r| Duration::from_secs_f64(pt.concurrency as f64 / r));
+    let start = Instant::now();
+    let mut k: u32 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let intended = match interval {
+            Some(iv) => {
+                let t = start + iv * k;
+                k += 1;
+                let now = Instant::now();
+                if t > now {
+                    std::thread::sleep(t - now);
+                }
+                t
+            }
+            None => Instant::now(),
+        };
+        s.write_all(&req).context("rr client write")?;
+        s.read_exact(&mut resp).context("rr client read")?;
+        let lat = intended.elapsed().as_nanos() as u64;
+        if pt.recv == RecvMode::Verify {
+            out.verifier.check(&resp);
+        }
+        if recording.load(Ordering::Relaxed) {
+            out.hist.saturating_record(lat);
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
+pub fn run_once(
+    pt: &RrPoint,
+    hw: &mut HwCounters,
+    cpu_mhz: Option<f64>,
+) -> anyhow::Result<Option<StreamOutcome>> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
+    let addr = l.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let recording = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..pt.concurrency {
+        let c = TcpStream::connect(addr).context("rr: connecting")?;
+        c.set_nodelay(true)?;
+        let (sv, _) = l.accept()?;
+        sv.set_nodelay(true)?;
+        let p = pt.clone();
+        let fill = pt.recv == RecvMode::Verify;
+        servers.push(std::thread::spawn(move || serve(sv, &p, fill)));
+        let (p, rec, st, dn) = (pt.clone(), recording.clone(), stop.clone(), done.clone());
+        clients.push(std::thread::spawn(move || {
+            let r = client(c.try_clone()?, &p, &rec, &st, &dn);
+            let _ = c.shutdown(std::net::Shutdown::Both);
+            r
+        }));
+    }
+    let mut ok = sleep_unless_interrupted(pt.warmup);
+    let mut window = None;
+    if ok {
+        recording.store(true, Ordering::Relaxed);
+        let s0 = Snapshot::take(hw);
+        ok = sleep_unless_interrupted(pt.duration);
+        let s1 = Snapshot::take(hw);
+        recording.store(false, Ordering::Relaxed);
+        window = Some((s0, s1, done.load(Ordering::Relaxed)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = new_histogram();
+    let mut integrity = Integrity::default();
+    let mut first_err = None;
+    for c in clients {
+        match c.join().map_err(|_| anyhow!("an rr client panicked"))? {
+            Ok(o) => {
+                let _ = hist.add(&o.hist);
+                integrity.bytes_verified += o.verifier.bytes_verified();
+                integrity.mismatches += o.verifier.mismatches;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let mut stats = SendStats::default();
+    let mut note = None;
+    for s in servers {
+        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
+            Ok((st, n)) => {
+                stats.merge(&st);
+                note = note.or(n);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        if !INTERRUPTED.load(Ordering::Relaxed) {
+            return Err(e);
+        }
+    }
+    let (Some((s0, s1, transactions)), true) = (window, ok) else {
+        return Ok(None);
+    };
+    let bytes = transactions * (pt.request + pt.response) as u64;
+    let mut repeat = s0.window(&s1, bytes, transactions, pt.concurrency, cpu_mhz);
+    repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
+    if pt.recv != RecvMode::Verify {
+        integrity = Integrity::default();
+    }
+    Ok(Some(StreamOutcome {
+        repeat,
+        stats,
+        integrity,
+        note,
+    }))
+}

@@ -1,0 +1,73 @@
+//! `sendpath sink`: receive from any TCP sender (another sendpath, iperf-like tools, `nc`).
+
+use super::{receive, RecvCounters, RecvMode};
+use anyhow::{bail, Context};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Accepts `connections` connections on `listen` (within `timeout`), receives each to EOF,
+/// prints a line per connection. Fails if any byte mismatched in verify mode.
+pub fn run(
+    listen: SocketAddr,
+    mode: RecvMode,
+    connections: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let l = TcpListener::bind(listen)
+        .with_context(|| format!("--listen {listen}: cannot bind (in use, or not a local address?)"))?;
+    l.set_nonblocking(true)?;
+    eprintln!(
+        "sink: listening on {} (recv {}), waiting for {connections} connection(s), at most {:?}",
+        l.local_addr()?,
+        mode.name(),
+        timeout
+    );
+    let deadline = Instant::now() + timeout;
+    let mut handles = Vec::new();
+    while handles.len() < connections {
+        if Instant::now() > deadline || super::INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+        match l.accept() {
+            Ok((s, peer)) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+                handles.push(std::thread::spawn(move || {
+                    let c = RecvCounters::default();
+                    let t0 = Instant::now();
+                    let v = receive(s, mode, &c);
+                    (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
+                }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(e).context("accept"),
+        }
+    }
+    if handles.is_empty() {
+        bail!("no sender connected within {timeout:?} (raise --timeout)");
+    }
+    let mut bad = 0;
+    for h in handles {
+        let (peer, el, bytes, v) = h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+        let gbps = bytes as f64 * 8.0 / el.as_secs_f64() / 1e9;
+        match v {
+            Ok(v) => {
+                let check = if mode == RecvMode::Verify {
+                    bad += v.mismatches;
+                    format!(", verified {} bytes, {} mismatches", v.bytes_verified(), v.mismatches)
+                } else {
+                    String::new()
+                };
+                println!("{peer}: {bytes} bytes in {:.3} s = {gbps:.3} Gbit/s{check}", el.as_secs_f64());
+            }
+            Err(e) => println!("{peer}: {bytes} bytes, then error: {e:#}"),
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} bytes did not match the pattern");
+    }
+    Ok(())
+}

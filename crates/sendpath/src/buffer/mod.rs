@@ -1,0 +1,177 @@
+//! Owned send buffers and the pool they return to.
+//!
+//! A [`Buf`] handed to a send path is moved in: the caller keeps no reference to it. The path
+//! hands it back (through [`crate::SendPath::reclaim`]) only when the kernel can no longer read
+//! it: right after the call for copying paths, after the completion notification for zero-copy
+//! paths. So no safe code can write to a buffer the kernel may still be reading.
+
+use crate::sys::mem::PageBuf;
+
+/// An owned, heap-allocated send buffer. Moving a `Buf` never moves its bytes, so the kernel can
+/// keep referencing them while the `Buf` value is owned by a send path.
+pub struct Buf {
+    data: Storage,
+    /// Index in an io_uring registered-buffer table, set only by the ring that registered the
+    /// memory (see `uring-zc` with fixed buffers).
+    pub(crate) fixed: Option<u16>,
+}
+
+enum Storage {
+    Heap(Vec<u8>),
+    Pages(PageBuf),
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf")
+            .field("len", &self.len())
+            .field("pages", &matches!(self.data, Storage::Pages(_)))
+            .field("fixed", &self.fixed)
+            .finish()
+    }
+}
+
+impl Default for Buf {
+    fn default() -> Self {
+        Buf::zeroed(0)
+    }
+}
+
+impl Buf {
+    /// A zeroed heap buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> Buf {
+        Buf {
+            data: Storage::Heap(vec![0; len]),
+            fixed: None,
+        }
+    }
+
+    /// A zeroed buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the
+    /// pages can be given away to the kernel and unmapped instead of being reused).
+    pub fn pages(len: usize) -> std::io::Result<Buf> {
+        Ok(Buf {
+            data: Storage::Pages(PageBuf::new(len)?),
+            fixed: None,
+        })
+    }
+
+    /// Takes the anonymous pages out, if the buffer has them.
+    pub(crate) fn into_pages(self) -> Result<PageBuf, Buf> {
+        match self.data {
+            Storage::Pages(p) => Ok(p),
+            heap => Err(Buf {
+                data: heap,
+                fixed: self.fixed,
+            }),
+        }
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sets the length, zero-filling new bytes. Keeps the allocation (and any registration) when
+    /// shrinking or growing within capacity.
+    pub fn resize(&mut self, len: usize) {
+        match &mut self.data {
+            Storage::Heap(v) => {
+                if len > v.capacity() {
+                    self.fixed = None;
+                }
+                v.resize(len, 0);
+            }
+            Storage::Pages(p) => {
+                if len != p.len() {
+                    // Pages are never recycled (see vmsplice); a new size gets new pages, and
+                    // heap memory if the mapping fails.
+                    self.data = PageBuf::new(len)
+                        .map(Storage::Pages)
+                        .unwrap_or_else(|_| Storage::Heap(vec![0; len]));
+                }
+            }
+        }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.data {
+            Storage::Heap(v) => v,
+            Storage::Pages(p) => p.as_slice(),
+        }
+    }
+
+    /// The bytes, writable: possible only while the caller owns the buffer.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.data {
+            Storage::Heap(v) => v,
+            Storage::Pages(p) => p.as_mut_slice(),
+        }
+    }
+
+    /// Whether the buffer is in an io_uring registered-buffer table.
+    pub fn is_fixed(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        match &self.data {
+            Storage::Heap(v) => v.capacity(),
+            Storage::Pages(p) => p.len(),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Buf {
+    fn from(data: Vec<u8>) -> Buf {
+        Buf {
+            data: Storage::Heap(data),
+            fixed: None,
+        }
+    }
+}
+
+/// A free list of buffers, so a steady send loop allocates nothing. Buffers come back from
+/// [`crate::SendPath::reclaim`] and are reused for any size up to their capacity.
+#[derive(Debug, Default)]
+pub struct BufPool {
+    free: Vec<Buf>,
+    /// How many buffers this pool has allocated in total.
+    pub allocated: u64,
+}
+
+impl BufPool {
+    /// An empty pool.
+    pub fn new() -> BufPool {
+        BufPool::default()
+    }
+
+    /// A buffer of exactly `len` bytes: a recycled one if any, otherwise a new zeroed one.
+    pub fn take(&mut self, len: usize) -> Buf {
+        match self.free.pop() {
+            Some(mut b) => {
+                b.resize(len);
+                b
+            }
+            None => {
+                self.allocated += 1;
+                Buf::zeroed(len)
+            }
+        }
+    }
+
+    /// Gives a buffer back for reuse.
+    pub fn put(&mut self, b: Buf) {
+        self.free.push(b);
+    }
+
+    /// Number of buffers ready for reuse.
+    pub fn free_len(&self) -> usize {
+        self.free.len()
+    }
+}

@@ -1,0 +1,9 @@
+//! I/O-free completion bookkeeping. The send paths feed these types with what the kernel said
+//! (error-queue ranges, io_uring CQEs) and a clock; the types decide which buffers are free and
+//! what to count. Unit-tested on simulated notifications.
+
+mod chain;
+mod zerocopy;
+
+pub use chain::{settle_chain, ChainEntry, Settled};
+pub use zerocopy::{ZcNotification, ZcTracker};

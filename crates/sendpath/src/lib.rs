@@ -1,0 +1,42 @@
+//! # sendpath
+//!
+//! Every Linux send path behind one interface, with an honest account of what the kernel did.
+//!
+//! | name | what it does |
+//! |---|---|
+//! | `copy` | `send()` from one contiguous buffer |
+//! | `serialize` | the message's fields copied into one buffer, then `send()` (two copies) |
+//! | `gather` | `sendmsg()` with one iovec per field (one copy) |
+//! | `msg-zerocopy` | `sendmsg(MSG_ZEROCOPY)`, completions read from the error queue |
+//! | `uring` | io_uring `SEND` with `MSG_WAITALL`, a chain of requests in flight |
+//! | `uring-zc` | io_uring `SEND_ZC`, two-phase completions, usage reporting |
+//! | `read-send` | `read()` a file chunk into a buffer, then `send()` |
+//! | `mmap-send` | `send()` straight from a mapping of the file |
+//! | `sendfile` | `sendfile()` file to socket |
+//! | `splice` | file to pipe to socket with `splice()` |
+//! | `vmsplice` | user pages into a pipe with `vmsplice()`, spliced to the socket |
+//!
+//! Buffers given to a path are moved in and come back (through [`SendPath::take_buf`]) only
+//! when the kernel has released them. Zero-copy paths count how many of their sends the kernel
+//! copied anyway, and every fallback to copying, by reason ([`metrics::SendStats`]).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod buffer;
+pub mod completion;
+mod error;
+pub mod metrics;
+pub mod pattern;
+pub mod policy;
+pub mod probe;
+pub mod strategy;
+#[allow(unsafe_code)]
+pub mod sys;
+
+pub use buffer::Buf;
+pub use error::Error;
+pub use metrics::SendStats;
+pub use strategy::{open, Msg, Options, SendPath, Source, Strategy};
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

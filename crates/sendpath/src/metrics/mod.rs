@@ -1,0 +1,206 @@
+//! Counters kept by every send path, and host CPU sampling.
+
+pub mod cpu;
+
+use crate::policy::FallbackReason;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Sends that were meant to be zero-copy but went by copy, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fallbacks {
+    /// `ENOBUFS` after draining completions and retrying once.
+    pub enobufs: u64,
+    /// In-flight cap full after reaping completions.
+    pub inflight_cap: u64,
+    /// Zero-copy not supported by the socket or kernel.
+    pub unsupported: u64,
+    /// io_uring SEND_ZC returned `ENOMEM`.
+    pub enomem: u64,
+}
+
+impl Fallbacks {
+    /// Adds one fallback.
+    pub fn count(&mut self, r: FallbackReason) {
+        match r {
+            FallbackReason::Enobufs => self.enobufs += 1,
+            FallbackReason::InflightCap => self.inflight_cap += 1,
+            FallbackReason::Unsupported => self.unsupported += 1,
+            FallbackReason::Enomem => self.enomem += 1,
+        }
+    }
+
+    /// All fallbacks.
+    pub fn total(&self) -> u64 {
+        self.enobufs + self.inflight_cap + self.unsupported + self.enomem
+    }
+
+    fn add(&mut self, o: &Fallbacks) {
+        self.enobufs += o.enobufs;
+        self.inflight_cap += o.inflight_cap;
+        self.unsupported += o.unsupported;
+        self.enomem += o.enomem;
+    }
+}
+
+/// Percentiles of a latency histogram, nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummaryNs {
+    /// Number of samples.
+    pub count: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// 99.9th percentile.
+    pub p999_ns: u64,
+    /// Largest sample.
+    pub max_ns: u64,
+}
+
+impl LatencySummaryNs {
+    /// Summarises a histogram of nanosecond samples.
+    pub fn of(h: &Histogram<u64>) -> LatencySummaryNs {
+        if h.is_empty() {
+            return LatencySummaryNs::default();
+        }
+        LatencySummaryNs {
+            count: h.len(),
+            p50_ns: h.value_at_quantile(0.50),
+            p90_ns: h.value_at_quantile(0.90),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+        }
+    }
+}
+
+/// A histogram of nanosecond values from 1 ns to 100 s with 3 significant digits; larger
+/// values are clamped to 100 s by `saturating_record`.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// What one send path did, counted as it went.
+#[derive(Debug, Clone)]
+pub struct SendStats {
+    /// Messages accepted by `send`.
+    pub sends: u64,
+    /// Payload bytes put on the socket.
+    pub bytes: u64,
+    /// Send operations that asked the kernel for zero-copy (`MSG_ZEROCOPY` calls, SEND_ZC
+    /// requests, vmsplice/sendfile/splice calls count here too: they never copy on the send side).
+    pub zc_attempts: u64,
+    /// Zero-copy sends whose completion has been reported.
+    pub zc_completions: u64,
+    /// Of those, reported as copied by the kernel (per range bit for MSG_ZEROCOPY: see
+    /// `completion` for the approximation).
+    pub zc_copied: u64,
+    /// Notifications read (error-queue ranges or io_uring notification CQEs).
+    pub notifications: u64,
+    /// Completion ids that matched no outstanding send.
+    pub unexpected_completions: u64,
+    /// Whether completions say anything about copying (false for SEND_ZC without usage
+    /// reporting, where a notification carries no copied bit).
+    pub copied_known: bool,
+    /// Zero-copy sends that went by copy, by reason.
+    pub fallbacks: Fallbacks,
+    /// Sends the kernel accepted only in part and that were continued.
+    pub short_sends: u64,
+    /// Buffers never handed back because the kernel had not released them when the path was
+    /// closed (the drain timed out); they are leaked rather than reused.
+    pub leaked_buffers: u64,
+    /// Send-call-to-completion latency of zero-copy sends, nanoseconds.
+    pub completion_latency_ns: Histogram<u64>,
+}
+
+impl Default for SendStats {
+    fn default() -> Self {
+        SendStats {
+            sends: 0,
+            bytes: 0,
+            zc_attempts: 0,
+            zc_completions: 0,
+            zc_copied: 0,
+            notifications: 0,
+            unexpected_completions: 0,
+            copied_known: true,
+            fallbacks: Fallbacks::default(),
+            short_sends: 0,
+            leaked_buffers: 0,
+            completion_latency_ns: new_histogram(),
+        }
+    }
+}
+
+impl SendStats {
+    /// Fraction of completed zero-copy sends that the kernel copied anyway; `None` when there
+    /// were no completions or the completions carry no copied bit.
+    pub fn copied_fraction(&self) -> Option<f64> {
+        (self.copied_known && self.zc_completions > 0)
+            .then(|| self.zc_copied as f64 / self.zc_completions as f64)
+    }
+
+    /// Adds another sender's counts (for a run with several connections).
+    pub fn merge(&mut self, o: &SendStats) {
+        self.sends += o.sends;
+        self.bytes += o.bytes;
+        self.zc_attempts += o.zc_attempts;
+        self.zc_completions += o.zc_completions;
+        self.zc_copied += o.zc_copied;
+        self.notifications += o.notifications;
+        self.unexpected_completions += o.unexpected_completions;
+        self.copied_known &= o.copied_known;
+        self.fallbacks.add(&o.fallbacks);
+        self.short_sends += o.short_sends;
+        self.leaked_buffers += o.leaked_buffers;
+        // Both histograms have the same bounds, so adding cannot fail for lack of range.
+        let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
+    }
+
+    /// A plain-data snapshot for reports.
+    pub fn summary(&self) -> SendStatsSummary {
+        SendStatsSummary {
+            sends: self.sends,
+            bytes: self.bytes,
+            zc_attempts: self.zc_attempts,
+            zc_completions: self.zc_completions,
+            zc_copied: self.zc_copied,
+            copied_fraction: self.copied_fraction(),
+            notifications: self.notifications,
+            fallbacks: self.fallbacks,
+            short_sends: self.short_sends,
+            leaked_buffers: self.leaked_buffers,
+            completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
+        }
+    }
+}
+
+/// [`SendStats`] as plain data (serialisable).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SendStatsSummary {
+    /// Messages sent.
+    pub sends: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Zero-copy send operations attempted.
+    pub zc_attempts: u64,
+    /// Zero-copy completions reported.
+    pub zc_completions: u64,
+    /// Completions reported as copied.
+    pub zc_copied: u64,
+    /// `zc_copied / zc_completions`; null when unknown.
+    pub copied_fraction: Option<f64>,
+    /// Notifications read.
+    pub notifications: u64,
+    /// Fallbacks to copy, by reason.
+    pub fallbacks: Fallbacks,
+    /// Short sends continued.
+    pub short_sends: u64,
+    /// Buffers leaked because the kernel never released them.
+    pub leaked_buffers: u64,
+    /// Send-to-completion latency.
+    pub completion_latency: LatencySummaryNs,
+}

@@ -1,0 +1,123 @@
+//! I/O-free decisions: whether a send may go zero-copy now, and what to do when the kernel
+//! refuses. The send paths ask; they never decide on their own.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a send meant to be zero-copy went by copy instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FallbackReason {
+    /// `ENOBUFS` from `sendmsg(MSG_ZEROCOPY)` even after draining completions (optmem or
+    /// locked-memory limit).
+    Enobufs,
+    /// The in-flight cap (sends or bytes awaiting completion) was full.
+    InflightCap,
+    /// The socket or kernel does not support the zero-copy operation.
+    Unsupported,
+    /// io_uring SEND_ZC failed with `ENOMEM`.
+    Enomem,
+}
+
+/// Limits on zero-copy sends awaiting their completion, per socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InflightLimits {
+    /// At most this many sends awaiting completion.
+    pub max_sends: usize,
+    /// At most this many bytes awaiting completion (one send is always allowed when none is
+    /// outstanding, whatever its size).
+    pub max_bytes: usize,
+}
+
+impl Default for InflightLimits {
+    /// 256 sends (the per-worker cap the io_uring HTTP study settled on) and 8 MiB, the
+    /// default `ulimit -l` that an unprivileged user's pinned pages are charged against.
+    fn default() -> Self {
+        InflightLimits {
+            max_sends: 256,
+            max_bytes: 8 << 20,
+        }
+    }
+}
+
+/// The decision for one send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZcDecision {
+    /// Send with the zero-copy operation.
+    ZeroCopy,
+    /// Reap completions first, then ask again (the cap is full).
+    ReapThenRetry,
+    /// Send by copy, counting this reason.
+    Copy(FallbackReason),
+}
+
+/// Whether a send of `len` bytes may go zero-copy, given what is outstanding. `reaped` says
+/// whether completions were already reaped for this send (so a full cap now means fallback).
+pub fn admit(
+    supported: bool,
+    limits: InflightLimits,
+    outstanding_sends: usize,
+    outstanding_bytes: usize,
+    len: usize,
+    reaped: bool,
+) -> ZcDecision {
+    if !supported {
+        return ZcDecision::Copy(FallbackReason::Unsupported);
+    }
+    let fits = outstanding_sends < limits.max_sends
+        && (outstanding_sends == 0 || outstanding_bytes + len <= limits.max_bytes);
+    match (fits, reaped) {
+        (true, _) => ZcDecision::ZeroCopy,
+        (false, false) => ZcDecision::ReapThenRetry,
+        (false, true) => ZcDecision::Copy(FallbackReason::InflightCap),
+    }
+}
+
+/// What to do after `ENOBUFS` from a zero-copy send: drain completions and retry once; on a
+/// second `ENOBUFS` for the same send, copy it.
+pub fn on_enobufs(retries_so_far: u32) -> ZcDecision {
+    if retries_so_far == 0 {
+        ZcDecision::ReapThenRetry
+    } else {
+        ZcDecision::Copy(FallbackReason::Enobufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: InflightLimits = InflightLimits {
+        max_sends: 4,
+        max_bytes: 100,
+    };
+
+    #[test]
+    fn unsupported_always_copies() {
+        assert_eq!(
+            admit(false, L, 0, 0, 1, false),
+            ZcDecision::Copy(FallbackReason::Unsupported)
+        );
+    }
+
+    #[test]
+    fn cap_on_sends_reaps_then_copies() {
+        assert_eq!(admit(true, L, 3, 30, 10, false), ZcDecision::ZeroCopy);
+        assert_eq!(admit(true, L, 4, 40, 10, false), ZcDecision::ReapThenRetry);
+        assert_eq!(
+            admit(true, L, 4, 40, 10, true),
+            ZcDecision::Copy(FallbackReason::InflightCap)
+        );
+    }
+
+    #[test]
+    fn cap_on_bytes_but_one_big_send_always_fits() {
+        assert_eq!(admit(true, L, 1, 95, 10, false), ZcDecision::ReapThenRetry);
+        assert_eq!(admit(true, L, 0, 0, 1000, false), ZcDecision::ZeroCopy);
+    }
+
+    #[test]
+    fn enobufs_retries_once_then_copies() {
+        assert_eq!(on_enobufs(0), ZcDecision::ReapThenRetry);
+        assert_eq!(on_enobufs(1), ZcDecision::Copy(FallbackReason::Enobufs));
+    }
+}

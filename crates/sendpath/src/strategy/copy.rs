@@ -1,0 +1,68 @@
+//! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
+
+use super::{fields, send_all, Recycler, SendPath};
+use crate::{Buf, Msg, Result, SendStats};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+
+/// `send()` per field (one field per message is the intended use: one contiguous buffer).
+pub struct Copy {
+    sock: TcpStream,
+    stats: SendStats,
+    bufs: Recycler,
+    /// Set when this stands in for a zero-copy path the kernel lacks.
+    fallback_note: Option<String>,
+}
+
+impl Copy {
+    pub(super) fn new(sock: TcpStream) -> Copy {
+        Copy {
+            sock,
+            stats: SendStats::default(),
+            bufs: Recycler::default(),
+            fallback_note: None,
+        }
+    }
+
+    /// Makes this path stand in for a zero-copy path that is unavailable: each send is counted
+    /// as an `unsupported` fallback and `note` says why.
+    pub(super) fn fallback_note(&mut self, note: String) {
+        self.fallback_note = Some(note);
+    }
+}
+
+impl SendPath for Copy {
+    fn name(&self) -> &'static str {
+        "copy"
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.fallback_note.as_deref()
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let f = fields(self.name(), msg)?;
+        if self.fallback_note.is_some() {
+            self.stats.fallbacks.unsupported += 1;
+        }
+        for b in &f {
+            send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
+            self.stats.bytes += b.len() as u64;
+        }
+        self.stats.sends += 1;
+        self.bufs.give_back(f);
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        self.bufs.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}

@@ -1,0 +1,52 @@
+//! `gather`: `sendmsg()` with one iovec per field: the kernel gathers the fields while copying
+//! them into the socket (one copy).
+
+use super::{fields, sendmsg_all, Recycler, SendPath};
+use crate::{Buf, Error, Msg, Result, SendStats};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+
+/// One `sendmsg()` per message.
+pub struct Gather {
+    sock: TcpStream,
+    stats: SendStats,
+    bufs: Recycler,
+}
+
+impl Gather {
+    pub(super) fn new(sock: TcpStream) -> Gather {
+        Gather {
+            sock,
+            stats: SendStats::default(),
+            bufs: Recycler::default(),
+        }
+    }
+}
+
+impl SendPath for Gather {
+    fn name(&self) -> &'static str {
+        "gather"
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let f = fields(self.name(), msg)?;
+        let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+        sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats).map_err(Error::sys("sendmsg"))?;
+        self.stats.sends += 1;
+        self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
+        self.bufs.give_back(f);
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        self.bufs.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}

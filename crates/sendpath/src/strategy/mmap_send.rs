@@ -1,0 +1,66 @@
+//! `mmap-send`: `send()` straight from a read-only mapping of the file: no copy into a user
+//! buffer, one copy from the page cache into the socket.
+
+use super::{file_range, send_all, Recycler, SendPath};
+use crate::sys::mem::FileMap;
+use crate::{Buf, Error, Msg, Result, SendStats};
+use std::fs::File;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// Maps the whole file once, then sends slices of the mapping.
+pub struct MmapSend {
+    sock: TcpStream,
+    map: FileMap,
+    stats: SendStats,
+    bufs: Recycler,
+}
+
+impl MmapSend {
+    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> Result<MmapSend> {
+        let len = file.metadata().map_err(Error::sys("fstat"))?.len() as usize;
+        let map = FileMap::new(file.as_fd(), len).map_err(Error::sys("mmap"))?;
+        Ok(MmapSend {
+            sock,
+            map,
+            stats: SendStats::default(),
+            bufs: Recycler::default(),
+        })
+    }
+}
+
+impl SendPath for MmapSend {
+    fn name(&self) -> &'static str {
+        "mmap-send"
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let (offset, len) = file_range(self.name(), msg)?;
+        let bytes = self
+            .map
+            .as_slice()
+            .get(offset as usize..offset as usize + len)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "file range {offset}+{len} is past the end of the mapped file"
+                ))
+            })?;
+        send_all(self.sock.as_fd(), bytes, &mut self.stats)?;
+        self.stats.sends += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        self.bufs.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}

@@ -1,0 +1,407 @@
+//! The send paths, one file each, behind [`SendPath`].
+
+mod copy;
+mod gather;
+mod mmap_send;
+mod msg_zerocopy;
+mod read_send;
+mod sendfile;
+mod serialize;
+mod splice;
+mod uring;
+mod uring_zc;
+mod vmsplice;
+
+use crate::buffer::{Buf, BufPool};
+use crate::policy::InflightLimits;
+use crate::{sys, Error, Result, SendStats};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+/// Where a path takes its bytes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Buffers in memory ([`Msg::Fields`]).
+    Memory,
+    /// A file ([`Msg::File`]).
+    File,
+}
+
+/// One message to send.
+#[derive(Debug)]
+pub enum Msg {
+    /// A message made of fields, sent back to back. Memory paths take this.
+    Fields(Vec<Buf>),
+    /// `len` bytes of the path's file from `offset`. File paths take this.
+    File {
+        /// Offset in the file.
+        offset: u64,
+        /// Bytes to send.
+        len: usize,
+    },
+}
+
+impl Msg {
+    /// A message of one buffer.
+    pub fn one(b: Buf) -> Msg {
+        Msg::Fields(vec![b])
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Msg::Fields(f) => f.iter().map(Buf::len).sum(),
+            Msg::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A way of putting bytes on a connected TCP socket.
+///
+/// Paths own their socket. `send` may return before the bytes are on the socket (io_uring paths
+/// batch requests); `flush` makes sure they are; `finish` also waits, for at most the given
+/// time, until the kernel has released every zero-copy buffer.
+pub trait SendPath: Send {
+    /// The stable name (`copy`, `msg-zerocopy`, ...). A path that fell back to another at open
+    /// time reports the name of the one it runs.
+    fn name(&self) -> &'static str;
+
+    /// Why this path is not the one asked for, when it fell back at open time.
+    fn note(&self) -> Option<&str> {
+        None
+    }
+
+    /// Sends one message, in order after the previous ones.
+    fn send(&mut self, msg: Msg) -> Result<()>;
+
+    /// Makes sure every message passed to `send` has been handed to the socket.
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Flushes, then waits up to `timeout` for every outstanding zero-copy completion. Buffers
+    /// the kernel has not released by then are leaked (never reused) and counted in
+    /// [`SendStats::leaked_buffers`].
+    fn finish(&mut self, timeout: Duration) -> Result<()> {
+        let _ = timeout;
+        self.flush()
+    }
+
+    /// A buffer of `len` bytes to fill and send: one the kernel has released, or a new one.
+    /// Its contents are unspecified.
+    fn take_buf(&mut self, len: usize) -> Buf;
+
+    /// What this path has done so far.
+    fn stats(&self) -> &SendStats;
+
+    /// The socket the path sends on.
+    fn socket(&self) -> &TcpStream;
+}
+
+/// The send paths sendpath knows, by stable name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// `send()` from one contiguous buffer.
+    Copy,
+    /// Fields copied into one buffer, then `send()`.
+    Serialize,
+    /// `sendmsg()` with one iovec per field.
+    Gather,
+    /// `sendmsg(MSG_ZEROCOPY)` with error-queue completions.
+    MsgZerocopy,
+    /// io_uring SEND.
+    Uring,
+    /// io_uring SEND_ZC.
+    UringZc,
+    /// `read()` then `send()`.
+    ReadSend,
+    /// `send()` from a file mapping.
+    MmapSend,
+    /// `sendfile()`.
+    Sendfile,
+    /// file to pipe to socket with `splice()`.
+    Splice,
+    /// `vmsplice()` user pages, then `splice()` to the socket.
+    Vmsplice,
+}
+
+impl Strategy {
+    /// Every path, memory paths first.
+    pub const ALL: [Strategy; 11] = [
+        Strategy::Copy,
+        Strategy::Serialize,
+        Strategy::Gather,
+        Strategy::MsgZerocopy,
+        Strategy::Uring,
+        Strategy::UringZc,
+        Strategy::Vmsplice,
+        Strategy::ReadSend,
+        Strategy::MmapSend,
+        Strategy::Sendfile,
+        Strategy::Splice,
+    ];
+
+    /// The stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Copy => "copy",
+            Strategy::Serialize => "serialize",
+            Strategy::Gather => "gather",
+            Strategy::MsgZerocopy => "msg-zerocopy",
+            Strategy::Uring => "uring",
+            Strategy::UringZc => "uring-zc",
+            Strategy::ReadSend => "read-send",
+            Strategy::MmapSend => "mmap-send",
+            Strategy::Sendfile => "sendfile",
+            Strategy::Splice => "splice",
+            Strategy::Vmsplice => "vmsplice",
+        }
+    }
+
+    /// All names, in [`Strategy::ALL`] order.
+    pub fn names() -> Vec<&'static str> {
+        Strategy::ALL.iter().map(|s| s.name()).collect()
+    }
+
+    /// Looks a name up.
+    pub fn parse(name: &str) -> Result<Strategy> {
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| Error::UnknownStrategy(name.to_string()))
+    }
+
+    /// Where the path takes its bytes from.
+    pub fn source(self) -> Source {
+        match self {
+            Strategy::ReadSend | Strategy::MmapSend | Strategy::Sendfile | Strategy::Splice => {
+                Source::File
+            }
+            _ => Source::Memory,
+        }
+    }
+
+    /// Whether the path asks the kernel not to copy on the send side.
+    pub fn avoids_send_copy(self) -> bool {
+        matches!(
+            self,
+            Strategy::MsgZerocopy
+                | Strategy::UringZc
+                | Strategy::Sendfile
+                | Strategy::Splice
+                | Strategy::Vmsplice
+        )
+    }
+
+    /// Whether the path gets per-send completions that say whether the kernel copied.
+    pub fn has_zc_completions(self) -> bool {
+        matches!(self, Strategy::MsgZerocopy | Strategy::UringZc)
+    }
+
+    /// Whether a message is naturally several fields for this path (the paths that differ in
+    /// how they put fields together); others send one contiguous buffer.
+    pub fn uses_fields(self) -> bool {
+        matches!(
+            self,
+            Strategy::Serialize | Strategy::Gather | Strategy::MsgZerocopy
+        )
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Strategy> {
+        Strategy::parse(s)
+    }
+}
+
+/// Settings shared by the paths; each reads the ones that concern it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Cap on zero-copy sends awaiting completion (msg-zerocopy, uring-zc).
+    pub inflight: InflightLimits,
+    /// io_uring requests in flight per socket, as one linked chain (uring, uring-zc).
+    pub uring_depth: usize,
+    /// Ask SEND_ZC for usage reporting (`IORING_SEND_ZC_REPORT_USAGE`) so copies are seen.
+    pub uring_report_usage: bool,
+    /// Send SEND_ZC from registered (fixed) buffers.
+    pub uring_fixed_buffers: bool,
+    /// Pipe size for splice and vmsplice (the kernel may grant less).
+    pub pipe_size: usize,
+    /// The file for file paths.
+    pub file: Option<std::sync::Arc<File>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            inflight: InflightLimits::default(),
+            uring_depth: 8,
+            uring_report_usage: true,
+            uring_fixed_buffers: false,
+            pipe_size: 1 << 20,
+            file: None,
+        }
+    }
+}
+
+/// Opens a send path on a connected TCP socket. File paths need `opts.file`. A path whose kernel
+/// support is missing falls back (uring-zc to uring or copy, msg-zerocopy sends by copy) and says
+/// so in [`SendPath::note`] and its fallback counters.
+pub fn open(strategy: Strategy, sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
+    sock.set_nonblocking(false)
+        .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
+    let file = || {
+        opts.file.clone().ok_or_else(|| {
+            Error::Config(format!(
+                "the {} path sends from a file: give Options::file",
+                strategy.name()
+            ))
+        })
+    };
+    Ok(match strategy {
+        Strategy::Copy => Box::new(copy::Copy::new(sock)),
+        Strategy::Serialize => Box::new(serialize::Serialize::new(sock)),
+        Strategy::Gather => Box::new(gather::Gather::new(sock)),
+        Strategy::MsgZerocopy => Box::new(msg_zerocopy::MsgZerocopy::new(sock, opts.inflight)),
+        Strategy::Uring => uring::open(sock, opts)?,
+        Strategy::UringZc => uring_zc::open(sock, opts)?,
+        Strategy::Vmsplice => Box::new(vmsplice::Vmsplice::new(sock, opts.pipe_size)?),
+        Strategy::ReadSend => Box::new(read_send::ReadSend::new(sock, file()?)),
+        Strategy::MmapSend => Box::new(mmap_send::MmapSend::new(sock, file()?)?),
+        Strategy::Sendfile => Box::new(sendfile::Sendfile::new(sock, file()?)),
+        Strategy::Splice => Box::new(splice::Splice::new(sock, file()?, opts.pipe_size)?),
+    })
+}
+
+/// `send()` until every byte of `buf` is on the socket.
+fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result<()> {
+    while !buf.is_empty() {
+        match sys::socket::send(fd, buf, libc::MSG_NOSIGNAL) {
+            Ok(n) => {
+                if n < buf.len() {
+                    stats.short_sends += 1;
+                }
+                buf = &buf[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::sys("send")(e)),
+        }
+    }
+    Ok(())
+}
+
+/// `sendmsg()` with `flags` until every byte of `bufs` is on the socket. Returns the number of
+/// calls that sent something (each `MSG_ZEROCOPY` call that does gets one completion id). An
+/// `ENOBUFS` after part of the message went zero-copy finishes the message by copy, counted as
+/// an `enobufs` fallback; before any byte went, it is returned to the caller to decide.
+fn sendmsg_all(
+    fd: BorrowedFd<'_>,
+    bufs: &[&[u8]],
+    flags: i32,
+    stats: &mut SendStats,
+) -> io::Result<u32> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0usize;
+    let mut calls = 0;
+    let mut scratch: Vec<&[u8]> = Vec::with_capacity(bufs.len());
+    while done < total {
+        scratch.clear();
+        scratch.extend(rest(bufs, done));
+        match sys::socket::sendmsg(fd, &scratch, flags | libc::MSG_NOSIGNAL) {
+            Ok(n) => {
+                done += n;
+                calls += 1;
+                if done < total {
+                    stats.short_sends += 1;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if calls > 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                stats.fallbacks.enobufs += 1;
+                let left: Vec<&[u8]> = rest(bufs, done).collect();
+                return sendmsg_all(fd, &left, 0, stats).map(|_| calls);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(calls)
+}
+
+/// The parts of `bufs` after the first `skip` bytes.
+fn rest<'a, 'b>(
+    bufs: &'b [&'a [u8]],
+    mut skip: usize,
+) -> impl Iterator<Item = &'a [u8]> + use<'a, 'b> {
+    bufs.iter().filter_map(move |b| {
+        if skip >= b.len() {
+            skip -= b.len();
+            None
+        } else {
+            let part = &b[skip..];
+            skip = 0;
+            Some(part)
+        }
+    })
+}
+
+/// Fields of a memory message, or the error for a file message.
+fn fields(path: &'static str, msg: Msg) -> Result<Vec<Buf>> {
+    match msg {
+        Msg::Fields(f) => Ok(f),
+        Msg::File { .. } => Err(Error::WrongPayload {
+            path,
+            what: "a file range",
+        }),
+    }
+}
+
+/// The range of a file message, or the error for a memory message.
+fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {
+    match msg {
+        Msg::File { offset, len } => Ok((offset, len)),
+        Msg::Fields(_) => Err(Error::WrongPayload {
+            path,
+            what: "memory buffers (it sends from its file)",
+        }),
+    }
+}
+
+/// Buffers for paths that release them as soon as the call returns.
+#[derive(Debug, Default)]
+struct Recycler {
+    pool: BufPool,
+}
+
+impl Recycler {
+    fn take(&mut self, len: usize) -> Buf {
+        self.pool.take(len)
+    }
+
+    fn give_back(&mut self, bufs: Vec<Buf>) {
+        for b in bufs {
+            self.pool.put(b);
+        }
+    }
+}
+
+fn now_ns(origin: std::time::Instant) -> u64 {
+    origin.elapsed().as_nanos() as u64
+}

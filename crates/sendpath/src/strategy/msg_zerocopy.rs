@@ -1,0 +1,247 @@
+//! `msg-zerocopy`: `sendmsg(MSG_ZEROCOPY)` with one iovec per field. The kernel pins the pages
+//! instead of copying them and reports, on the socket's error queue, when it is done with them
+//! and whether it had to copy after all (always, for a receiver on the same host).
+//!
+//! Buffers stay owned by this path until their completion id is reported; only then do they go
+//! back to the pool that [`SendPath::take_buf`] draws from.
+
+use super::{fields, sendmsg_all, SendPath};
+use crate::buffer::BufPool;
+use crate::completion::{ZcNotification, ZcTracker};
+use crate::policy::{self, InflightLimits, ZcDecision};
+use crate::{sys, Buf, Error, Msg, Result, SendStats};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+struct Held {
+    bufs: Vec<Buf>,
+    ids_left: u32,
+}
+
+/// The MSG_ZEROCOPY path.
+pub struct MsgZerocopy {
+    sock: TcpStream,
+    stats: SendStats,
+    limits: InflightLimits,
+    supported: bool,
+    note: Option<String>,
+    tracker: ZcTracker<usize>,
+    held: Vec<Option<Held>>,
+    free_held: Vec<usize>,
+    pool: BufPool,
+    origin: Instant,
+    scratch: Vec<ZcNotification>,
+}
+
+impl MsgZerocopy {
+    pub(super) fn new(sock: TcpStream, limits: InflightLimits) -> MsgZerocopy {
+        let (supported, note) = match sys::socket::enable_zerocopy(sock.as_fd()) {
+            Ok(()) => (true, None),
+            Err(e) => (
+                false,
+                Some(format!(
+                    "setsockopt(SO_ZEROCOPY) failed ({e}): every send goes by copy and is counted as an `unsupported` fallback"
+                )),
+            ),
+        };
+        MsgZerocopy {
+            sock,
+            stats: SendStats::default(),
+            limits,
+            supported,
+            note,
+            tracker: ZcTracker::new(),
+            held: Vec::new(),
+            free_held: Vec::new(),
+            pool: BufPool::new(),
+            origin: Instant::now(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Reads every completion waiting on the error queue; with `wait_ms > 0`, first waits that
+    /// long for one to arrive.
+    fn reap(&mut self, wait_ms: i32) -> Result<()> {
+        if wait_ms > 0 {
+            sys::socket::poll(self.sock.as_fd(), 0, wait_ms).map_err(Error::sys("poll"))?;
+        }
+        self.scratch.clear();
+        sys::socket::recv_zc_notifications(self.sock.as_fd(), &mut self.scratch)
+            .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
+        let now = super::now_ns(self.origin);
+        for n in std::mem::take(&mut self.scratch) {
+            let r = self.tracker.on_notification(n, now);
+            self.stats.notifications += 1;
+            self.stats.zc_completions += r.tokens.len() as u64;
+            self.stats.zc_copied += r.copied;
+            self.stats.unexpected_completions += r.unexpected;
+            for l in r.latencies_ns {
+                self.stats.completion_latency_ns.saturating_record(l);
+            }
+            for t in r.tokens {
+                self.release(t);
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, token: usize) {
+        let h = self.held[token]
+            .as_mut()
+            .expect("completion for a held message");
+        h.ids_left -= 1;
+        if h.ids_left == 0 {
+            let h = self.held[token].take().expect("held message");
+            self.free_held.push(token);
+            for b in h.bufs {
+                self.pool.put(b);
+            }
+        }
+    }
+
+    fn hold(&mut self, bufs: Vec<Buf>, ids: u32) -> usize {
+        let h = Some(Held {
+            bufs,
+            ids_left: ids,
+        });
+        match self.free_held.pop() {
+            Some(i) => {
+                self.held[i] = h;
+                i
+            }
+            None => {
+                self.held.push(h);
+                self.held.len() - 1
+            }
+        }
+    }
+
+    /// Sends by copy (`sendmsg` without `MSG_ZEROCOPY`); the buffers are free at once.
+    fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
+        let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+        sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats).map_err(Error::sys("sendmsg"))?;
+        for b in f {
+            self.pool.put(b);
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.tracker.outstanding() > 0 && Instant::now() < deadline {
+            if self.reap(10).is_err() {
+                break;
+            }
+        }
+        for t in self.tracker.abandon() {
+            // The kernel may still read these pages: never reuse or free them.
+            if let Some(h) = self.held[t].take() {
+                self.stats.leaked_buffers += h.bufs.len() as u64;
+                std::mem::forget(h.bufs);
+            }
+        }
+    }
+}
+
+impl SendPath for MsgZerocopy {
+    fn name(&self) -> &'static str {
+        "msg-zerocopy"
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let f = fields(self.name(), msg)?;
+        let len: usize = f.iter().map(Buf::len).sum();
+        let mut reaped = false;
+        let mut enobufs_retries = 0;
+        loop {
+            let decision = policy::admit(
+                self.supported,
+                self.limits,
+                self.tracker.outstanding(),
+                self.tracker.outstanding_bytes(),
+                len,
+                reaped,
+            );
+            match decision {
+                ZcDecision::ZeroCopy => {
+                    let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+                    let sent =
+                        sendmsg_all(self.sock.as_fd(), &iov, libc::MSG_ZEROCOPY, &mut self.stats);
+                    match sent {
+                        Ok(calls) => {
+                            self.stats.zc_attempts += calls as u64;
+                            let now = super::now_ns(self.origin);
+                            let token = self.hold(f, calls);
+                            for k in 0..calls {
+                                self.tracker
+                                    .on_send(token, if k == 0 { len } else { 0 }, now);
+                            }
+                            break;
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                            match policy::on_enobufs(enobufs_retries) {
+                                ZcDecision::Copy(r) => {
+                                    self.stats.fallbacks.count(r);
+                                    self.send_copy(f)?;
+                                    break;
+                                }
+                                _ => {
+                                    enobufs_retries += 1;
+                                    self.reap(1)?;
+                                }
+                            }
+                        }
+                        Err(e) => return Err(Error::sys("sendmsg(MSG_ZEROCOPY)")(e)),
+                    }
+                }
+                ZcDecision::ReapThenRetry => {
+                    self.reap(0)?;
+                    reaped = true;
+                }
+                ZcDecision::Copy(r) => {
+                    self.stats.fallbacks.count(r);
+                    self.send_copy(f)?;
+                    break;
+                }
+            }
+        }
+        self.stats.sends += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
+    }
+
+    fn finish(&mut self, timeout: Duration) -> Result<()> {
+        self.drain(timeout);
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        if self.pool.free_len() == 0 && self.tracker.outstanding() > 0 {
+            // Completions usually wait on the error queue by now; reading them keeps the pool
+            // from growing. An error here resurfaces on the next send.
+            let _ = self.reap(0);
+        }
+        self.pool.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}
+
+impl Drop for MsgZerocopy {
+    fn drop(&mut self) {
+        if self.tracker.outstanding() > 0 {
+            self.drain(Duration::from_secs(2));
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! `read-send`: `pread()` a file chunk into a buffer, then `send()` it: the traditional file
+//! server path (disk or page cache to user buffer, user buffer to socket).
+
+use super::{file_range, send_all, Recycler, SendPath};
+use crate::{Buf, Error, Msg, Result, SendStats};
+use std::fs::File;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// Reads into a reused buffer, then sends it.
+pub struct ReadSend {
+    sock: TcpStream,
+    file: Arc<File>,
+    buf: Vec<u8>,
+    stats: SendStats,
+    bufs: Recycler,
+}
+
+impl ReadSend {
+    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> ReadSend {
+        ReadSend {
+            sock,
+            file,
+            buf: Vec::new(),
+            stats: SendStats::default(),
+            bufs: Recycler::default(),
+        }
+    }
+}
+
+impl SendPath for ReadSend {
+    fn name(&self) -> &'static str {
+        "read-send"
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let (offset, len) = file_range(self.name(), msg)?;
+        self.buf.resize(len, 0);
+        self.file
+            .read_exact_at(&mut self.buf, offset)
+            .map_err(Error::sys("pread"))?;
+        send_all(self.sock.as_fd(), &self.buf, &mut self.stats)?;
+        self.stats.sends += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        self.bufs.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}

@@ -1,0 +1,69 @@
+//! `sendfile`: `sendfile()` from the file to the socket; the kernel attaches page-cache pages to
+//! the socket without a copy through user space.
+
+use super::{file_range, Recycler, SendPath};
+use crate::{sys, Buf, Error, Msg, Result, SendStats};
+use std::fs::File;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// `sendfile()` until the range is sent.
+pub struct Sendfile {
+    sock: TcpStream,
+    file: Arc<File>,
+    stats: SendStats,
+    bufs: Recycler,
+}
+
+impl Sendfile {
+    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> Sendfile {
+        Sendfile {
+            sock,
+            file,
+            stats: SendStats::default(),
+            bufs: Recycler::default(),
+        }
+    }
+}
+
+impl SendPath for Sendfile {
+    fn name(&self) -> &'static str {
+        "sendfile"
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let (mut offset, len) = file_range(self.name(), msg)?;
+        let end = offset + len as u64;
+        while offset < end {
+            let want = (end - offset) as usize;
+            match sys::file::sendfile(self.sock.as_fd(), self.file.as_fd(), &mut offset, want) {
+                Ok(0) => {
+                    return Err(Error::Config(format!(
+                        "sendfile: the file ends before offset {end}"
+                    )))
+                }
+                Ok(n) if n < want => self.stats.short_sends += 1,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::sys("sendfile")(e)),
+            }
+        }
+        self.stats.sends += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        self.bufs.take(len)
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+}

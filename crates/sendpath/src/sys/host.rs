@@ -1,0 +1,103 @@
+//! Host facts that need a system call: `uname`, `getrlimit`, `geteuid`, `getrusage`,
+//! `sysconf`.
+
+use std::io;
+
+/// `uname(&buf)`: the kernel release string (`uname -r`). See uname(2).
+pub fn kernel_release() -> io::Result<String> {
+    // SAFETY: utsname is plain bytes; all-zero is valid.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a live utsname the kernel fills in.
+    super::cvt(unsafe { libc::uname(&mut u) })?;
+    // SAFETY: the kernel NUL-terminates each utsname field.
+    let s = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    Ok(s.to_string_lossy().into_owned())
+}
+
+/// `getrlimit(RLIMIT_MEMLOCK)`: (soft, hard) in bytes, `None` meaning unlimited.
+/// See getrlimit(2).
+pub fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a live rlimit the kernel fills in.
+    super::cvt(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) })?;
+    let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Ok((conv(r.rlim_cur), conv(r.rlim_max)))
+}
+
+/// `geteuid()`. See geteuid(2).
+pub fn euid() -> u32 {
+    // SAFETY: always succeeds, no memory effects.
+    unsafe { libc::geteuid() }
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/stat` times, in ticks per second.
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
+/// What `getrusage` reports, converted to plain numbers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rusage {
+    /// User CPU time, nanoseconds.
+    pub user_ns: u64,
+    /// System CPU time, nanoseconds.
+    pub system_ns: u64,
+    /// Voluntary context switches.
+    pub voluntary_csw: u64,
+    /// Involuntary context switches.
+    pub involuntary_csw: u64,
+}
+
+/// `getrusage(RUSAGE_SELF)` (all threads of the process) or `RUSAGE_THREAD`. See getrusage(2).
+pub fn rusage(thread: bool) -> io::Result<Rusage> {
+    // SAFETY: rusage is plain data; all-zero is valid.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = if thread {
+        libc::RUSAGE_THREAD
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: `r` is a live rusage the kernel fills in.
+    super::cvt(unsafe { libc::getrusage(who, &mut r) })?;
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    Ok(Rusage {
+        user_ns: tv(r.ru_utime),
+        system_ns: tv(r.ru_stime),
+        voluntary_csw: r.ru_nvcsw as u64,
+        involuntary_csw: r.ru_nivcsw as u64,
+    })
+}
+
+/// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU. See sched_setaffinity(2).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is a plain bitmask; CPU_ZERO/CPU_SET only touch it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        super::cvt(libc::sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ))
+        .map(drop)
+    }
+}
+
+/// `setns(fd, CLONE_NEWNET)`: moves the calling thread into the network namespace that `ns`
+/// (an open `/run/netns/NAME` or `/proc/PID/ns/net`) refers to. Sockets the thread creates
+/// afterwards live there. See setns(2).
+pub fn enter_netns(ns: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain integer arguments; affects only the calling thread's namespace.
+    super::cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}

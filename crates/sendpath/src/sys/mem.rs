@@ -1,0 +1,183 @@
+//! Memory mappings: anonymous pages for `vmsplice` and read-only file mappings for `mmap-send`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// `mmap(NULL, len, prot, flags, fd, 0)`. See mmap(2).
+fn map(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<*mut u8> {
+    // SAFETY: a fresh mapping chosen by the kernel (addr NULL); nothing of ours is replaced.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// Private anonymous pages, page aligned, writable until sealed. The fill-then-seal life cycle
+/// is what makes `vmsplice` safe: see [`SealedPages`].
+pub struct PageBuf {
+    ptr: *mut u8,
+    len: usize,
+    map_len: usize,
+}
+
+// SAFETY: PageBuf owns its mapping exclusively, like a Box<[u8]>.
+unsafe impl Send for PageBuf {}
+
+impl PageBuf {
+    /// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS)`: `len` zeroed bytes.
+    pub fn new(len: usize) -> io::Result<PageBuf> {
+        let ps = page_size();
+        let map_len = len.max(1).div_ceil(ps) * ps;
+        let ptr = map(
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+        )?;
+        Ok(PageBuf { ptr, len, map_len })
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Read-only view of the bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is `map_len >= len` readable bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Writable view of the bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is `map_len >= len` bytes, readable and writable, owned by self,
+        // and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Gives up write access for good: the pages can now be handed to the kernel by reference.
+    pub fn seal(self) -> SealedPages {
+        let s = SealedPages {
+            ptr: self.ptr,
+            len: self.len,
+            map_len: self.map_len,
+        };
+        std::mem::forget(self);
+        s
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping this value owns; no reference outlives self.
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
+/// Pages that no code in this process can write any more: there is no `&mut` access, and when the
+/// value is dropped the mapping is removed (`munmap`). Pages spliced into a pipe or socket stay
+/// referenced by the kernel after the unmap and are freed only when the last reader has consumed
+/// them; they are never given back to this process's allocator, so nothing can rewrite them.
+pub struct SealedPages {
+    ptr: *mut u8,
+    len: usize,
+    map_len: usize,
+}
+
+// SAFETY: SealedPages owns its mapping exclusively and only reads it.
+unsafe impl Send for SealedPages {}
+
+impl SealedPages {
+    /// Read-only view of the bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is valid for `len` bytes while self lives; no writer exists.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// `vmsplice(pipe_w, {self[range]}, 1, flags)`: see [`super::file::vmsplice`].
+    pub fn vmsplice(
+        &self,
+        pipe_w: BorrowedFd<'_>,
+        range: std::ops::Range<usize>,
+        flags: u32,
+    ) -> io::Result<usize> {
+        // SAFETY: the contract of vmsplice is that nothing rewrites the pages until the reader
+        // has consumed them. SealedPages has no write access, and its drop unmaps the pages
+        // instead of recycling them, so no code in this process can write them again.
+        unsafe { super::file::vmsplice(pipe_w, &self.as_slice()[range], flags) }
+    }
+
+    /// Test hook that breaks the contract on purpose: rewrites the pages in place, which a
+    /// receiver that has not read them yet will see. Exists only so a test can prove that the
+    /// byte verifier catches a too-early rewrite.
+    #[cfg(test)]
+    pub fn scribble_for_test(&self, byte: u8) {
+        // SAFETY: the mapping is valid and writable (PROT_WRITE) for `len` bytes; this is
+        // deliberately a data race with the kernel's readers, which only observe wrong bytes.
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
+    }
+}
+
+impl Drop for SealedPages {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping this value owns; pages the kernel still
+        // references stay alive on its side.
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
+/// A read-only shared mapping of a whole file, for `send()` straight from the page cache.
+pub struct FileMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: read-only mapping owned by this value.
+unsafe impl Send for FileMap {}
+
+impl FileMap {
+    /// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)`. The file must not be truncated while
+    /// mapped (that raises SIGBUS on access); sendpath maps only files its workloads create.
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<FileMap> {
+        if len == 0 {
+            return Ok(FileMap {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+            });
+        }
+        let ptr = map(len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd())?;
+        Ok(FileMap { ptr, len })
+    }
+
+    /// The mapped bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: valid read-only mapping of `len` bytes for self's lifetime (dangling and
+        // zero-length when len == 0, which from_raw_parts allows).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmapping exactly this value's mapping.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}

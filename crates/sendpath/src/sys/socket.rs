@@ -1,0 +1,172 @@
+//! Socket calls: options, `send`, `sendmsg` (with and without `MSG_ZEROCOPY`), the error queue,
+//! `recv` and `poll`.
+
+use super::{cvt, cvt_size};
+use crate::completion::ZcNotification;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// `SO_EE_ORIGIN_ZEROCOPY` from `<linux/errqueue.h>`.
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+/// `SO_EE_CODE_ZEROCOPY_COPIED` from `<linux/errqueue.h>`.
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// `setsockopt(fd, level, name, &value, sizeof(int))`: sets an integer socket option.
+/// See setsockopt(2), socket(7), tcp(7).
+pub fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int and the length passed is its size.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    cvt(ret).map(drop)
+}
+
+/// `getsockopt(fd, level, name, &value, &len)`: reads an integer socket option.
+/// See getsockopt(2).
+pub fn get_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live locals; the kernel writes at most `len` bytes.
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    cvt(ret).map(|_| value)
+}
+
+/// `setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, 1)`: allows `MSG_ZEROCOPY` on this socket.
+/// See msg_zerocopy.rst in the kernel documentation.
+pub fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1)
+}
+
+/// `send(fd, buf, len, flags)`. See send(2).
+pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid readable slice for the duration of the call.
+    cvt_size(unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) })
+}
+
+/// `sendmsg(fd, {iov = bufs}, flags)` on a connected socket. With `MSG_ZEROCOPY` in `flags` the
+/// kernel may keep references to the pages of `bufs` after the call returns; the caller must not
+/// reuse them until the matching completion arrives on the error queue ([`recv_zc_notifications`]).
+/// See sendmsg(2), msg_zerocopy.rst.
+pub fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: i32) -> io::Result<usize> {
+    const MAX_IOV: usize = 64;
+    let n = bufs.len().min(MAX_IOV);
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_IOV];
+    for (slot, b) in iov.iter_mut().zip(bufs) {
+        slot.iov_base = b.as_ptr() as *mut libc::c_void;
+        slot.iov_len = b.len();
+    }
+    // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    // SAFETY: `msg` points at `n` iovecs that reference live slices borrowed for this call; the
+    // kernel only reads them.
+    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) })
+}
+
+/// `recv(fd, buf, len, flags)`. With `MSG_TRUNC` on TCP the kernel discards up to `len` bytes
+/// without copying them and returns how many it discarded. See recv(2), tcp(7).
+pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid writable slice; the kernel writes at most `buf.len()` bytes (none
+    // with MSG_TRUNC on TCP).
+    cvt_size(unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) })
+}
+
+/// `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)` until the queue is empty: collects the zero-copy
+/// completions (`sock_extended_err` with `ee_origin == SO_EE_ORIGIN_ZEROCOPY`) into `out`.
+/// Returns how many messages were read. Other error-queue entries (for example ICMP errors on
+/// UDP) are returned as `Err` with their errno. See recvmsg(2), msg_zerocopy.rst, ip(7).
+pub fn recv_zc_notifications(
+    fd: BorrowedFd<'_>,
+    out: &mut Vec<ZcNotification>,
+) -> io::Result<usize> {
+    let mut n = 0;
+    loop {
+        // Room for one cmsghdr carrying a sock_extended_err plus its offender address.
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is a valid header to fill in.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` has no iovec and a control buffer of `msg_controllen` writable bytes.
+        let ret = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if ret == -1 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::WouldBlock {
+                return Ok(n);
+            }
+            return Err(err);
+        }
+        n += 1;
+        // SAFETY: `msg` was filled in by recvmsg; CMSG_FIRSTHDR/NXTHDR stay inside
+        // `msg_controllen`, and CMSG_DATA of an IP(V6)_RECVERR message holds a
+        // sock_extended_err (read unaligned, as the control buffer gives no alignment promise
+        // beyond cmsghdr's).
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                let c = &*cmsg;
+                let is_recverr = (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
+                    || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR);
+                if is_recverr {
+                    let ee: libc::sock_extended_err =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
+                        out.push(ZcNotification {
+                            lo: ee.ee_info,
+                            hi: ee.ee_data,
+                            copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                        });
+                    } else if ee.ee_errno != 0 {
+                        return Err(io::Error::from_raw_os_error(ee.ee_errno as i32));
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+    }
+}
+
+/// `poll({fd, events}, 1, timeout_ms)`: waits until `fd` is ready for `events` (`POLLIN`,
+/// `POLLOUT`, or 0 for only `POLLERR`, which is how the error queue signals). Returns the
+/// `revents`, 0 on timeout. See poll(2).
+pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd.
+        let ret = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        match cvt(ret) {
+            Ok(0) => return Ok(0),
+            Ok(_) => return Ok(p.revents),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

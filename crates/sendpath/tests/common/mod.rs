@@ -1,0 +1,144 @@
+//! A loopback receiver that checks every byte against the pattern, and a sender loop.
+#![allow(dead_code)]
+
+use sendpath::pattern::{self, Verifier};
+use sendpath::{open, Msg, Options, SendPath, Strategy};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Listens on 127.0.0.1:0; the returned thread reads to EOF (optionally after a pause),
+/// verifying every byte.
+pub fn receiver(pause: Duration) -> (std::net::SocketAddr, JoinHandle<Verifier>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        std::thread::sleep(pause);
+        let mut v = Verifier::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = s.read(&mut buf).expect("receiver read");
+            if n == 0 {
+                break;
+            }
+            v.check(&buf[..n]);
+        }
+        v
+    });
+    (addr, h)
+}
+
+/// A file holding `len` bytes of the pattern from offset 0.
+pub fn pattern_file(len: usize) -> Arc<std::fs::File> {
+    let mut f = tempfile::tempfile().unwrap();
+    let mut b = vec![0u8; len];
+    pattern::fill(&mut b, 0);
+    f.write_all(&b).unwrap();
+    f.sync_all().unwrap();
+    Arc::new(f)
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub verifier: Verifier,
+    pub stats: sendpath::metrics::SendStatsSummary,
+    pub name: &'static str,
+    pub note: Option<String>,
+    pub sent: u64,
+}
+
+/// Streams `count` messages of `size` bytes (split into `nfields` fields for memory paths)
+/// with `strategy`, then closes and returns the receiver's verdict and the sender's counters.
+pub fn stream(
+    strategy: Strategy,
+    size: usize,
+    nfields: usize,
+    count: usize,
+    mut opts: Options,
+    pause: Duration,
+) -> Outcome {
+    let (addr, rx) = receiver(pause);
+    if strategy.source() == sendpath::Source::File {
+        opts.file = Some(pattern_file(size * count));
+    }
+    let sock = TcpStream::connect(addr).unwrap();
+    let mut p: Box<dyn SendPath> = open(strategy, sock, &opts).unwrap();
+    let mut off = 0u64;
+    for _ in 0..count {
+        let msg = match strategy.source() {
+            sendpath::Source::File => Msg::File {
+                offset: off,
+                len: size,
+            },
+            sendpath::Source::Memory => {
+                let base = size / nfields;
+                let mut f = Vec::with_capacity(nfields);
+                let mut o = off;
+                for i in 0..nfields {
+                    let len = if i + 1 == nfields {
+                        size - base * (nfields - 1)
+                    } else {
+                        base
+                    };
+                    let mut b = p.take_buf(len);
+                    pattern::fill(b.as_mut_slice(), o);
+                    o += len as u64;
+                    f.push(b);
+                }
+                Msg::Fields(f)
+            }
+        };
+        p.send(msg).unwrap();
+        off += size as u64;
+    }
+    p.finish(Duration::from_secs(5)).unwrap();
+    let stats = p.stats().summary();
+    let name = p.name();
+    let note = p.note().map(String::from);
+    drop(p);
+    let verifier = rx.join().unwrap();
+    Outcome {
+        verifier,
+        stats,
+        name,
+        note,
+        sent: off,
+    }
+}
+
+/// Prints what a test saw, so the counters are visible in the test output.
+pub fn report(label: &str, o: &Outcome) {
+    println!(
+        "{label}: path={} sent={} verified={} mismatches={} sends={} zc_attempts={} completions={} copied={} copied_fraction={:?} fallbacks={:?} short={} leaked={} completion_p50={}ns note={:?}",
+        o.name,
+        o.sent,
+        o.verifier.bytes_verified(),
+        o.verifier.mismatches,
+        o.stats.sends,
+        o.stats.zc_attempts,
+        o.stats.zc_completions,
+        o.stats.zc_copied,
+        o.stats.copied_fraction,
+        o.stats.fallbacks,
+        o.stats.short_sends,
+        o.stats.leaked_buffers,
+        o.stats.completion_latency.p50_ns,
+        o.note,
+    );
+}
+
+/// Asserts the receiver got exactly what was sent.
+pub fn assert_intact(o: &Outcome) {
+    assert_eq!(o.verifier.mismatches, 0, "{}: corrupted bytes", o.name);
+    assert_eq!(
+        o.verifier.bytes_verified(),
+        o.sent,
+        "{}: byte count",
+        o.name
+    );
+    assert_eq!(o.stats.bytes, o.sent, "{}: sender's byte count", o.name);
+}

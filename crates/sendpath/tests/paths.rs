@@ -1,0 +1,271 @@
+//! Every send path streams the pattern over 127.0.0.1 and the receiver checks every byte.
+
+mod common;
+
+use common::{assert_intact, report, stream};
+use sendpath::policy::InflightLimits;
+use sendpath::{probe, Options, Strategy};
+use std::time::Duration;
+
+const NO_PAUSE: Duration = Duration::ZERO;
+
+fn plain(strategy: Strategy, size: usize, fields: usize, count: usize) {
+    let o = stream(strategy, size, fields, count, Options::default(), NO_PAUSE);
+    report(strategy.name(), &o);
+    assert_eq!(o.name, strategy.name());
+    assert_intact(&o);
+}
+
+#[test]
+fn copy_is_byte_exact() {
+    plain(Strategy::Copy, 65536, 1, 200);
+    plain(Strategy::Copy, 100, 1, 2000);
+}
+
+#[test]
+fn serialize_is_byte_exact() {
+    plain(Strategy::Serialize, 16384, 8, 500);
+    plain(Strategy::Serialize, 257, 8, 2000);
+}
+
+#[test]
+fn gather_is_byte_exact() {
+    plain(Strategy::Gather, 16384, 8, 500);
+    plain(Strategy::Gather, 1000, 7, 2000);
+}
+
+#[test]
+fn read_send_is_byte_exact() {
+    plain(Strategy::ReadSend, 65536, 1, 100);
+}
+
+#[test]
+fn mmap_send_is_byte_exact() {
+    plain(Strategy::MmapSend, 65536, 1, 100);
+}
+
+#[test]
+fn sendfile_is_byte_exact() {
+    plain(Strategy::Sendfile, 1 << 20, 1, 16);
+    plain(Strategy::Sendfile, 4099, 1, 300);
+}
+
+#[test]
+fn splice_is_byte_exact() {
+    plain(Strategy::Splice, 1 << 20, 1, 16);
+    plain(Strategy::Splice, 70_001, 1, 50);
+}
+
+#[test]
+fn vmsplice_is_byte_exact() {
+    plain(Strategy::Vmsplice, 65536, 1, 200);
+    plain(Strategy::Vmsplice, 3 << 20, 1, 4);
+}
+
+#[test]
+fn msg_zerocopy_is_byte_exact_and_reports_local_copies() {
+    let p = probe::run();
+    if !p.msg_zerocopy.supported {
+        println!(
+            "skipped: MSG_ZEROCOPY unavailable here ({})",
+            p.msg_zerocopy.error.unwrap_or_default()
+        );
+        return;
+    }
+    let o = stream(
+        Strategy::MsgZerocopy,
+        65536,
+        8,
+        500,
+        Options::default(),
+        NO_PAUSE,
+    );
+    report("msg-zerocopy", &o);
+    assert_intact(&o);
+    let s = &o.stats;
+    assert!(s.zc_attempts > 0, "no zero-copy send was attempted");
+    assert_eq!(
+        s.zc_completions, s.zc_attempts,
+        "every zero-copy send must be completed after finish()"
+    );
+    assert_eq!(s.leaked_buffers, 0);
+    assert!(s.notifications > 0 && s.notifications <= s.zc_completions);
+    if p.msg_zerocopy.local_copied == Some(true) {
+        let f = s.copied_fraction.expect("copied fraction must be reported");
+        assert!(
+            f > 0.95,
+            "a local receiver copies every zero-copy send; reported {f}"
+        );
+    }
+}
+
+#[test]
+fn msg_zerocopy_inflight_cap_falls_back_to_copy() {
+    let opts = Options {
+        inflight: InflightLimits {
+            max_sends: 2,
+            max_bytes: 1 << 30,
+        },
+        ..Options::default()
+    };
+    // The receiver pauses, so completions lag and the cap of 2 fills.
+    let o = stream(
+        Strategy::MsgZerocopy,
+        65536,
+        1,
+        200,
+        opts,
+        Duration::from_millis(100),
+    );
+    report("msg-zerocopy cap=2", &o);
+    assert_intact(&o);
+    assert!(
+        o.stats.fallbacks.inflight_cap > 0,
+        "cap of 2 sends never filled"
+    );
+    assert_eq!(
+        o.stats.zc_attempts + o.stats.fallbacks.inflight_cap,
+        o.stats.sends,
+        "every send is either zero-copy or a counted fallback"
+    );
+}
+
+#[test]
+fn uring_is_byte_exact() {
+    let p = probe::run();
+    if !p.io_uring.enabled || !p.io_uring.send {
+        println!(
+            "skipped: io_uring SEND unavailable ({:?})",
+            p.io_uring.error
+        );
+        return;
+    }
+    plain(Strategy::Uring, 65536, 1, 300);
+    plain(Strategy::Uring, 1000, 1, 3000);
+    let deep = Options {
+        uring_depth: 32,
+        ..Options::default()
+    };
+    let o = stream(Strategy::Uring, 32768, 1, 1000, deep, NO_PAUSE);
+    report("uring depth=32", &o);
+    assert_intact(&o);
+}
+
+#[test]
+fn uring_zc_is_byte_exact_and_reports_local_copies() {
+    let p = probe::run();
+    if !p.io_uring.send_zc {
+        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        return;
+    }
+    let o = stream(
+        Strategy::UringZc,
+        65536,
+        1,
+        500,
+        Options::default(),
+        NO_PAUSE,
+    );
+    report("uring-zc", &o);
+    assert_eq!(o.name, "uring-zc");
+    assert_intact(&o);
+    let s = &o.stats;
+    assert!(s.zc_attempts > 0);
+    assert_eq!(
+        s.zc_completions, s.zc_attempts,
+        "one notification per SEND_ZC"
+    );
+    if !p.io_uring.send_zc_report_usage {
+        println!("skipped: copied fraction (IORING_SEND_ZC_REPORT_USAGE unsupported)");
+        assert_eq!(s.copied_fraction, None);
+        return;
+    }
+    let f = s.copied_fraction.expect("copied fraction must be reported");
+    if p.io_uring.send_zc_local_copied == Some(true) {
+        assert!(f > 0.95, "local receiver: expected ~1.0, reported {f}");
+    }
+}
+
+#[test]
+fn uring_zc_fixed_buffers_are_byte_exact() {
+    let p = probe::run();
+    if !p.io_uring.send_zc {
+        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        return;
+    }
+    let opts = Options {
+        uring_fixed_buffers: true,
+        ..Options::default()
+    };
+    let o = stream(Strategy::UringZc, 65536, 1, 300, opts, NO_PAUSE);
+    report("uring-zc fixed", &o);
+    assert_intact(&o);
+    assert_eq!(o.stats.zc_completions, o.stats.zc_attempts);
+}
+
+#[test]
+fn uring_zc_inflight_cap_falls_back_to_copy() {
+    let p = probe::run();
+    if !p.io_uring.send_zc {
+        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        return;
+    }
+    let opts = Options {
+        inflight: InflightLimits {
+            max_sends: 1,
+            max_bytes: 1 << 30,
+        },
+        ..Options::default()
+    };
+    let o = stream(
+        Strategy::UringZc,
+        65536,
+        1,
+        200,
+        opts,
+        Duration::from_millis(50),
+    );
+    report("uring-zc cap=1", &o);
+    assert_intact(&o);
+    let f = o.stats.fallbacks;
+    assert!(f.inflight_cap > 0, "cap of 1 never filled");
+    assert_eq!(f.enobufs + f.unsupported, 0);
+}
+
+#[test]
+fn file_message_to_memory_path_is_a_clear_error() {
+    let (addr, _rx) = common::receiver(NO_PAUSE);
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    let mut p = sendpath::open(Strategy::Copy, sock, &Options::default()).unwrap();
+    let e = p
+        .send(sendpath::Msg::File { offset: 0, len: 1 })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("copy path cannot send a file range"),
+        "{e}"
+    );
+    let sock = std::net::TcpStream::connect(addr);
+    drop(sock);
+}
+
+#[test]
+fn file_path_without_a_file_is_a_clear_error() {
+    let (addr, _rx) = common::receiver(NO_PAUSE);
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    let e = sendpath::open(Strategy::Sendfile, sock, &Options::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("Options::file"), "{e}");
+}
+
+#[test]
+fn unknown_strategy_names_the_choices() {
+    let e = Strategy::parse("zerocopy").unwrap_err().to_string();
+    assert!(
+        e.contains("unknown strategy `zerocopy`") && e.contains("msg-zerocopy"),
+        "{e}"
+    );
+    for s in Strategy::ALL {
+        assert_eq!(Strategy::parse(s.name()).unwrap(), s);
+    }
+}
