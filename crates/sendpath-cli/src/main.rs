@@ -25,9 +25,8 @@ fn main() -> ExitCode {
         cli::Command::Probe(a) => probe_cmd::run(a),
         cli::Command::Stream(a) => run_cmd::stream(a),
         cli::Command::Rr(a) => run_cmd::rr(a),
-        cli::Command::Sink(a) => {
-            workload::sink::run(a.listen, a.recv, a.connections, a.timeout).map(|_| ExitCode::SUCCESS)
-        }
+        cli::Command::Sink(a) => workload::sink::run(a.listen, a.recv, a.connections, a.timeout)
+            .map(|_| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

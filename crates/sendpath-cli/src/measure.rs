@@ -62,7 +62,13 @@ impl Snapshot {
         let elapsed = end.at.duration_since(self.at).as_secs_f64();
         let p = end.process.since(&self.process);
         let s = end.system.since(&self.system);
-        let per = |ns: u64| if bytes > 0 { ns as f64 / bytes as f64 } else { 0.0 };
+        let per = |ns: u64| {
+            if bytes > 0 {
+                ns as f64 / bytes as f64
+            } else {
+                0.0
+            }
+        };
         let proc_ns = p.user_ns + p.system_ns;
         let hw = match (self.hw, end.hw) {
             (Some(a), Some(b)) if bytes > 0 => Some([

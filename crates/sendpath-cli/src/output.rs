@@ -10,9 +10,9 @@ fn open_out(path: &Path) -> anyhow::Result<Box<dyn Write>> {
     if path == Path::new("-") {
         return Ok(Box::new(std::io::stdout()));
     }
-    Ok(Box::new(std::fs::File::create(path).with_context(|| {
-        format!("cannot write {}", path.display())
-    })?))
+    Ok(Box::new(std::fs::File::create(path).with_context(
+        || format!("cannot write {}", path.display()),
+    )?))
 }
 
 /// Writes the JSON file (whole, every time: it is rewritten after each point).
@@ -127,11 +127,14 @@ pub fn table_line(row: &Row) -> String {
         (_, None) => "unknown".to_string(),
     };
     let fb = row.zerocopy.fallbacks.total();
-    let lat = row
-        .latency_us
-        .map_or(String::new(), |l| format!("  p50 {:.1} p99 {:.1} us", l.p50, l.p99));
+    let lat = row.latency_us.map_or(String::new(), |l| {
+        format!("  p50 {:.1} p99 {:.1} us", l.p50, l.p99)
+    });
     let integ = if row.recv_mode == "verify" {
-        format!("  verified {} B, {} bad", row.integrity.bytes_verified, row.integrity.mismatches)
+        format!(
+            "  verified {} B, {} bad",
+            row.integrity.bytes_verified, row.integrity.mismatches
+        )
     } else {
         String::new()
     };

@@ -229,7 +229,9 @@ impl Row {
         };
         let lats: Vec<LatencyUs> = self.repeats.iter().filter_map(|r| r.latency_us).collect();
         if !lats.is_empty() {
-            let m = |f: fn(&LatencyUs) -> f64| Spread::of(&lats.iter().map(f).collect::<Vec<_>>()).median;
+            let m = |f: fn(&LatencyUs) -> f64| {
+                Spread::of(&lats.iter().map(f).collect::<Vec<_>>()).median
+            };
             self.latency_us = Some(LatencyUs {
                 p50: m(|l| l.p50),
                 p90: m(|l| l.p90),
@@ -247,7 +249,8 @@ impl Row {
             ));
         }
         if self.repeats.len() == 1 {
-            self.warnings.push("a single repeat: no spread is known (use --repeat 3 or more)".into());
+            self.warnings
+                .push("a single repeat: no spread is known (use --repeat 3 or more)".into());
         }
         if self.integrity.mismatches > 0 {
             self.warnings.push(format!(

@@ -81,19 +81,37 @@ impl<'a> Recorder<'a> {
         }
         row.repeats = outs.into_iter().map(|o| o.repeat).collect();
         row.summarise();
-        println!("{}", output::table_line(&row));
+        self.say(&output::table_line(&row));
         for w in &row.warnings {
-            println!("    warning: {w}");
+            self.say(&format!("    warning: {w}"));
         }
         self.results.results.push(row);
-        self.write()
+        self.write(false)
     }
 
-    pub fn write(&self) -> anyhow::Result<()> {
-        if let Some(p) = &self.args.json {
+    /// Whether a machine-readable output goes to stdout (then the table goes to stderr, and
+    /// stdout gets the document once, at the end).
+    fn stdout_taken(&self) -> bool {
+        let dash = |p: &Option<std::path::PathBuf>| p.as_deref() == Some(std::path::Path::new("-"));
+        dash(&self.args.json) || dash(&self.args.csv)
+    }
+
+    /// Prints a table line where it does not mix with JSON or CSV on stdout.
+    pub fn say(&self, line: &str) {
+        if self.stdout_taken() {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    /// Rewrites the output files; documents for stdout only when `last`.
+    pub fn write(&self, last: bool) -> anyhow::Result<()> {
+        let to_stdout = |p: &std::path::Path| p == std::path::Path::new("-");
+        if let Some(p) = self.args.json.as_deref().filter(|p| last || !to_stdout(p)) {
             output::write_json(p, &self.results)?;
         }
-        if let Some(p) = &self.args.csv {
+        if let Some(p) = self.args.csv.as_deref().filter(|p| last || !to_stdout(p)) {
             output::write_csv(p, &self.results)?;
         }
         Ok(())
@@ -102,7 +120,7 @@ impl<'a> Recorder<'a> {
     /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
     /// was corrupted.
     pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
-        self.write()?;
+        self.write(true)?;
         if INTERRUPTED.load(Ordering::Relaxed) {
             eprintln!(
                 "interrupted: {} finished point(s) written",
@@ -110,7 +128,12 @@ impl<'a> Recorder<'a> {
             );
             return Ok(std::process::ExitCode::from(130));
         }
-        let bad: u64 = self.results.results.iter().map(|r| r.integrity.mismatches).sum();
+        let bad: u64 = self
+            .results
+            .results
+            .iter()
+            .map(|r| r.integrity.mismatches)
+            .sum();
         if bad > 0 {
             bail!("{bad} bytes arrived corrupted (see the warnings above)");
         }
@@ -138,7 +161,7 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
     if a.connect.is_some() && a.run.recv != crate::workload::RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
-    println!("{}", output::table_header());
+    rec.say(&output::table_header());
     let mut hw = HwCounters::open();
     'points: for &strategy in &a.run.strategy {
         for &size in &a.size {
@@ -172,7 +195,7 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
                 let outs = match outs {
                     Ok(o) => o,
                     Err(e) => {
-                        rec.write()?;
+                        rec.write(true)?;
                         return Err(e).with_context(|| {
                             format!("{strategy} {size} B x{threads} failed (finished points are written)")
                         });
@@ -183,8 +206,16 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
                     strategy: strategy.name().into(),
                     size_bytes: size,
                     threads,
-                    fields: if strategy.uses_fields() { a.run.fields } else { 1 },
-                    recv_mode: if a.connect.is_some() { "remote".into() } else { a.run.recv.name().into() },
+                    fields: if strategy.uses_fields() {
+                        a.run.fields
+                    } else {
+                        1
+                    },
+                    recv_mode: if a.connect.is_some() {
+                        "remote".into()
+                    } else {
+                        a.run.recv.name().into()
+                    },
                     ..Default::default()
                 };
                 rec.push(row, outs)?;
@@ -204,7 +235,7 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
     }
     let mut rec = Recorder::new(&a.run);
-    println!("{}", output::table_header());
+    rec.say(&output::table_header());
     let mut hw = HwCounters::open();
     'points: for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
@@ -228,11 +259,14 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
                     rate: a.rate,
                     opts: a.run.options(),
                 };
-                let outs = match repeats(a.run.repeat, || rr::run_once(&pt, &mut hw, rec.cpu_mhz())) {
+                let outs = match repeats(a.run.repeat, || rr::run_once(&pt, &mut hw, rec.cpu_mhz()))
+                {
                     Ok(o) => o,
                     Err(e) => {
-                        rec.write()?;
-                        return Err(e).with_context(|| format!("rr {strategy} failed (finished points are written)"));
+                        rec.write(true)?;
+                        return Err(e).with_context(|| {
+                            format!("rr {strategy} failed (finished points are written)")
+                        });
                     }
                 };
                 let row = Row {
@@ -241,7 +275,11 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
                     size_bytes: response,
                     request_bytes: Some(a.request),
                     threads: concurrency,
-                    fields: if strategy.uses_fields() { a.run.fields } else { 1 },
+                    fields: if strategy.uses_fields() {
+                        a.run.fields
+                    } else {
+                        1
+                    },
                     recv_mode: a.run.recv.name().into(),
                     rate_per_s: a.rate,
                     ..Default::default()

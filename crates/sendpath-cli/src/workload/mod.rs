@@ -81,13 +81,16 @@ impl PatternFile {
     pub fn create(min_len: u64) -> anyhow::Result<PatternFile> {
         let period = pattern::PERIOD;
         let len = min_len.div_ceil(period) * period;
-        let mut f = tempfile::tempfile().context("creating the source file for file paths (set TMPDIR to a writable directory)")?;
+        let mut f = tempfile::tempfile().context(
+            "creating the source file for file paths (set TMPDIR to a writable directory)",
+        )?;
         let mut chunk = vec![0u8; 1 << 20];
         let mut off = 0u64;
         while off < len {
             let n = ((len - off) as usize).min(chunk.len());
             pattern::fill(&mut chunk[..n], off);
-            f.write_all(&chunk[..n]).context("writing the source file")?;
+            f.write_all(&chunk[..n])
+                .context("writing the source file")?;
             off += n as u64;
         }
         f.sync_all().context("fsync of the source file")?;
@@ -117,12 +120,20 @@ pub fn send_message(
 ) -> anyhow::Result<()> {
     match strategy.source() {
         Source::Memory => {
-            let n = if strategy.uses_fields() { fields.clamp(1, size) } else { 1 };
+            let n = if strategy.uses_fields() {
+                fields.clamp(1, size)
+            } else {
+                1
+            };
             let base = size / n;
             let mut f = Vec::with_capacity(n);
             let mut o = off;
             for i in 0..n {
-                let len = if i + 1 == n { size - base * (n - 1) } else { base };
+                let len = if i + 1 == n {
+                    size - base * (n - 1)
+                } else {
+                    base
+                };
                 let mut b = p.take_buf(len);
                 if fill {
                     pattern::fill(b.as_mut_slice(), o);

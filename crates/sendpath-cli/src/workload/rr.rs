@@ -55,7 +55,15 @@ fn serve(
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => return Err(e).context("rr server read"),
         }
-        send_message(p.as_mut(), pt.strategy, pt.response, pt.fields, off, fill, 0)?;
+        send_message(
+            p.as_mut(),
+            pt.strategy,
+            pt.response,
+            pt.fields,
+            off,
+            fill,
+            0,
+        )?;
         p.flush()?;
         off += pt.response as u64;
     }

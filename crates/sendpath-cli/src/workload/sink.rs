@@ -14,8 +14,9 @@ pub fn run(
     connections: usize,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let l = TcpListener::bind(listen)
-        .with_context(|| format!("--listen {listen}: cannot bind (in use, or not a local address?)"))?;
+    let l = TcpListener::bind(listen).with_context(|| {
+        format!("--listen {listen}: cannot bind (in use, or not a local address?)")
+    })?;
     l.set_nonblocking(true)?;
     eprintln!(
         "sink: listening on {} (recv {}), waiting for {connections} connection(s), at most {:?}",
@@ -32,7 +33,11 @@ pub fn run(
         match l.accept() {
             Ok((s, peer)) => {
                 s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+                s.set_read_timeout(Some(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_millis(1)),
+                ))?;
                 handles.push(std::thread::spawn(move || {
                     let c = RecvCounters::default();
                     let t0 = Instant::now();
@@ -57,11 +62,18 @@ pub fn run(
             Ok(v) => {
                 let check = if mode == RecvMode::Verify {
                     bad += v.mismatches;
-                    format!(", verified {} bytes, {} mismatches", v.bytes_verified(), v.mismatches)
+                    format!(
+                        ", verified {} bytes, {} mismatches",
+                        v.bytes_verified(),
+                        v.mismatches
+                    )
                 } else {
                     String::new()
                 };
-                println!("{peer}: {bytes} bytes in {:.3} s = {gbps:.3} Gbit/s{check}", el.as_secs_f64());
+                println!(
+                    "{peer}: {bytes} bytes in {:.3} s = {gbps:.3} Gbit/s{check}",
+                    el.as_secs_f64()
+                );
             }
             Err(e) => println!("{peer}: {bytes} bytes, then error: {e:#}"),
         }

@@ -74,8 +74,7 @@ pub fn run_once(
     let stop = Arc::new(AtomicBool::new(false));
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
-    let recv_counters: Vec<Arc<RecvCounters>> =
-        (0..pt.threads).map(|_| Arc::default()).collect();
+    let recv_counters: Vec<Arc<RecvCounters>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let sent: Vec<Arc<AtomicU64>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let file_len = file.map_or(0, |f| f.len);
     for i in 0..pt.threads {
@@ -120,7 +119,10 @@ pub fn run_once(
     }
     let bytes_now = || -> u64 {
         if listener.is_some() {
-            recv_counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum()
+            recv_counters
+                .iter()
+                .map(|c| c.bytes.load(Ordering::Relaxed))
+                .sum()
         } else {
             sent.iter().map(|c| c.load(Ordering::Relaxed)).sum()
         }
@@ -150,7 +152,9 @@ pub fn run_once(
     }
     let mut integrity = Integrity::default();
     for r in receivers {
-        let v = r.join().map_err(|_| anyhow!("a receiver thread panicked"))??;
+        let v = r
+            .join()
+            .map_err(|_| anyhow!("a receiver thread panicked"))??;
         if pt.recv == RecvMode::Verify {
             integrity.bytes_verified += v.bytes_verified();
             integrity.mismatches += v.mismatches;

@@ -1,0 +1,285 @@
+//! The real binary, run as a user would.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::time::Duration;
+
+fn sendpath() -> Command {
+    Command::cargo_bin("sendpath").unwrap()
+}
+
+fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+#[test]
+fn probe_json_has_the_documented_keys() {
+    let out = sendpath().args(["probe", "--json"]).assert().success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    for k in [
+        "/kernel_release",
+        "/cpu_model",
+        "/cpus",
+        "/io_uring/enabled",
+        "/io_uring/send_zc",
+        "/io_uring/send_zc_report_usage",
+        "/msg_zerocopy/supported",
+        "/optmem_max_bytes",
+        "/memlock/soft_bytes",
+        "/memlock/hard_bytes",
+        "/memlock/exempt",
+        "/hw_counters/available",
+        "/hw_counters/reason",
+        "/predictions",
+    ] {
+        assert!(v.pointer(k).is_some(), "missing {k}");
+    }
+    assert!(v["predictions"].as_array().unwrap().len() >= 3);
+    if v["hw_counters"]["available"] == false {
+        let why = v["hw_counters"]["reason"].as_str().unwrap();
+        assert!(why.contains("perf_event_open"), "{why}");
+    }
+}
+
+#[test]
+fn probe_table_prints_predictions() {
+    let out = sendpath().arg("probe").assert().success();
+    let s = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        s.contains("SEND_ZC") && s.contains("What to expect here"),
+        "{s}"
+    );
+}
+
+#[test]
+fn bad_flags_and_subcommands_fail_clearly() {
+    let a = sendpath().args(["probe", "--bogus"]).assert().failure();
+    assert!(stderr_of(&a).contains("--bogus"));
+    let a = sendpath().arg("frobnicate").assert().failure();
+    assert!(stderr_of(&a).contains("frobnicate"));
+    let a = sendpath()
+        .args(["stream", "--size", "4Q"])
+        .assert()
+        .failure();
+    let e = stderr_of(&a);
+    assert!(
+        e.contains("--size") && e.contains("unknown size unit"),
+        "{e}"
+    );
+    let a = sendpath()
+        .args(["stream", "--duration", "0"])
+        .assert()
+        .failure();
+    let e = stderr_of(&a);
+    assert!(
+        e.contains("--duration") && e.contains("longer than zero"),
+        "{e}"
+    );
+    let a = sendpath()
+        .args(["stream", "--strategy", "zerocopy"])
+        .assert()
+        .failure();
+    let e = stderr_of(&a);
+    assert!(
+        e.contains("--strategy") && e.contains("msg-zerocopy"),
+        "{e}"
+    );
+    let a = sendpath()
+        .args(["rr", "--recv", "discard", "-t", "0.1"])
+        .assert()
+        .failure();
+    assert!(stderr_of(&a).contains("--recv discard"));
+}
+
+#[test]
+fn unreachable_connect_address_names_the_flag() {
+    // A port nobody listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let a = sendpath()
+        .args([
+            "stream",
+            "--connect",
+            &format!("127.0.0.1:{port}"),
+            "-t",
+            "0.2",
+            "-n",
+            "1",
+        ])
+        .assert()
+        .failure();
+    let e = stderr_of(&a);
+    assert!(
+        e.contains("--connect") && e.contains("cannot connect"),
+        "{e}"
+    );
+}
+
+#[test]
+fn stream_all_paths_verify_and_write_json_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let csv = dir.path().join("r.csv");
+    sendpath()
+        .args([
+            "stream",
+            "--strategy",
+            "all",
+            "--size",
+            "64K",
+            "--recv",
+            "verify",
+        ])
+        .args(["-t", "0.2", "--warmup", "0.05", "-n", "1"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert!(v["environment"]["command_line"].is_array());
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), sendpath::Strategy::ALL.len());
+    for r in rows {
+        let name = r["strategy"].as_str().unwrap();
+        assert_eq!(r["integrity"]["mismatches"], 0, "{name}");
+        assert!(
+            r["integrity"]["bytes_verified"].as_u64().unwrap() > 0,
+            "{name}"
+        );
+        assert!(
+            r["throughput_gbps"]["median"].as_f64().unwrap() > 0.0,
+            "{name}"
+        );
+        assert_eq!(r["repeats"].as_array().unwrap().len(), 1);
+        for k in [
+            "workload",
+            "size_bytes",
+            "threads",
+            "recv_mode",
+            "cpu_ns_per_byte",
+            "zerocopy",
+        ] {
+            assert!(r.get(k).is_some(), "{name}: {k}");
+        }
+        let s = sendpath::Strategy::parse(name).unwrap();
+        if s.has_zc_completions() {
+            let f = r["zerocopy"]["copied_fraction"].as_f64();
+            println!("{name}: copied_fraction {f:?}");
+            assert!(f.is_some(), "{name} must show its copied fraction");
+        }
+    }
+    let mut rd = csv::Reader::from_path(&csv).unwrap();
+    assert_eq!(rd.records().count(), rows.len());
+}
+
+#[test]
+fn rr_reports_latency_percentiles() {
+    let out = sendpath()
+        .args(["rr", "--request", "64", "--response", "64", "-C", "1,2"])
+        .args(["-t", "0.3", "--warmup", "0.1", "-n", "2", "--json", "-"])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let start = text.find("{\n").unwrap();
+    let v: Value = serde_json::from_str(&text[start..]).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let l = &r["latency_us"];
+        let p50 = l["p50"].as_f64().unwrap();
+        assert!(p50 > 0.0 && p50 <= l["p99"].as_f64().unwrap());
+        assert!(l["p99"].as_f64().unwrap() <= l["max"].as_f64().unwrap());
+        assert!(r["messages_per_s"]["median"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn rr_open_loop_with_verify() {
+    sendpath()
+        .args([
+            "rr",
+            "--strategy",
+            "gather,uring",
+            "--response",
+            "4K",
+            "--rate",
+            "2000",
+        ])
+        .args([
+            "--recv", "verify", "-t", "0.3", "--warmup", "0.1", "-n", "1",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn sink_receives_from_stream_connect() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let sink = std::process::Command::new(&bin)
+        .args([
+            "sink",
+            "--listen",
+            &addr,
+            "--recv",
+            "verify",
+            "--timeout",
+            "30s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    sendpath()
+        .args(["stream", "--connect", &addr, "--strategy", "msg-zerocopy"])
+        .args([
+            "--recv", "verify", "-t", "0.3", "--warmup", "0.05", "-n", "1",
+        ])
+        .assert()
+        .success();
+    let out = sink.wait_with_output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    println!("{s}");
+    assert!(out.status.success(), "sink failed: {s}");
+    assert!(s.contains(" 0 mismatches"), "{s}");
+}
+
+#[test]
+fn ctrl_c_keeps_finished_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let child = std::process::Command::new(&bin)
+        .args([
+            "stream", "-t", "0.5", "--warmup", "0.1", "-n", "10", "--json",
+        ])
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Two repeats take about 1.2 s; interrupt during a later one.
+    std::thread::sleep(Duration::from_millis(1900));
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "interrupted runs exit 130");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let reps = v["results"][0]["repeats"].as_array().unwrap().len();
+    println!("repeats kept after Ctrl-C: {reps}");
+    assert!((1..10).contains(&reps), "kept {reps} repeats");
+}
