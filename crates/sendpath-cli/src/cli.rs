@@ -102,6 +102,19 @@ pub struct RunArgs {
     /// Pipe size for splice and vmsplice.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub pipe_size: usize,
+    /// `minimal` takes only time and bytes (no CPU or counter readings): the baseline that
+    /// shows what measuring costs (scripts/overhead).
+    #[arg(long, value_enum, default_value = "full")]
+    pub metrics: Metrics,
+}
+
+/// How much is measured around each window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Metrics {
+    /// Throughput, CPU (process and system), hardware counters when present.
+    Full,
+    /// Throughput only.
+    Minimal,
 }
 
 impl RunArgs {
@@ -138,6 +151,10 @@ pub struct StreamArgs {
     /// File paths: drop the source file from the page cache before each repeat.
     #[arg(long)]
     pub cold: bool,
+    /// File paths: size of the source file, which is sent round and round (default: 8 messages,
+    /// at least 64 MiB). `--file-size 1M --size 1M` resends one hot megabyte, as `iperf3 -Z` does.
+    #[arg(long, value_parser = parse_size)]
+    pub file_size: Option<usize>,
 }
 
 fn cpu_pair(s: &str) -> Result<(usize, usize), String> {

@@ -5,15 +5,25 @@ use sendpath::metrics::cpu::{ProcessCpu, SystemCpu};
 use sendpath::sys::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
 
-/// Hardware counters, opened once per run before the worker threads start (the counters
-/// follow threads created afterwards).
-pub struct HwCounters {
+/// What is read at the edges of each window: CPU time (process and system-wide) and hardware
+/// counters, opened once per run before the worker threads start (the counters follow threads
+/// created afterwards). With `minimal`, only time and bytes are taken: the baseline for showing
+/// what measuring costs.
+pub struct Meter {
     counters: Option<[PerfCounter; 3]>,
+    minimal: bool,
 }
 
-impl HwCounters {
-    /// Opens cycles, instructions and LLC misses, or nothing if any is unavailable.
-    pub fn open() -> HwCounters {
+impl Meter {
+    /// Opens cycles, instructions and LLC misses (or none if any is unavailable), unless
+    /// `minimal`.
+    pub fn open(minimal: bool) -> Meter {
+        if minimal {
+            return Meter {
+                counters: None,
+                minimal,
+            };
+        }
         let c = (|| {
             Some([
                 PerfCounter::open(HwEvent::Cycles).ok()?,
@@ -21,7 +31,10 @@ impl HwCounters {
                 PerfCounter::open(HwEvent::LlcMisses).ok()?,
             ])
         })();
-        HwCounters { counters: c }
+        Meter {
+            counters: c,
+            minimal,
+        }
     }
 
     fn read(&mut self) -> Option<[u64; 3]> {
@@ -40,7 +53,15 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads everything now.
-    pub fn take(hw: &mut HwCounters) -> Snapshot {
+    pub fn take(hw: &mut Meter) -> Snapshot {
+        if hw.minimal {
+            return Snapshot {
+                at: Instant::now(),
+                process: ProcessCpu::default(),
+                system: SystemCpu::default(),
+                hw: None,
+            };
+        }
         Snapshot {
             at: Instant::now(),
             process: ProcessCpu::read().unwrap_or_default(),

@@ -1,7 +1,7 @@
 //! Running a matrix of points for `stream` and `rr`, writing results after each point.
 
 use crate::cli::{RrArgs, RunArgs, StreamArgs};
-use crate::measure::HwCounters;
+use crate::measure::Meter;
 use crate::output;
 use crate::results::{Environment, Results, Row, Zerocopy, SCHEMA_VERSION};
 use crate::workload::rr::{self, RrPoint};
@@ -162,11 +162,17 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
     rec.say(&output::table_header());
-    let mut hw = HwCounters::open();
+    let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
     'points: for &strategy in &a.run.strategy {
         for &size in &a.size {
             let file = if strategy.source() == Source::File {
-                Some(PatternFile::create((size as u64 * 8).max(64 << 20))?)
+                let len = a
+                    .file_size
+                    .map_or((size as u64 * 8).max(64 << 20), |l| l as u64);
+                Some(PatternFile::create(
+                    len,
+                    a.run.recv == crate::workload::RecvMode::Verify,
+                )?)
             } else {
                 None
             };
@@ -236,7 +242,7 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
     }
     let mut rec = Recorder::new(&a.run);
     rec.say(&output::table_header());
-    let mut hw = HwCounters::open();
+    let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
     'points: for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
             eprintln!("note: rr sends responses from memory; skipping file path {strategy}");

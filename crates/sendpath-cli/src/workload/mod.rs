@@ -46,9 +46,17 @@ pub struct RecvCounters {
 
 /// Reads from `s` until EOF (or an error after data stopped), counting bytes into `c`; returns
 /// the verifier (meaningful in verify mode).
-pub fn receive(mut s: TcpStream, mode: RecvMode, c: &RecvCounters) -> anyhow::Result<Verifier> {
+///
+/// Reads use a buffer of `read_size` bytes (clamped to 256 KiB..4 MiB), like iperf3 reading with
+/// its block size.
+pub fn receive(
+    mut s: TcpStream,
+    mode: RecvMode,
+    c: &RecvCounters,
+    read_size: usize,
+) -> anyhow::Result<Verifier> {
     let mut v = Verifier::new();
-    let mut buf = vec![0u8; 256 * 1024];
+    let mut buf = vec![0u8; read_size.clamp(256 << 10, 4 << 20)];
     loop {
         let n = match mode {
             RecvMode::Discard => sys::socket::recv(s.as_fd(), &mut buf, libc::MSG_TRUNC),
@@ -76,11 +84,15 @@ pub struct PatternFile {
 }
 
 impl PatternFile {
-    /// Creates the file (unlinked, in the temp dir) with at least `min_len` bytes; its pages are
-    /// in the page cache afterwards (warm).
-    pub fn create(min_len: u64) -> anyhow::Result<PatternFile> {
+    /// Creates the file (unlinked, in the temp dir) of `len` bytes, rounded up to a multiple of
+    /// the pattern period when `verifiable`; its pages are in the page cache afterwards (warm).
+    pub fn create(len: u64, verifiable: bool) -> anyhow::Result<PatternFile> {
         let period = pattern::PERIOD;
-        let len = min_len.div_ceil(period) * period;
+        let len = if verifiable {
+            len.div_ceil(period) * period
+        } else {
+            len
+        };
         let mut f = tempfile::tempfile().context(
             "creating the source file for file paths (set TMPDIR to a writable directory)",
         )?;

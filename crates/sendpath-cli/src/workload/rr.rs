@@ -4,7 +4,7 @@
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
 use super::{send_message, RecvMode, INTERRUPTED};
-use crate::measure::{HwCounters, Snapshot};
+use crate::measure::{Meter, Snapshot};
 use crate::results::{Integrity, LatencyUs};
 use crate::workload::stream::{sleep_unless_interrupted, StreamOutcome};
 use anyhow::{anyhow, Context};
@@ -119,7 +119,7 @@ fn client(
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
 pub fn run_once(
     pt: &RrPoint,
-    hw: &mut HwCounters,
+    hw: &mut Meter,
     cpu_mhz: Option<f64>,
 ) -> anyhow::Result<Option<StreamOutcome>> {
     let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;

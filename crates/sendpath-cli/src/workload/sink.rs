@@ -41,7 +41,7 @@ pub fn run(
                 handles.push(std::thread::spawn(move || {
                     let c = RecvCounters::default();
                     let t0 = Instant::now();
-                    let v = receive(s, mode, &c);
+                    let v = receive(s, mode, &c, 256 << 10);
                     (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
                 }));
             }

@@ -1,7 +1,7 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
 use super::{receive, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED};
-use crate::measure::{HwCounters, Snapshot};
+use crate::measure::{Meter, Snapshot};
 use crate::results::{Integrity, Repeat};
 use anyhow::{anyhow, Context};
 use sendpath::metrics::SendStats;
@@ -59,7 +59,7 @@ fn pin(cpu: Option<usize>) {
 pub fn run_once(
     pt: &StreamPoint,
     file: Option<&PatternFile>,
-    hw: &mut HwCounters,
+    hw: &mut Meter,
     cpu_mhz: Option<f64>,
 ) -> anyhow::Result<Option<StreamOutcome>> {
     let listener = match pt.connect {
@@ -84,11 +84,11 @@ pub fn run_once(
         if let Some(l) = &listener {
             let (rx, _) = l.accept().context("accepting the loopback connection")?;
             let c = recv_counters[i].clone();
-            let mode = pt.recv;
+            let (mode, size) = (pt.recv, pt.size);
             let cpu = pt.cpus.map(|c| c.1);
             receivers.push(std::thread::spawn(move || {
                 pin(cpu);
-                receive(rx, mode, &c)
+                receive(rx, mode, &c, size)
             }));
         }
         let mut opts = pt.opts.clone();
