@@ -79,6 +79,11 @@ impl<'a> Recorder<'a> {
                 f * 100.0
             ));
         }
+        if row.strategy == "msg-zerocopy" && s.copied_fraction.is_some() {
+            row.warnings.push(
+                "msg-zerocopy copies are counted per notification range: a merged range carries only its first send's COPIED bit, so the fraction is approximate".into(),
+            );
+        }
         row.repeats = outs.into_iter().map(|o| o.repeat).collect();
         row.summarise();
         self.say(&output::table_line(&row));

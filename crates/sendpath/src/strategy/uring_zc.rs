@@ -6,44 +6,121 @@
 
 use super::uring::{UringEngine, ZcMode};
 use super::SendPath;
-use crate::sys::uring::SendRing;
+use crate::sys::uring::{OpSupport, SendRing};
 use crate::{probe, Options, Result};
 use std::net::TcpStream;
 
-pub(super) fn open(sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
-    let ops = SendRing::new(8, 16).and_then(|r| r.probe());
+/// What to run, decided from the probe alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// SEND_ZC, with or without usage reporting; the note says what is missing.
+    SendZc {
+        report_usage: bool,
+        note: Option<String>,
+    },
+    /// SEND only: run as `uring`, counting `unsupported` fallbacks.
+    Uring(String),
+    /// No io_uring: run as `copy`, counting `unsupported` fallbacks.
+    Copy(String),
+}
+
+fn plan(ops: std::result::Result<OpSupport, String>, want_usage: bool, usage_ok: bool) -> Plan {
     let ops = match ops {
-        Ok(ops) => ops,
+        Ok(o) => o,
         Err(e) => {
-            let mut c = super::copy::Copy::new(sock);
-            c.fallback_note(format!(
+            return Plan::Copy(format!(
                 "io_uring unavailable ({e}): running as `copy`, every send counted as an `unsupported` fallback"
-            ));
-            return Ok(Box::new(c));
+            ))
         }
     };
     if !ops.send_zc {
-        let e = UringEngine::new("uring", sock, opts, None)?.with_note(
-            "IORING_OP_SEND_ZC not supported by this kernel: running as `uring`, every send counted as an `unsupported` fallback".into(),
-            true,
-        );
-        return Ok(Box::new(e));
+        if ops.send {
+            return Plan::Uring("IORING_OP_SEND_ZC not supported by this kernel: running as `uring`, every send counted as an `unsupported` fallback".into());
+        }
+        return Plan::Copy("neither IORING_OP_SEND_ZC nor IORING_OP_SEND is supported: running as `copy`, every send counted as an `unsupported` fallback".into());
     }
-    let report_usage = opts.uring_report_usage && probe::send_zc_report_usage_supported();
-    let mut e = UringEngine::new(
-        "uring-zc",
-        sock,
-        opts,
-        Some(ZcMode {
-            report_usage,
-            limits: opts.inflight,
+    let report_usage = want_usage && usage_ok;
+    Plan::SendZc {
+        report_usage,
+        note: (want_usage && !usage_ok).then(|| {
+            "IORING_SEND_ZC_REPORT_USAGE not supported: notifications cannot say whether the kernel copied".into()
         }),
-    )?;
-    if opts.uring_report_usage && !report_usage {
-        e = e.with_note(
-            "IORING_SEND_ZC_REPORT_USAGE not supported: notifications cannot say whether the kernel copied".into(),
-            false,
+    }
+}
+
+pub(super) fn open(sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
+    let ops = SendRing::new(8, 16)
+        .and_then(|r| r.probe())
+        .map_err(|e| e.to_string());
+    let usage_ok = ops.as_ref().is_ok_and(|o| o.send_zc) && probe::send_zc_report_usage_supported();
+    Ok(match plan(ops, opts.uring_report_usage, usage_ok) {
+        Plan::Copy(note) => {
+            let mut c = super::copy::Copy::new(sock);
+            c.fallback_note(note);
+            Box::new(c)
+        }
+        Plan::Uring(note) => {
+            Box::new(UringEngine::new("uring", sock, opts, None)?.with_note(note, true))
+        }
+        Plan::SendZc { report_usage, note } => {
+            let e = UringEngine::new(
+                "uring-zc",
+                sock,
+                opts,
+                Some(ZcMode {
+                    report_usage,
+                    limits: opts.inflight,
+                }),
+            )?;
+            Box::new(match note {
+                Some(n) => e.with_note(n, false),
+                None => e,
+            })
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(send: bool, send_zc: bool) -> std::result::Result<OpSupport, String> {
+        Ok(OpSupport {
+            send,
+            send_zc,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn missing_ops_fall_back_and_say_why() {
+        assert!(
+            matches!(plan(Err("ENOSYS".into()), true, false), Plan::Copy(n) if n.contains("ENOSYS"))
+        );
+        assert!(
+            matches!(plan(ops(true, false), true, false), Plan::Uring(n) if n.contains("SEND_ZC"))
+        );
+        assert!(matches!(
+            plan(ops(false, false), true, false),
+            Plan::Copy(_)
+        ));
+        assert_eq!(
+            plan(ops(true, true), true, true),
+            Plan::SendZc {
+                report_usage: true,
+                note: None
+            }
+        );
+        assert!(matches!(
+            plan(ops(true, true), true, false),
+            Plan::SendZc { report_usage: false, note: Some(n) } if n.contains("REPORT_USAGE")
+        ));
+        assert_eq!(
+            plan(ops(true, true), false, true),
+            Plan::SendZc {
+                report_usage: false,
+                note: None
+            }
         );
     }
-    Ok(Box::new(e))
 }
