@@ -27,6 +27,45 @@ pub enum Command {
     Rr(RrArgs),
     /// Receive from any TCP sender and report what arrived.
     Sink(SinkArgs),
+    /// Run a preset matrix of strategies x sizes x threads and write results, summary and an
+    /// HTML report (the default runs the `quick` preset).
+    Sweep(SweepArgs),
+    /// Re-render summary.md and report.html from a results.json.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Preset to run (see --list-presets).
+    #[arg(long, short = 'p', default_value = "quick")]
+    pub preset: String,
+    /// List the presets and exit.
+    #[arg(long)]
+    pub list_presets: bool,
+    /// Output directory (default: sendpath-results/PRESET-TIME, linked as sendpath-results/latest).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub out: Option<PathBuf>,
+    /// Continue an interrupted sweep in DIR, measuring only the points it lacks.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Measured time per repeat (overrides the preset).
+    #[arg(long, short = 't', value_parser = positive_duration, conflicts_with = "resume")]
+    pub duration: Option<Duration>,
+    /// Warmup per repeat (overrides the preset).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "resume")]
+    pub warmup: Option<Duration>,
+    /// Repeats per point (overrides the preset).
+    #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "resume")]
+    pub repeat: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A results.json written by `sendpath sweep` or `sendpath stream --json`.
+    pub results: PathBuf,
+    /// Where to write summary.md and report.html (default: beside the results file).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -3,9 +3,12 @@
 mod cli;
 mod measure;
 mod output;
+mod presets;
 mod probe_cmd;
+mod report;
 mod results;
 mod run_cmd;
+mod sweep;
 mod units;
 mod workload;
 
@@ -25,6 +28,8 @@ fn main() -> ExitCode {
         cli::Command::Probe(a) => probe_cmd::run(a),
         cli::Command::Stream(a) => run_cmd::stream(a),
         cli::Command::Rr(a) => run_cmd::rr(a),
+        cli::Command::Sweep(a) => sweep::sweep(a),
+        cli::Command::Report(a) => sweep::report_cmd(a),
         cli::Command::Sink(a) => workload::sink::run(a.listen, a.recv, a.connections, a.timeout)
             .map(|_| ExitCode::SUCCESS),
     };

@@ -12,8 +12,26 @@ pub struct Results {
     pub schema_version: u32,
     /// Where and how the numbers were taken.
     pub environment: Environment,
+    /// The sweep that produced the file, when one did.
+    #[serde(default)]
+    pub sweep: Option<SweepInfo>,
     /// One row per measured point.
     pub results: Vec<Row>,
+}
+
+/// The sweep settings a results file was made with (what `--resume` must match).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepInfo {
+    /// Preset name.
+    pub preset: String,
+    /// Measured time per repeat, seconds.
+    pub duration_s: f64,
+    /// Warmup per repeat, seconds.
+    pub warmup_s: f64,
+    /// Repeats per point.
+    pub repeat: u32,
+    /// Points in the whole matrix.
+    pub points_total: usize,
 }
 
 /// Where and how the numbers were taken.

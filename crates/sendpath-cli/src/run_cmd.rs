@@ -10,6 +10,7 @@ use crate::workload::{PatternFile, INTERRUPTED};
 use anyhow::{bail, Context};
 use sendpath::metrics::SendStats;
 use sendpath::Source;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 /// The environment block of a results file.
@@ -28,21 +29,39 @@ pub fn environment() -> Environment {
 }
 
 /// Collects repeats into a row and keeps the outputs current.
-pub struct Recorder<'a> {
+pub struct Recorder {
     pub results: Results,
-    args: &'a RunArgs,
+    json: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    /// Table lines go through the progress bar when there is one.
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
-impl<'a> Recorder<'a> {
-    pub fn new(args: &'a RunArgs) -> Recorder<'a> {
-        Recorder {
-            results: Results {
+impl Recorder {
+    pub fn new(json: Option<PathBuf>, csv: Option<PathBuf>) -> Recorder {
+        Recorder::with_results(
+            Results {
                 schema_version: SCHEMA_VERSION,
                 environment: environment(),
+                sweep: None,
                 results: Vec::new(),
             },
-            args,
+            json,
+            csv,
+        )
+    }
+
+    pub fn with_results(results: Results, json: Option<PathBuf>, csv: Option<PathBuf>) -> Recorder {
+        Recorder {
+            results,
+            json,
+            csv,
+            progress: None,
         }
+    }
+
+    fn args_for(a: &RunArgs) -> (Option<PathBuf>, Option<PathBuf>) {
+        (a.json.clone(), a.csv.clone())
     }
 
     pub fn cpu_mhz(&self) -> Option<f64> {
@@ -98,12 +117,14 @@ impl<'a> Recorder<'a> {
     /// stdout gets the document once, at the end).
     fn stdout_taken(&self) -> bool {
         let dash = |p: &Option<std::path::PathBuf>| p.as_deref() == Some(std::path::Path::new("-"));
-        dash(&self.args.json) || dash(&self.args.csv)
+        dash(&self.json) || dash(&self.csv)
     }
 
     /// Prints a table line where it does not mix with JSON or CSV on stdout.
     pub fn say(&self, line: &str) {
-        if self.stdout_taken() {
+        if let Some(pb) = &self.progress {
+            pb.println(line);
+        } else if self.stdout_taken() {
             eprintln!("{line}");
         } else {
             println!("{line}");
@@ -113,10 +134,10 @@ impl<'a> Recorder<'a> {
     /// Rewrites the output files; documents for stdout only when `last`.
     pub fn write(&self, last: bool) -> anyhow::Result<()> {
         let to_stdout = |p: &std::path::Path| p == std::path::Path::new("-");
-        if let Some(p) = self.args.json.as_deref().filter(|p| last || !to_stdout(p)) {
+        if let Some(p) = self.json.as_deref().filter(|p| last || !to_stdout(p)) {
             output::write_json(p, &self.results)?;
         }
-        if let Some(p) = self.args.csv.as_deref().filter(|p| last || !to_stdout(p)) {
+        if let Some(p) = self.csv.as_deref().filter(|p| last || !to_stdout(p)) {
             output::write_csv(p, &self.results)?;
         }
         Ok(())
@@ -161,26 +182,73 @@ fn repeats(
     Ok(outs)
 }
 
+/// The source file for a file path at this message size (`None` for memory paths).
+pub fn source_file(
+    strategy: sendpath::Strategy,
+    size: usize,
+    file_size: Option<usize>,
+    verify: bool,
+) -> anyhow::Result<Option<PatternFile>> {
+    if strategy.source() != Source::File {
+        return Ok(None);
+    }
+    let len = file_size.map_or((size as u64 * 8).max(64 << 20), |l| l as u64);
+    PatternFile::create(len, verify).map(Some)
+}
+
+/// Measures one stream point `repeat` times: the row (not yet summarised) and its repeats.
+pub fn stream_point(
+    pt: &StreamPoint,
+    repeat: u32,
+    file: Option<&PatternFile>,
+    cold: bool,
+    meter: &mut Meter,
+    cpu_mhz: Option<f64>,
+) -> anyhow::Result<(Row, Vec<StreamOutcome>)> {
+    let outs = repeats(repeat, || {
+        if let (Some(f), true) = (file, cold) {
+            f.make_cold()?;
+        }
+        stream::run_once(pt, file, meter, cpu_mhz)
+    })
+    .with_context(|| {
+        format!(
+            "{} {} B x{} failed (finished points are written)",
+            pt.strategy, pt.size, pt.threads
+        )
+    })?;
+    let row = Row {
+        workload: "stream".into(),
+        strategy: pt.strategy.name().into(),
+        size_bytes: pt.size,
+        threads: pt.threads,
+        fields: if pt.strategy.uses_fields() {
+            pt.fields
+        } else {
+            1
+        },
+        recv_mode: if pt.connect.is_some() {
+            "remote".into()
+        } else {
+            pt.recv.name().into()
+        },
+        ..Default::default()
+    };
+    Ok((row, outs))
+}
+
 pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
-    let mut rec = Recorder::new(&a.run);
+    let (json, csv) = Recorder::args_for(&a.run);
+    let mut rec = Recorder::new(json, csv);
     if a.connect.is_some() && a.run.recv != crate::workload::RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
     rec.say(&output::table_header());
     let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
+    let verify = a.run.recv == crate::workload::RecvMode::Verify;
     'points: for &strategy in &a.run.strategy {
         for &size in &a.size {
-            let file = if strategy.source() == Source::File {
-                let len = a
-                    .file_size
-                    .map_or((size as u64 * 8).max(64 << 20), |l| l as u64);
-                Some(PatternFile::create(
-                    len,
-                    a.run.recv == crate::workload::RecvMode::Verify,
-                )?)
-            } else {
-                None
-            };
+            let file = source_file(strategy, size, a.file_size, verify)?;
             for &threads in &a.threads {
                 if INTERRUPTED.load(Ordering::Relaxed) {
                     break 'points;
@@ -197,39 +265,14 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
                     cpus: a.cpu,
                     opts: a.run.options(),
                 };
-                let outs = repeats(a.run.repeat, || {
-                    if let (Some(f), true) = (&file, a.cold) {
-                        f.make_cold()?;
-                    }
-                    stream::run_once(&pt, file.as_ref(), &mut hw, rec.cpu_mhz())
-                });
-                let outs = match outs {
-                    Ok(o) => o,
+                let cpu_mhz = rec.cpu_mhz();
+                match stream_point(&pt, a.run.repeat, file.as_ref(), a.cold, &mut hw, cpu_mhz) {
+                    Ok((row, outs)) => rec.push(row, outs)?,
                     Err(e) => {
                         rec.write(true)?;
-                        return Err(e).with_context(|| {
-                            format!("{strategy} {size} B x{threads} failed (finished points are written)")
-                        });
+                        return Err(e);
                     }
-                };
-                let row = Row {
-                    workload: "stream".into(),
-                    strategy: strategy.name().into(),
-                    size_bytes: size,
-                    threads,
-                    fields: if strategy.uses_fields() {
-                        a.run.fields
-                    } else {
-                        1
-                    },
-                    recv_mode: if a.connect.is_some() {
-                        "remote".into()
-                    } else {
-                        a.run.recv.name().into()
-                    },
-                    ..Default::default()
-                };
-                rec.push(row, outs)?;
+                }
             }
         }
     }
@@ -245,7 +288,8 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
     if a.run.recv == crate::workload::RecvMode::Discard {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
     }
-    let mut rec = Recorder::new(&a.run);
+    let (json, csv) = Recorder::args_for(&a.run);
+    let mut rec = Recorder::new(json, csv);
     rec.say(&output::table_header());
     let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
     'points: for &strategy in &a.run.strategy {

@@ -1,0 +1,115 @@
+//! Sweep presets, several of them shaped after published studies of this question so results
+//! can be set beside the published ones.
+
+use sendpath::Strategy;
+use std::time::Duration;
+
+/// One sweep: a matrix of strategies x sizes x threads, and its timing.
+#[derive(Debug, Clone)]
+pub struct Preset {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub strategies: Vec<Strategy>,
+    pub sizes: Vec<usize>,
+    pub threads: Vec<usize>,
+    pub fields: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub repeat: u32,
+}
+
+const K: usize = 1024;
+const M: usize = 1024 * 1024;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Every preset, in the order `--list-presets` shows them.
+pub fn all() -> Vec<Preset> {
+    use Strategy::*;
+    vec![
+        Preset {
+            name: "quick",
+            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection (about 2 minutes)",
+            strategies: vec![Copy, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Sendfile, Splice],
+            sizes: vec![256, 4 * K, 64 * K, M],
+            threads: vec![1],
+            fields: 8,
+            duration: ms(500),
+            warmup: ms(150),
+            repeat: 3,
+        },
+        Preset {
+            name: "pa02",
+            about: "two-copy (serialize), one-copy (gather) and zero-copy (msg-zerocopy) messages of 8 fields, 256 B..16 KiB x 1..8 threads: 48 points, as in the PA02 study",
+            strategies: vec![Serialize, Gather, MsgZerocopy],
+            sizes: vec![256, K, 4 * K, 16 * K],
+            threads: vec![1, 2, 4, 8],
+            fields: 8,
+            duration: ms(2000),
+            warmup: ms(500),
+            repeat: 3,
+        },
+        Preset {
+            name: "zerocopy-paper",
+            about: "copy vs msg-zerocopy at 4K..1M with process and system CPU per byte and their ratio, laid out like the MSG_ZEROCOPY paper's table",
+            strategies: vec![Copy, MsgZerocopy],
+            sizes: vec![4 * K, 16 * K, 64 * K, 256 * K, M],
+            threads: vec![1],
+            fields: 1,
+            duration: ms(3000),
+            warmup: ms(500),
+            repeat: 3,
+        },
+        Preset {
+            name: "message-sizes",
+            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths (the pooling vs zero-copy break-even question)",
+            strategies: vec![Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice],
+            sizes: vec![64, 512, K, 64 * K],
+            threads: vec![1],
+            fields: 8,
+            duration: ms(2000),
+            warmup: ms(500),
+            repeat: 3,
+        },
+        Preset {
+            name: "file-paths",
+            about: "read-send, mmap-send, sendfile and splice for 64 KiB..16 MiB chunks of a warm file (the sendfile file-server study)",
+            strategies: vec![ReadSend, MmapSend, Sendfile, Splice],
+            sizes: vec![64 * K, 256 * K, M, 4 * M, 16 * M],
+            threads: vec![1],
+            fields: 1,
+            duration: ms(2000),
+            warmup: ms(500),
+            repeat: 3,
+        },
+    ]
+}
+
+/// Looks a preset up by name.
+pub fn find(name: &str) -> Result<Preset, String> {
+    all().into_iter().find(|p| p.name == name).ok_or_else(|| {
+        format!(
+            "unknown preset `{name}`; the presets are: {} (see `sendpath sweep --list-presets`)",
+            all().iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pa02_has_48_points() {
+        let p = find("pa02").unwrap();
+        assert_eq!(p.strategies.len() * p.sizes.len() * p.threads.len(), 48);
+    }
+
+    #[test]
+    fn unknown_preset_lists_the_names() {
+        let e = find("nope").unwrap_err();
+        assert!(e.contains("quick") && e.contains("file-paths"), "{e}");
+    }
+}

@@ -1,0 +1,505 @@
+//! `summary.md` and `report.html`, rendered from a results file alone.
+
+pub mod analysis;
+mod plot;
+
+use crate::results::{Results, Row, SCHEMA_VERSION};
+use crate::units::fmt_size;
+use analysis::{analyse, Analysis};
+use anyhow::{bail, Context};
+use plot::{line_chart, Series};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Reads and checks a results file; says what is wrong with a foreign or damaged one.
+pub fn load(path: &Path) -> anyhow::Result<Results> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not valid JSON (truncated or damaged?)",
+            path.display()
+        )
+    })?;
+    match v.get("schema_version").and_then(|s| s.as_u64()) {
+        None => bail!(
+            "{} is not a sendpath results file (no schema_version); give the results.json that `sendpath sweep` or `sendpath stream --json` wrote",
+            path.display()
+        ),
+        Some(n) if n != SCHEMA_VERSION as u64 => bail!(
+            "{} has schema_version {n}; this sendpath reads version {SCHEMA_VERSION}",
+            path.display()
+        ),
+        _ => {}
+    }
+    serde_json::from_value(v).with_context(|| {
+        format!(
+            "{} does not have the layout of a sendpath results file",
+            path.display()
+        )
+    })
+}
+
+/// A table rendered both as Markdown and as HTML.
+struct Table {
+    title: String,
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(title: &str, headers: &[&str]) -> Table {
+        Table {
+            title: title.into(),
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn md(&self) -> String {
+        let mut s = format!(
+            "## {}\n\n| {} |\n|{}\n",
+            self.title,
+            self.headers.join(" | "),
+            "---|".repeat(self.headers.len())
+        );
+        for r in &self.rows {
+            let _ = writeln!(s, "| {} |", r.join(" | "));
+        }
+        s.push('\n');
+        s
+    }
+
+    fn html(&self) -> String {
+        let mut s = format!("<h2>{}</h2>\n<table>\n<tr>", esc(&self.title));
+        for h in &self.headers {
+            let _ = write!(s, "<th>{}</th>", esc(h));
+        }
+        s.push_str("</tr>\n");
+        for r in &self.rows {
+            s.push_str("<tr>");
+            for c in r {
+                let _ = write!(s, "<td>{}</td>", esc(c));
+            }
+            s.push_str("</tr>\n");
+        }
+        s.push_str("</table>\n");
+        s
+    }
+}
+
+/// `4KiB` or `4KiB .. 1MiB`.
+pub fn size_range(from: usize, to: usize) -> String {
+    if from == to {
+        fmt_size(from)
+    } else {
+        format!("{} .. {}", fmt_size(from), fmt_size(to))
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
+    let mut out = Vec::new();
+    let mut rec = Table::new(
+        "Recommendation",
+        &["source", "connections", "message sizes", "use", "why"],
+    );
+    for x in &a.recommendations {
+        let range = size_range(x.from_size, x.to_size);
+        rec.rows.push(vec![
+            x.source.into(),
+            x.threads.to_string(),
+            range,
+            x.path.clone(),
+            x.why.clone(),
+        ]);
+    }
+    out.push(rec);
+    let mut cx = Table::new(
+        "Crossover sizes (faster than the baseline by more than the measured spread, from this size up)",
+        &["path", "baseline", "connections", "faster from", "measured range"],
+    );
+    for c in &a.crossovers {
+        cx.rows.push(vec![
+            c.path.clone(),
+            c.baseline.clone(),
+            c.threads.to_string(),
+            c.from_size
+                .map_or("never, in the measured range".into(), fmt_size),
+            format!("{} .. {}", fmt_size(c.sizes.0), fmt_size(c.sizes.1)),
+        ]);
+    }
+    out.push(cx);
+    if let Some(t) = zerocopy_paper_table(r) {
+        out.push(t);
+    }
+    let mut res = Table::new(
+        "Results (median of repeats, [min..max])",
+        &[
+            "workload",
+            "path",
+            "size",
+            "conns",
+            "Gbit/s",
+            "msg/s",
+            "us/msg",
+            "CPU ns/B process",
+            "CPU ns/B system",
+            "copied",
+            "fallbacks",
+            "latency p50/p99 us",
+            "repeats",
+        ],
+    );
+    for x in &r.results {
+        let t = x.throughput_gbps;
+        res.rows.push(vec![
+            x.workload.clone(),
+            x.strategy.clone(),
+            fmt_size(x.size_bytes),
+            x.threads.to_string(),
+            format!("{:.3} [{:.3}..{:.3}]", t.median, t.min, t.max),
+            format!("{:.0}", x.messages_per_s.median),
+            format!(
+                "{:.2}",
+                crate::results::Spread::of(
+                    &x.repeats.iter().map(|r| r.msg_time_us).collect::<Vec<_>>()
+                )
+                .median
+            ),
+            format!("{:.3}", x.cpu_ns_per_byte.process),
+            format!("{:.3}", x.cpu_ns_per_byte.system),
+            x.zerocopy
+                .copied_fraction
+                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+            x.zerocopy.fallbacks.total().to_string(),
+            x.latency_us
+                .map_or("-".into(), |l| format!("{:.1}/{:.1}", l.p50, l.p99)),
+            x.repeats.len().to_string(),
+        ]);
+    }
+    out.push(res);
+    out
+}
+
+/// copy vs msg-zerocopy CPU per byte, as the MSG_ZEROCOPY paper laid out its table (the paper
+/// gives Mcycles of a fixed transfer; here it is ns per byte, same ratio).
+fn zerocopy_paper_table(r: &Results) -> Option<Table> {
+    let find = |p: &str, s: usize| {
+        r.results.iter().find(|x| {
+            x.workload == "stream" && x.strategy == p && x.size_bytes == s && x.threads == 1
+        })
+    };
+    let sizes: BTreeSet<usize> = r
+        .results
+        .iter()
+        .filter(|x| x.strategy == "msg-zerocopy" && x.threads == 1)
+        .map(|x| x.size_bytes)
+        .collect();
+    let mut t = Table::new(
+        "copy vs msg-zerocopy CPU per byte (process and system-wide), 1 connection",
+        &[
+            "size",
+            "process copy",
+            "process zerocopy",
+            "%",
+            "system copy",
+            "system zerocopy",
+            "%",
+            "zerocopy copied",
+        ],
+    );
+    for s in sizes {
+        let (Some(c), Some(z)) = (find("copy", s), find("msg-zerocopy", s)) else {
+            continue;
+        };
+        let pct = |a: f64, b: f64| {
+            if a > 0.0 {
+                format!("{:.0}", b / a * 100.0)
+            } else {
+                "-".into()
+            }
+        };
+        t.rows.push(vec![
+            fmt_size(s),
+            format!("{:.3}", c.cpu_ns_per_byte.process),
+            format!("{:.3}", z.cpu_ns_per_byte.process),
+            pct(c.cpu_ns_per_byte.process, z.cpu_ns_per_byte.process),
+            format!("{:.3}", c.cpu_ns_per_byte.system),
+            format!("{:.3}", z.cpu_ns_per_byte.system),
+            pct(c.cpu_ns_per_byte.system, z.cpu_ns_per_byte.system),
+            z.zerocopy
+                .copied_fraction
+                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+        ]);
+    }
+    (!t.rows.is_empty()).then_some(t)
+}
+
+fn stream_rows(r: &Results) -> impl Iterator<Item = &Row> {
+    r.results.iter().filter(|x| x.workload == "stream")
+}
+
+/// Lines of `y` against size, one per path, for rows with `threads`.
+fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<Series> {
+    let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
+    let mut out = Vec::new();
+    for p in sendpath::Strategy::ALL
+        .iter()
+        .map(|s| s.name())
+        .filter(|n| paths.contains(n))
+    {
+        let mut pts: Vec<(f64, f64)> = stream_rows(r)
+            .filter(|x| x.strategy == p && x.threads == threads)
+            .filter_map(|x| y(x).map(|v| (x.size_bytes as f64, v)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if !pts.is_empty() {
+            out.push(Series {
+                name: p.into(),
+                points: pts,
+            });
+        }
+    }
+    out
+}
+
+fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
+    let threads: BTreeSet<usize> = stream_rows(r).map(|x| x.threads).collect();
+    let sizes: BTreeSet<usize> = stream_rows(r).map(|x| x.size_bytes).collect();
+    let mut out = Vec::new();
+    for &t in &threads {
+        let s = by_size(r, t, |x| Some(x.throughput_gbps.median));
+        out.push((
+            format!("Throughput vs message size, {t} connection(s)"),
+            line_chart(
+                &format!("Throughput, {t} connection(s)"),
+                "message size (bytes, log scale)",
+                "throughput (Gbit/s)",
+                true,
+                &s,
+            )?,
+        ));
+    }
+    if threads.len() > 1 {
+        for &size in &sizes {
+            let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
+            let mut series = Vec::new();
+            for p in paths {
+                let mut pts: Vec<(f64, f64)> = stream_rows(r)
+                    .filter(|x| x.strategy == p && x.size_bytes == size)
+                    .map(|x| {
+                        let m = crate::results::Spread::of(
+                            &x.repeats.iter().map(|r| r.msg_time_us).collect::<Vec<_>>(),
+                        )
+                        .median;
+                        (x.threads as f64, m)
+                    })
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                series.push(Series {
+                    name: p.into(),
+                    points: pts,
+                });
+            }
+            out.push((
+                format!(
+                    "Time to receive one message vs connections, {}",
+                    fmt_size(size)
+                ),
+                line_chart(
+                    &format!("Latency per message, {}", fmt_size(size)),
+                    "connections (threads)",
+                    "time per message (us)",
+                    false,
+                    &series,
+                )?,
+            ));
+        }
+    }
+    for &t in &threads {
+        let p = by_size(r, t, |x| Some(x.cpu_ns_per_byte.process));
+        out.push((
+            format!("Process CPU per byte vs size, {t} connection(s)"),
+            line_chart(
+                &format!("Process CPU per byte, {t} connection(s)"),
+                "message size (bytes, log scale)",
+                "CPU (ns per byte)",
+                true,
+                &p,
+            )?,
+        ));
+        let s = by_size(r, t, |x| Some(x.cpu_ns_per_byte.system));
+        out.push((
+            format!("System-wide CPU per byte vs size, {t} connection(s)"),
+            line_chart(
+                &format!("System-wide CPU per byte, {t} connection(s)"),
+                "message size (bytes, log scale)",
+                "CPU (ns per byte)",
+                true,
+                &s,
+            )?,
+        ));
+        let llc = by_size(r, t, |x| {
+            let v: Vec<f64> = x
+                .repeats
+                .iter()
+                .filter_map(|r| r.hw_llc_misses_per_byte)
+                .collect();
+            (!v.is_empty()).then(|| crate::results::Spread::of(&v).median)
+        });
+        if !llc.is_empty() {
+            out.push((
+                format!("LLC misses per byte, {t} connection(s)"),
+                line_chart(
+                    &format!("LLC misses per byte, {t} connection(s)"),
+                    "message size (bytes, log scale)",
+                    "LLC misses per byte",
+                    true,
+                    &llc,
+                )?,
+            ));
+        }
+        let copied = by_size(r, t, |x| x.zerocopy.copied_fraction);
+        if !copied.is_empty() {
+            out.push((
+                format!("Copied fraction of zero-copy sends, {t} connection(s)"),
+                line_chart(
+                    &format!("Zero-copy sends the kernel copied, {t} connection(s)"),
+                    "message size (bytes, log scale)",
+                    "copied fraction (0..1)",
+                    true,
+                    &copied,
+                )?,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn environment_line(r: &Results) -> String {
+    let e = &r.environment;
+    format!(
+        "kernel {}, {} x {}, sendpath {}, command: `{}`{}",
+        e.kernel,
+        e.probe.cpus,
+        e.cpu,
+        e.sendpath_version,
+        e.command_line.join(" "),
+        r.sweep.as_ref().map_or(String::new(), |s| format!(
+            ", preset {}: {} s per repeat after {} s warmup, {} repeats",
+            s.preset, s.duration_s, s.warmup_s, s.repeat
+        ))
+    )
+}
+
+fn hw_line(r: &Results) -> String {
+    let h = &r.environment.probe.hw_counters;
+    if h.available {
+        "Hardware counters: available (cycles, instructions, LLC misses per byte are measured)."
+            .into()
+    } else {
+        format!(
+            "Hardware counters: unavailable ({}); cycles per byte in the data are estimates from CPU time x nominal clock.",
+            h.reason.as_deref().unwrap_or("unknown")
+        )
+    }
+}
+
+/// `summary.md`.
+pub fn markdown(r: &Results) -> String {
+    let a = analyse(r);
+    let mut s = String::from("# sendpath results\n\n");
+    if let Some(n) = &a.copied_notice {
+        let _ = writeln!(s, "> **Read this first.** {n}\n");
+    }
+    let _ = writeln!(s, "{}\n\n{}\n", environment_line(r), hw_line(r));
+    for t in tables(r, &a) {
+        s.push_str(&t.md());
+    }
+    let warnings: Vec<String> = r
+        .results
+        .iter()
+        .flat_map(|x| {
+            x.warnings
+                .iter()
+                .map(move |w| format!("- {} {}: {w}", x.strategy, fmt_size(x.size_bytes)))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(s, "## Warnings\n\n{}\n", warnings.join("\n"));
+    }
+    s
+}
+
+/// `report.html`: self-contained, plots as inline SVG.
+pub fn html(r: &Results) -> anyhow::Result<String> {
+    let a = analyse(r);
+    let mut s = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath report</title>\n<style>\
+         body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
+         table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+         th{background:#f0f0f0}td:nth-child(-n+2),td:last-child{text-align:left}\
+         .notice{background:#fff4d6;border-left:6px solid #e0a800;padding:.8em 1em;font-size:15px}\
+         .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}\
+         </style></head><body>\n<h1>sendpath report</h1>\n",
+    );
+    if let Some(n) = &a.copied_notice {
+        let _ = writeln!(
+            s,
+            "<p class=\"notice\"><b>Read this first.</b> {}</p>",
+            esc(n)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<p>{}</p><p>{}</p>",
+        esc(&environment_line(r)),
+        esc(&hw_line(r))
+    );
+    let ts = tables(r, &a);
+    let (results_table, rest) = ts
+        .split_last()
+        .expect("tables always has the results table");
+    for t in rest {
+        s.push_str(&t.html());
+    }
+    s.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+    for (cap, svg) in plots(r)? {
+        let _ = writeln!(
+            s,
+            "<figure class=\"plot\">{svg}<figcaption>{}</figcaption></figure>",
+            esc(&cap)
+        );
+    }
+    s.push_str("</div>\n");
+    s.push_str(&results_table.html());
+    // Marks the page once every plot has laid out with content, for headless checks.
+    s.push_str(
+        "<script>\nconst figs=[...document.querySelectorAll('figure.plot svg')];\n\
+         const drawn=figs.filter(f=>f.getBBox().width>0&&f.querySelectorAll('polyline,path,line').length>0);\n\
+         document.body.dataset.plots=String(drawn.length);\n</script>\n</body></html>\n",
+    );
+    Ok(s)
+}
+
+/// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is
+/// written, and each is written beside and renamed, so a failure leaves earlier files intact.
+pub fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
+    let md = markdown(r);
+    let page = html(r)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, text) in [("summary.md", md), ("report.html", page)] {
+        let tmp = dir.join(format!(".{name}.partial"));
+        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(name))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,310 @@
+//! Sweeps, presets, `report`, and the HTML report in headless Chromium.
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+fn sendpath() -> Command {
+    Command::cargo_bin("sendpath").unwrap()
+}
+
+fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+fn rows(dir: &Path) -> Vec<Value> {
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    v["results"].as_array().unwrap().clone()
+}
+
+#[test]
+fn list_presets_names_every_preset() {
+    let out = sendpath()
+        .args(["sweep", "--list-presets"])
+        .assert()
+        .success();
+    let s = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    for p in [
+        "quick",
+        "pa02",
+        "zerocopy-paper",
+        "message-sizes",
+        "file-paths",
+    ] {
+        assert!(s.contains(p), "{p} missing from:\n{s}");
+    }
+}
+
+#[test]
+fn unknown_preset_is_a_clear_error() {
+    let a = sendpath()
+        .args(["sweep", "--preset", "pa03"])
+        .assert()
+        .failure();
+    let e = stderr_of(&a);
+    assert!(
+        e.contains("unknown preset `pa03`") && e.contains("pa02"),
+        "{e}"
+    );
+}
+
+#[test]
+fn pa02_writes_48_rows_and_a_report_with_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pa02");
+    sendpath()
+        .args([
+            "sweep",
+            "--preset",
+            "pa02",
+            "--duration",
+            "0.2s",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    let mut csv = csv::Reader::from_path(out.join("results.csv")).unwrap();
+    assert_eq!(csv.records().count(), 48);
+    assert_eq!(rows(&out).len(), 48);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    // 4 throughput panels, 4 latency-vs-threads panels, 8 CPU panels, 4 copied-fraction panels.
+    assert!(html.matches("<svg").count() >= 16, "too few plots");
+    for label in [
+        "message size (bytes, log scale)",
+        "throughput (Gbit/s)",
+        "connections (threads)",
+        "CPU (ns per byte)",
+    ] {
+        assert!(html.contains(label), "axis label `{label}` missing");
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("## Recommendation") && md.contains("## Crossover sizes"));
+    // A local receiver: the report must say the zero-copy sends were copied, first.
+    let p: Value = serde_json::from_slice(
+        &sendpath()
+            .args(["probe", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    if p["msg_zerocopy"]["local_copied"] == true {
+        let first = md
+            .lines()
+            .find(|l| l.starts_with('>') || l.starts_with("##"))
+            .unwrap();
+        assert!(first.contains("Read this first"), "{first}");
+    }
+}
+
+#[test]
+fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q");
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let child = std::process::Command::new(&bin)
+        .args([
+            "sweep", "--preset", "quick", "-t", "0.1s", "--warmup", "0", "-n", "1", "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let st = child.wait_with_output().unwrap().status;
+    assert_eq!(st.code(), Some(130));
+    let before = rows(&out).len();
+    println!("points kept after Ctrl-C: {before} of 32");
+    assert!((1..32).contains(&before), "{before}");
+    assert!(
+        out.join("report.html").exists(),
+        "the report is written for what was measured"
+    );
+    sendpath()
+        .arg("sweep")
+        .arg("--resume")
+        .arg(&out)
+        .timeout(Duration::from_secs(300))
+        .assert()
+        .success();
+    let after = rows(&out);
+    assert_eq!(after.len(), 32);
+    let mut keys: Vec<String> = after
+        .iter()
+        .map(|r| format!("{} {} {}", r["strategy"], r["size_bytes"], r["threads"]))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 32, "no point measured twice");
+}
+
+#[test]
+fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("summary.md"), "keep me").unwrap();
+    let cases = [
+        (
+            "truncated.json",
+            "{\"schema_version\": 1, \"environment\": {",
+        ),
+        ("foreign.json", "{\"name\": \"iperf3\", \"intervals\": []}"),
+        ("future.json", "{\"schema_version\": 99, \"results\": []}"),
+        (
+            "wrong-shape.json",
+            "{\"schema_version\": 1, \"results\": 7}",
+        ),
+    ];
+    for (name, text) in cases {
+        let f = dir.path().join(name);
+        std::fs::write(&f, text).unwrap();
+        let a = sendpath()
+            .arg("report")
+            .arg(&f)
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .failure();
+        let e = stderr_of(&a);
+        println!("{name}: {e}");
+        assert!(e.contains(name), "the error names the file: {e}");
+        assert_eq!(
+            std::fs::read_to_string(out.join("summary.md")).unwrap(),
+            "keep me"
+        );
+        assert!(!out.join("report.html").exists());
+    }
+    let a = sendpath()
+        .args(["report", "/nonexistent/results.json"])
+        .assert()
+        .failure();
+    assert!(stderr_of(&a).contains("cannot read"));
+}
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// Loads `page` headless; returns (DOM, console lines).
+fn render(browser: &str, page: &Path, profile: &Path) -> (String, Vec<String>) {
+    let out = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    let console = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(String::from)
+        .collect();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), console)
+}
+
+fn plots_drawn(dom: &str) -> usize {
+    dom.split("data-plots=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn report_renders_in_headless_chromium_without_console_errors() {
+    let Some(browser) = chromium() else {
+        println!("skipped: no chromium on this machine (apt-get install chromium)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    sendpath()
+        .args([
+            "stream",
+            "--strategy",
+            "copy,gather,msg-zerocopy",
+            "--size",
+            "1K,64K",
+            "-t",
+            "0.1s",
+            "--warmup",
+            "0",
+            "-n",
+            "2",
+            "--json",
+        ])
+        .arg(dir.path().join("results.json"))
+        .assert()
+        .success();
+    sendpath()
+        .arg("report")
+        .arg(dir.path().join("results.json"))
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let page = out.join("report.html");
+    let svgs = std::fs::read_to_string(&page)
+        .unwrap()
+        .matches("<svg")
+        .count();
+    let (dom, console) = render(browser, &page, &dir.path().join("profile"));
+    println!(
+        "plots drawn: {} of {svgs}; console: {console:?}",
+        plots_drawn(&dom)
+    );
+    assert!(svgs >= 4);
+    assert_eq!(
+        plots_drawn(&dom),
+        svgs,
+        "every plot must lay out with content"
+    );
+    assert!(console.is_empty(), "console messages: {console:?}");
+
+    // The check can fail: the same page with a script error is caught.
+    let broken = dir.path().join("broken.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    std::fs::write(
+        &broken,
+        html.replace("<h1>", "<script>undefinedFunction()</script><h1>"),
+    )
+    .unwrap();
+    let (_, console) = render(browser, &broken, &dir.path().join("profile2"));
+    assert!(
+        !console.is_empty(),
+        "a script error must show up as a console message"
+    );
+}
