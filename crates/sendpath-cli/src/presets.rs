@@ -31,13 +31,15 @@ pub fn all() -> Vec<Preset> {
     vec![
         Preset {
             name: "quick",
-            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection (about 2 minutes)",
-            strategies: vec![Copy, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Sendfile, Splice],
+            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection (about 2.5 minutes)",
+            strategies: vec![
+                Copy, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
+            ],
             sizes: vec![256, 4 * K, 64 * K, M],
             threads: vec![1],
             fields: 8,
-            duration: ms(500),
-            warmup: ms(150),
+            duration: ms(800),
+            warmup: ms(250),
             repeat: 3,
         },
         Preset {

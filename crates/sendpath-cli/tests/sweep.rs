@@ -128,8 +128,8 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
     let st = child.wait_with_output().unwrap().status;
     assert_eq!(st.code(), Some(130));
     let before = rows(&out).len();
-    println!("points kept after Ctrl-C: {before} of 32");
-    assert!((1..32).contains(&before), "{before}");
+    println!("points kept after Ctrl-C: {before} of 36");
+    assert!((1..36).contains(&before), "{before}");
     assert!(
         out.join("report.html").exists(),
         "the report is written for what was measured"
@@ -142,14 +142,14 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
         .assert()
         .success();
     let after = rows(&out);
-    assert_eq!(after.len(), 32);
+    assert_eq!(after.len(), 36);
     let mut keys: Vec<String> = after
         .iter()
         .map(|r| format!("{} {} {}", r["strategy"], r["size_bytes"], r["threads"]))
         .collect();
     keys.sort();
     keys.dedup();
-    assert_eq!(keys.len(), 32, "no point measured twice");
+    assert_eq!(keys.len(), 36, "no point measured twice");
 }
 
 #[test]

@@ -19,6 +19,21 @@
 //! Buffers given to a path are moved in and come back (through [`SendPath::take_buf`]) only
 //! when the kernel has released them. Zero-copy paths count how many of their sends the kernel
 //! copied anyway, and every fallback to copying, by reason ([`metrics::SendStats`]).
+//!
+//! ```no_run
+//! use sendpath::{open, Msg, Options, Strategy};
+//! use std::time::Duration;
+//!
+//! let sock = std::net::TcpStream::connect("127.0.0.1:9000")?;
+//! let mut path = open(Strategy::MsgZerocopy, sock, &Options::default())?;
+//! let mut buf = path.take_buf(65536); // a buffer the kernel has released
+//! buf.as_mut_slice().fill(b'x');
+//! path.send(Msg::one(buf))?; // moved in: no safe code can touch it now
+//! path.finish(Duration::from_secs(2))?; // wait for every completion (bounded)
+//! let s = path.stats().summary();
+//! println!("copied {:?}, fallbacks {:?}", s.copied_fraction, s.fallbacks);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

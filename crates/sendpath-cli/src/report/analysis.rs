@@ -72,6 +72,51 @@ fn clearly_faster(a: &Row, b: &Row) -> bool {
     a.repeats.len() > 1 && b.repeats.len() > 1 && a.throughput_gbps.min > b.throughput_gbps.max
 }
 
+/// The path to use at one size: the fastest of this source, unless it is not faster than the
+/// baseline by more than the measured spread, in which case the baseline (when it is of the
+/// same source: a file path cannot be replaced by sending from memory).
+fn recommend(best: &Row, base: Option<&Row>, source: Source) -> (String, String) {
+    let gbps = |r: &Row| r.throughput_gbps.median;
+    let Some(b) = base.filter(|b| b.strategy != best.strategy) else {
+        return (
+            best.strategy.clone(),
+            format!("fastest measured ({:.2} Gbit/s)", gbps(best)),
+        );
+    };
+    let versus = format!(
+        "{:.2} Gbit/s vs {:.2} for {} ({:+.0}%)",
+        gbps(best),
+        gbps(b),
+        b.strategy,
+        (gbps(best) / gbps(b) - 1.0) * 100.0
+    );
+    if clearly_faster(best, b) {
+        return (
+            best.strategy.clone(),
+            format!("{versus}, beyond the spread"),
+        );
+    }
+    let why_not = if best.repeats.len() < 2 || b.repeats.len() < 2 {
+        "with a single repeat no spread is known (rerun with --repeat 3)".to_string()
+    } else {
+        format!("within the measured spread of {}", b.strategy)
+    };
+    if source_of(&b.strategy) == source {
+        (
+            b.strategy.clone(),
+            format!(
+                "{} was fastest ({versus}) but {why_not}: keep the simpler path",
+                best.strategy
+            ),
+        )
+    } else {
+        (
+            best.strategy.clone(),
+            format!("fastest of its source ({versus}), but {why_not}"),
+        )
+    }
+}
+
 pub fn analyse(r: &Results) -> Analysis {
     let measured: BTreeSet<String> = r.results.iter().map(|x| x.strategy.clone()).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
@@ -167,41 +212,14 @@ pub fn analyse(r: &Results) -> Analysis {
                     continue;
                 };
                 let base_name = baseline_for(&best.strategy, &measured);
-                let base = here.iter().find(|x| x.strategy == base_name);
-                let (path, why) = match base {
-                    Some(b) if b.strategy != best.strategy && !clearly_faster(best, b) => (
-                        b.strategy.clone(),
-                        format!(
-                            "{} was fastest ({:.2} vs {:.2} Gbit/s) but {}: keep the simpler path",
-                            best.strategy,
-                            best.throughput_gbps.median,
-                            b.throughput_gbps.median,
-                            if best.repeats.len() < 2 || b.repeats.len() < 2 {
-                                "with a single repeat no spread is known (rerun with --repeat 3)"
-                                    .to_string()
-                            } else {
-                                format!("within the measured spread of {}", b.strategy)
-                            }
-                        ),
-                    ),
-                    Some(b) if b.strategy != best.strategy => (
-                        best.strategy.clone(),
-                        format!(
-                            "{:.2} Gbit/s vs {:.2} for {} ({:+.0}%), beyond the spread",
-                            best.throughput_gbps.median,
-                            b.throughput_gbps.median,
-                            b.strategy,
-                            (best.throughput_gbps.median / b.throughput_gbps.median - 1.0) * 100.0
-                        ),
-                    ),
-                    _ => (
-                        best.strategy.clone(),
-                        format!(
-                            "fastest measured ({:.2} Gbit/s)",
-                            best.throughput_gbps.median
-                        ),
-                    ),
-                };
+                // The baseline may be of the other source (file paths against `copy`).
+                let base = r.results.iter().find(|x| {
+                    x.workload == "stream"
+                        && x.threads == t
+                        && x.size_bytes == size
+                        && x.strategy == base_name
+                });
+                let (path, why) = recommend(best, base, source);
                 match &mut line {
                     Some(l) if l.path == path => {
                         l.to_size = size;
