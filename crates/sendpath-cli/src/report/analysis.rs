@@ -220,6 +220,7 @@ pub fn analyse(r: &Results) -> Analysis {
                         && x.strategy == base_name
                 });
                 let (path, why) = recommend(best, base, source);
+                let why = format!("at {}: {why}", crate::units::fmt_size(size));
                 match &mut line {
                     Some(l) if l.path == path => {
                         l.to_size = size;
