@@ -37,6 +37,9 @@ pub(super) struct UringEngine {
     count_unsupported: bool,
     note: Option<String>,
     queue: Vec<(Buf, bool)>,
+    /// Zero-copy sends in `queue`, and their bytes.
+    queued_zc: usize,
+    queued_zc_bytes: usize,
     /// Slots whose notification is still due, and their bytes.
     awaiting_notif: HashMap<u32, usize>,
     awaiting_bytes: usize,
@@ -82,6 +85,8 @@ impl UringEngine {
             count_unsupported: false,
             note,
             queue: Vec::with_capacity(depth),
+            queued_zc: 0,
+            queued_zc_bytes: 0,
             awaiting_notif: HashMap::new(),
             awaiting_bytes: 0,
             pool: BufPool::new(),
@@ -147,9 +152,9 @@ impl UringEngine {
         if self.queue.is_empty() {
             return Ok(());
         }
-        let fd = self.sock.try_clone().map_err(Error::sys("dup"))?;
         let mut chain = Vec::with_capacity(self.queue.len());
         let n = self.queue.len();
+        (self.queued_zc, self.queued_zc_bytes) = (0, 0);
         for (i, (buf, zc)) in std::mem::take(&mut self.queue).into_iter().enumerate() {
             let len = buf.len();
             if zc {
@@ -158,7 +163,7 @@ impl UringEngine {
             let op = self.op(zc);
             let slot = self
                 .ring
-                .push(fd.as_fd(), buf, 0..len, op, i + 1 < n)
+                .push(self.sock.as_fd(), buf, 0..len, op, i + 1 < n)
                 .map_err(Error::sys("io_uring_enter"))?;
             chain.push(ChainEntry {
                 slot,
@@ -203,7 +208,13 @@ impl UringEngine {
                     self.stats.zc_attempts += 1;
                 }
                 self.ring
-                    .push_slot(fd.as_fd(), e.slot, e.start..e.end, self.op(e.zc), i + 1 < n)
+                    .push_slot(
+                        self.sock.as_fd(),
+                        e.slot,
+                        e.start..e.end,
+                        self.op(e.zc),
+                        i + 1 < n,
+                    )
                     .map_err(Error::sys("io_uring_enter"))?;
             }
         }
@@ -230,19 +241,13 @@ impl SendPath for UringEngine {
                     false
                 }
                 Some(z) => {
-                    let queued: Vec<usize> = self
-                        .queue
-                        .iter()
-                        .filter(|(_, zc)| *zc)
-                        .map(|(b, _)| b.len())
-                        .collect();
                     let mut reaped = false;
                     loop {
                         let d = policy::admit(
                             true,
                             z.limits,
-                            self.awaiting_notif.len() + queued.len(),
-                            self.awaiting_bytes + queued.iter().sum::<usize>(),
+                            self.awaiting_notif.len() + self.queued_zc,
+                            self.awaiting_bytes + self.queued_zc_bytes,
                             b.len(),
                             reaped,
                         );
@@ -264,6 +269,8 @@ impl SendPath for UringEngine {
                 self.ring
                     .register_buf(&mut b)
                     .map_err(Error::sys("io_uring_register(BUFFERS_UPDATE)"))?;
+                self.queued_zc += 1;
+                self.queued_zc_bytes += b.len();
             }
             self.queue.push((b, zc));
             if self.queue.len() >= self.depth {
