@@ -30,7 +30,7 @@ pub fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
 }
 
 /// CSV header, one column per field a spreadsheet needs.
-pub const CSV_HEADER: [&str; 31] = [
+pub const CSV_HEADER: [&str; 32] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -44,6 +44,7 @@ pub const CSV_HEADER: [&str; 31] = [
     "throughput_gbps_min",
     "throughput_gbps_max",
     "messages_per_s_median",
+    "msg_time_us_median",
     "cpu_process_ns_per_byte",
     "cpu_system_ns_per_byte",
     "est_cycles_per_byte",
@@ -94,6 +95,7 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             format!("{:.6}", row.throughput_gbps.min),
             format!("{:.6}", row.throughput_gbps.max),
             format!("{:.3}", row.messages_per_s.median),
+            opt(median_of(row, |r| Some(r.msg_time_us))),
             format!("{:.6}", row.cpu_ns_per_byte.process),
             format!("{:.6}", row.cpu_ns_per_byte.system),
             opt(median_of(row, |r| r.est_cycles_per_byte)),

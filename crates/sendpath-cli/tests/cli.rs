@@ -283,3 +283,32 @@ fn ctrl_c_keeps_finished_repeats() {
     println!("repeats kept after Ctrl-C: {reps}");
     assert!((1..10).contains(&reps), "kept {reps} repeats");
 }
+
+#[test]
+fn file_paths_cold_cache_verify() {
+    let out = sendpath()
+        .args([
+            "stream",
+            "--strategy",
+            "read-send,mmap-send,sendfile,splice",
+            "--size",
+            "1M",
+        ])
+        .args([
+            "--cold", "--recv", "verify", "-t", "0.2", "--warmup", "0", "-n", "2", "--csv", "-",
+        ])
+        .assert()
+        .success();
+    let mut rd = csv::Reader::from_reader(&out.get_output().stdout[..]);
+    let headers = rd.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let mut n = 0;
+    for rec in rd.records() {
+        let rec = rec.unwrap();
+        n += 1;
+        assert_eq!(&rec[col("mismatches")], "0");
+        assert!(rec[col("bytes_verified")].parse::<u64>().unwrap() > 0);
+        assert!(rec[col("msg_time_us_median")].parse::<f64>().unwrap() > 0.0);
+    }
+    assert_eq!(n, 4);
+}
