@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn rewriting_pages_too_early_is_caught_by_the_verifier() {
-        // The deliberately unsafe mode: pages rewritten right after splicing, while the
+        // The deliberately broken mode: pages rewritten right after splicing, while the
         // receiver has not read them yet. The verifier must see it.
         let v = run(Some(0xEE));
         println!(
