@@ -54,11 +54,7 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         list();
         return Ok(ExitCode::SUCCESS);
     }
-    let mut preset: Preset = match &a.resume {
-        Some(_) => presets::find("quick").map_err(anyhow::Error::msg)?,
-        None => presets::find(&a.preset).map_err(anyhow::Error::msg)?,
-    };
-    let (dir, mut rec) = match &a.resume {
+    let (dir, mut rec, preset) = match &a.resume {
         Some(dir) => {
             let path = dir.join("results.json");
             let results = report::load(&path)
@@ -69,14 +65,15 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
                     path.display()
                 );
             };
-            preset = presets::find(&info.preset).map_err(anyhow::Error::msg)?;
+            let mut preset = presets::find(&info.preset).map_err(anyhow::Error::msg)?;
             preset.duration = std::time::Duration::from_secs_f64(info.duration_s);
             preset.warmup = std::time::Duration::from_secs_f64(info.warmup_s);
             preset.repeat = info.repeat;
             let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
-            (dir.clone(), rec)
+            (dir.clone(), rec, preset)
         }
         None => {
+            let mut preset: Preset = presets::find(&a.preset).map_err(anyhow::Error::msg)?;
             if let Some(d) = a.duration {
                 preset.duration = d;
             }
@@ -119,7 +116,7 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
                 repeat: preset.repeat,
                 points_total: preset.strategies.len() * preset.sizes.len() * preset.threads.len(),
             });
-            (dir, rec)
+            (dir, rec, preset)
         }
     };
     let done: std::collections::BTreeSet<_> = rec

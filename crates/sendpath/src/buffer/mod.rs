@@ -170,6 +170,11 @@ impl BufPool {
         self.free.push(b);
     }
 
+    /// Gives buffers back for reuse.
+    pub fn put_all(&mut self, bufs: impl IntoIterator<Item = Buf>) {
+        self.free.extend(bufs);
+    }
+
     /// Number of buffers ready for reuse.
     pub fn free_len(&self) -> usize {
         self.free.len()

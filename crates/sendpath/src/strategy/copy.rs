@@ -1,6 +1,7 @@
 //! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
 
-use super::{fields, send_all, Recycler, SendPath};
+use super::{fields, send_all, SendPath};
+use crate::buffer::BufPool;
 use crate::{Buf, Msg, Result, SendStats};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -9,7 +10,7 @@ use std::os::fd::AsFd;
 pub struct Copy {
     sock: TcpStream,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
     /// Set when this stands in for a zero-copy path the kernel lacks.
     fallback_note: Option<String>,
 }
@@ -19,7 +20,7 @@ impl Copy {
         Copy {
             sock,
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
             fallback_note: None,
         }
     }
@@ -50,7 +51,7 @@ impl SendPath for Copy {
             self.stats.bytes += b.len() as u64;
         }
         self.stats.sends += 1;
-        self.bufs.give_back(f);
+        self.bufs.put_all(f);
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! `gather`: `sendmsg()` with one iovec per field: the kernel gathers the fields while copying
 //! them into the socket (one copy).
 
-use super::{fields, sendmsg_all, Recycler, SendPath};
+use super::{fields, sendmsg_all, SendPath};
+use crate::buffer::BufPool;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -10,7 +11,7 @@ use std::os::fd::AsFd;
 pub struct Gather {
     sock: TcpStream,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl Gather {
@@ -18,7 +19,7 @@ impl Gather {
         Gather {
             sock,
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         }
     }
 }
@@ -34,7 +35,7 @@ impl SendPath for Gather {
         sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats).map_err(Error::sys("sendmsg"))?;
         self.stats.sends += 1;
         self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
-        self.bufs.give_back(f);
+        self.bufs.put_all(f);
         Ok(())
     }
 

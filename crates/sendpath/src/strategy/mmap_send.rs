@@ -1,7 +1,8 @@
 //! `mmap-send`: `send()` straight from a read-only mapping of the file: no copy into a user
 //! buffer, one copy from the page cache into the socket.
 
-use super::{file_range, send_all, Recycler, SendPath};
+use super::{file_range, send_all, SendPath};
+use crate::buffer::BufPool;
 use crate::sys::mem::FileMap;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
@@ -14,7 +15,7 @@ pub struct MmapSend {
     sock: TcpStream,
     map: FileMap,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl MmapSend {
@@ -25,7 +26,7 @@ impl MmapSend {
             sock,
             map,
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         })
     }
 }

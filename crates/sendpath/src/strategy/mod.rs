@@ -12,7 +12,7 @@ mod uring;
 mod uring_zc;
 mod vmsplice;
 
-use crate::buffer::{Buf, BufPool};
+use crate::buffer::Buf;
 use crate::policy::InflightLimits;
 use crate::{sys, Error, Result, SendStats};
 use serde::{Deserialize, Serialize};
@@ -381,24 +381,6 @@ fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {
             path,
             what: "memory buffers (it sends from its file)",
         }),
-    }
-}
-
-/// Buffers for paths that release them as soon as the call returns.
-#[derive(Debug, Default)]
-struct Recycler {
-    pool: BufPool,
-}
-
-impl Recycler {
-    fn take(&mut self, len: usize) -> Buf {
-        self.pool.take(len)
-    }
-
-    fn give_back(&mut self, bufs: Vec<Buf>) {
-        for b in bufs {
-            self.pool.put(b);
-        }
     }
 }
 

@@ -94,9 +94,7 @@ impl MsgZerocopy {
         if h.ids_left == 0 {
             let h = self.held[token].take().expect("held message");
             self.free_held.push(token);
-            for b in h.bufs {
-                self.pool.put(b);
-            }
+            self.pool.put_all(h.bufs);
         }
     }
 
@@ -121,9 +119,7 @@ impl MsgZerocopy {
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
         sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats).map_err(Error::sys("sendmsg"))?;
-        for b in f {
-            self.pool.put(b);
-        }
+        self.pool.put_all(f);
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! `read-send`: `pread()` a file chunk into a buffer, then `send()` it: the traditional file
 //! server path (disk or page cache to user buffer, user buffer to socket).
 
-use super::{file_range, send_all, Recycler, SendPath};
+use super::{file_range, send_all, SendPath};
+use crate::buffer::BufPool;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::net::TcpStream;
@@ -15,7 +16,7 @@ pub struct ReadSend {
     file: Arc<File>,
     buf: Vec<u8>,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl ReadSend {
@@ -25,7 +26,7 @@ impl ReadSend {
             file,
             buf: Vec::new(),
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         }
     }
 }

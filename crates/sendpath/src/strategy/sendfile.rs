@@ -1,7 +1,8 @@
 //! `sendfile`: `sendfile()` from the file to the socket; the kernel attaches page-cache pages to
 //! the socket without a copy through user space.
 
-use super::{file_range, Recycler, SendPath};
+use super::{file_range, SendPath};
+use crate::buffer::BufPool;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
@@ -14,7 +15,7 @@ pub struct Sendfile {
     sock: TcpStream,
     file: Arc<File>,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl Sendfile {
@@ -23,7 +24,7 @@ impl Sendfile {
             sock,
             file,
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `serialize`: the message's fields copied into one contiguous buffer, then `send()`: the
 //! two-copy baseline (one copy in user space, one into the socket).
 
-use super::{fields, send_all, Recycler, SendPath};
+use super::{fields, send_all, SendPath};
+use crate::buffer::BufPool;
 use crate::{Buf, Msg, Result, SendStats};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -11,7 +12,7 @@ pub struct Serialize {
     sock: TcpStream,
     stats: SendStats,
     staging: Vec<u8>,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl Serialize {
@@ -20,7 +21,7 @@ impl Serialize {
             sock,
             stats: SendStats::default(),
             staging: Vec::new(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         }
     }
 }
@@ -39,7 +40,7 @@ impl SendPath for Serialize {
         send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
         self.stats.sends += 1;
         self.stats.bytes += self.staging.len() as u64;
-        self.bufs.give_back(f);
+        self.bufs.put_all(f);
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! `splice`: file to pipe, pipe to socket, with `splice()`; page references move through the
 //! pipe without a copy. The pipe size is settable (default 1 MiB, or what the kernel grants).
 
-use super::{file_range, Recycler, SendPath};
+use super::{file_range, SendPath};
+use crate::buffer::BufPool;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
@@ -60,7 +61,7 @@ pub struct Splice {
     file: Arc<File>,
     pipe: Pipe,
     stats: SendStats,
-    bufs: Recycler,
+    bufs: BufPool,
 }
 
 impl Splice {
@@ -70,7 +71,7 @@ impl Splice {
             file,
             pipe: Pipe::new(pipe_size)?,
             stats: SendStats::default(),
-            bufs: Recycler::default(),
+            bufs: BufPool::new(),
         })
     }
 }
