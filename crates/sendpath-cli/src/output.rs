@@ -69,11 +69,6 @@ fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.6}"))
 }
 
-fn median_of(row: &Row, f: fn(&crate::results::Repeat) -> Option<f64>) -> Option<f64> {
-    let v: Vec<f64> = row.repeats.iter().filter_map(f).collect();
-    (!v.is_empty()).then(|| crate::results::Spread::of(&v).median)
-}
-
 /// Writes the CSV file.
 pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
     let mut w = csv::Writer::from_writer(open_out(path)?);
@@ -95,12 +90,12 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             format!("{:.6}", row.throughput_gbps.min),
             format!("{:.6}", row.throughput_gbps.max),
             format!("{:.3}", row.messages_per_s.median),
-            opt(median_of(row, |r| Some(r.msg_time_us))),
+            opt(row.median_of(|r| Some(r.msg_time_us))),
             format!("{:.6}", row.cpu_ns_per_byte.process),
             format!("{:.6}", row.cpu_ns_per_byte.system),
-            opt(median_of(row, |r| r.est_cycles_per_byte)),
-            opt(median_of(row, |r| r.hw_cycles_per_byte)),
-            opt(median_of(row, |r| r.hw_llc_misses_per_byte)),
+            opt(row.median_of(|r| r.est_cycles_per_byte)),
+            opt(row.median_of(|r| r.hw_cycles_per_byte)),
+            opt(row.median_of(|r| r.hw_llc_misses_per_byte)),
             row.zerocopy.attempts.to_string(),
             opt(row.zerocopy.copied_fraction),
             f.enobufs.to_string(),

@@ -236,6 +236,12 @@ pub struct Row {
 }
 
 impl Row {
+    /// The median over repeats of a per-repeat value; `None` when no repeat has it.
+    pub fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
+        let v: Vec<f64> = self.repeats.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| Spread::of(&v).median)
+    }
+
     /// Fills the summary fields from `repeats` and adds the spread warning.
     pub fn summarise(&mut self) {
         let col = |f: fn(&Repeat) -> f64| -> Vec<f64> { self.repeats.iter().map(f).collect() };

@@ -213,7 +213,7 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         pb.inc(1);
     }
     pb.finish_and_clear();
-    report::write(&dir, &rec.results)?;
+    let a = report::write(&dir, &rec.results)?;
     println!(
         "wrote {}/results.json, results.csv, summary.md, report.html",
         dir.display()
@@ -221,7 +221,6 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
     if INTERRUPTED.load(Ordering::Relaxed) {
         eprintln!("continue with: sendpath sweep --resume {}", dir.display());
     } else {
-        let a = report::analysis::analyse(&rec.results);
         if let Some(n) = &a.copied_notice {
             println!("\nRead this first: {n}");
         }

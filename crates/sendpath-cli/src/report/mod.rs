@@ -167,13 +167,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
             x.threads.to_string(),
             format!("{:.3} [{:.3}..{:.3}]", t.median, t.min, t.max),
             format!("{:.0}", x.messages_per_s.median),
-            format!(
-                "{:.2}",
-                crate::results::Spread::of(
-                    &x.repeats.iter().map(|r| r.msg_time_us).collect::<Vec<_>>()
-                )
-                .median
-            ),
+            format!("{:.2}", x.median_of(|r| Some(r.msg_time_us)).unwrap_or(0.0)),
             format!("{:.3}", x.cpu_ns_per_byte.process),
             format!("{:.3}", x.cpu_ns_per_byte.system),
             x.zerocopy
@@ -271,36 +265,45 @@ fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<
     out
 }
 
+/// A chart of one value against message size (log axis), captioned with the connection count.
+fn size_chart(
+    what: &str,
+    y_desc: &str,
+    threads: usize,
+    series: &[Series],
+) -> anyhow::Result<(String, String)> {
+    let title = format!("{what}, {threads} connection(s)");
+    let svg = line_chart(
+        &title,
+        "message size (bytes, log scale)",
+        y_desc,
+        true,
+        series,
+    )?;
+    Ok((
+        format!("{what} vs message size, {threads} connection(s)"),
+        svg,
+    ))
+}
+
 fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     let threads: BTreeSet<usize> = stream_rows(r).map(|x| x.threads).collect();
     let sizes: BTreeSet<usize> = stream_rows(r).map(|x| x.size_bytes).collect();
     let mut out = Vec::new();
     for &t in &threads {
         let s = by_size(r, t, |x| Some(x.throughput_gbps.median));
-        out.push((
-            format!("Throughput vs message size, {t} connection(s)"),
-            line_chart(
-                &format!("Throughput, {t} connection(s)"),
-                "message size (bytes, log scale)",
-                "throughput (Gbit/s)",
-                true,
-                &s,
-            )?,
-        ));
+        out.push(size_chart("Throughput", "throughput (Gbit/s)", t, &s)?);
     }
     if threads.len() > 1 {
+        let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
         for &size in &sizes {
-            let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
             let mut series = Vec::new();
-            for p in paths {
+            for &p in &paths {
                 let mut pts: Vec<(f64, f64)> = stream_rows(r)
                     .filter(|x| x.strategy == p && x.size_bytes == size)
-                    .map(|x| {
-                        let m = crate::results::Spread::of(
-                            &x.repeats.iter().map(|r| r.msg_time_us).collect::<Vec<_>>(),
-                        )
-                        .median;
-                        (x.threads as f64, m)
+                    .filter_map(|x| {
+                        x.median_of(|r| Some(r.msg_time_us))
+                            .map(|m| (x.threads as f64, m))
                     })
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -326,59 +329,36 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     }
     for &t in &threads {
         let p = by_size(r, t, |x| Some(x.cpu_ns_per_byte.process));
-        out.push((
-            format!("Process CPU per byte vs size, {t} connection(s)"),
-            line_chart(
-                &format!("Process CPU per byte, {t} connection(s)"),
-                "message size (bytes, log scale)",
-                "CPU (ns per byte)",
-                true,
-                &p,
-            )?,
-        ));
+        out.push(size_chart(
+            "Process CPU per byte",
+            "CPU (ns per byte)",
+            t,
+            &p,
+        )?);
         let s = by_size(r, t, |x| Some(x.cpu_ns_per_byte.system));
-        out.push((
-            format!("System-wide CPU per byte vs size, {t} connection(s)"),
-            line_chart(
-                &format!("System-wide CPU per byte, {t} connection(s)"),
-                "message size (bytes, log scale)",
-                "CPU (ns per byte)",
-                true,
-                &s,
-            )?,
-        ));
-        let llc = by_size(r, t, |x| {
-            let v: Vec<f64> = x
-                .repeats
-                .iter()
-                .filter_map(|r| r.hw_llc_misses_per_byte)
-                .collect();
-            (!v.is_empty()).then(|| crate::results::Spread::of(&v).median)
-        });
+        out.push(size_chart(
+            "System-wide CPU per byte",
+            "CPU (ns per byte)",
+            t,
+            &s,
+        )?);
+        let llc = by_size(r, t, |x| x.median_of(|r| r.hw_llc_misses_per_byte));
         if !llc.is_empty() {
-            out.push((
-                format!("LLC misses per byte, {t} connection(s)"),
-                line_chart(
-                    &format!("LLC misses per byte, {t} connection(s)"),
-                    "message size (bytes, log scale)",
-                    "LLC misses per byte",
-                    true,
-                    &llc,
-                )?,
-            ));
+            out.push(size_chart(
+                "LLC misses per byte",
+                "LLC misses per byte",
+                t,
+                &llc,
+            )?);
         }
         let copied = by_size(r, t, |x| x.zerocopy.copied_fraction);
         if !copied.is_empty() {
-            out.push((
-                format!("Copied fraction of zero-copy sends, {t} connection(s)"),
-                line_chart(
-                    &format!("Zero-copy sends the kernel copied, {t} connection(s)"),
-                    "message size (bytes, log scale)",
-                    "copied fraction (0..1)",
-                    true,
-                    &copied,
-                )?,
-            ));
+            out.push(size_chart(
+                "Zero-copy sends the kernel copied",
+                "copied fraction (0..1)",
+                t,
+                &copied,
+            )?);
         }
     }
     Ok(out)
@@ -414,14 +394,13 @@ fn hw_line(r: &Results) -> String {
 }
 
 /// `summary.md`.
-pub fn markdown(r: &Results) -> String {
-    let a = analyse(r);
+pub fn markdown(r: &Results, a: &Analysis) -> String {
     let mut s = String::from("# sendpath results\n\n");
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(s, "> **Read this first.** {n}\n");
     }
     let _ = writeln!(s, "{}\n\n{}\n", environment_line(r), hw_line(r));
-    for t in tables(r, &a) {
+    for t in tables(r, a) {
         s.push_str(&t.md());
     }
     let warnings: Vec<String> = r
@@ -440,8 +419,7 @@ pub fn markdown(r: &Results) -> String {
 }
 
 /// `report.html`: self-contained, plots as inline SVG.
-pub fn html(r: &Results) -> anyhow::Result<String> {
-    let a = analyse(r);
+pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     let mut s = String::from(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath report</title>\n<style>\
          body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
@@ -464,7 +442,7 @@ pub fn html(r: &Results) -> anyhow::Result<String> {
         esc(&environment_line(r)),
         esc(&hw_line(r))
     );
-    let ts = tables(r, &a);
+    let ts = tables(r, a);
     let (results_table, rest) = ts
         .split_last()
         .expect("tables always has the results table");
@@ -492,14 +470,16 @@ pub fn html(r: &Results) -> anyhow::Result<String> {
 
 /// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is
 /// written, and each is written beside and renamed, so a failure leaves earlier files intact.
-pub fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
-    let md = markdown(r);
-    let page = html(r)?;
+/// Returns the analysis the files were written with.
+pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
+    let a = analyse(r);
+    let md = markdown(r, &a);
+    let page = html(r, &a)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, text) in [("summary.md", md), ("report.html", page)] {
         let tmp = dir.join(format!(".{name}.partial"));
         std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, dir.join(name))?;
     }
-    Ok(())
+    Ok(a)
 }
