@@ -1,16 +1,10 @@
 //! The real binary, run as a user would.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{fails_with, sendpath, stderr_of};
 use serde_json::Value;
 use std::time::Duration;
-
-fn sendpath() -> Command {
-    Command::cargo_bin("sendpath").unwrap()
-}
-
-fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
-}
 
 #[test]
 fn probe_json_has_the_documented_keys() {
@@ -53,42 +47,24 @@ fn probe_table_prints_predictions() {
 
 #[test]
 fn bad_flags_and_subcommands_fail_clearly() {
-    let a = sendpath().args(["probe", "--bogus"]).assert().failure();
-    assert!(stderr_of(&a).contains("--bogus"));
-    let a = sendpath().arg("frobnicate").assert().failure();
-    assert!(stderr_of(&a).contains("frobnicate"));
-    let a = sendpath()
-        .args(["stream", "--size", "4Q"])
-        .assert()
-        .failure();
-    let e = stderr_of(&a);
-    assert!(
-        e.contains("--size") && e.contains("unknown size unit"),
-        "{e}"
+    fails_with(&["probe", "--bogus"], &["--bogus"]);
+    fails_with(&["frobnicate"], &["frobnicate"]);
+    fails_with(
+        &["stream", "--size", "4Q"],
+        &["--size", "unknown size unit"],
     );
-    let a = sendpath()
-        .args(["stream", "--duration", "0"])
-        .assert()
-        .failure();
-    let e = stderr_of(&a);
-    assert!(
-        e.contains("--duration") && e.contains("longer than zero"),
-        "{e}"
+    fails_with(
+        &["stream", "--duration", "0"],
+        &["--duration", "longer than zero"],
     );
-    let a = sendpath()
-        .args(["stream", "--strategy", "zerocopy"])
-        .assert()
-        .failure();
-    let e = stderr_of(&a);
-    assert!(
-        e.contains("--strategy") && e.contains("msg-zerocopy"),
-        "{e}"
+    fails_with(
+        &["stream", "--strategy", "zerocopy"],
+        &["--strategy", "msg-zerocopy"],
     );
-    let a = sendpath()
-        .args(["rr", "--recv", "discard", "-t", "0.1"])
-        .assert()
-        .failure();
-    assert!(stderr_of(&a).contains("--recv discard"));
+    fails_with(
+        &["rr", "--recv", "discard", "-t", "0.1"],
+        &["--recv discard"],
+    );
 }
 
 #[test]

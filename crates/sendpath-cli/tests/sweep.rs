@@ -1,18 +1,12 @@
 //! Sweeps, presets, `report`, and the HTML report in headless Chromium.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{fails_with, sendpath, stderr_of};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
-
-fn sendpath() -> Command {
-    Command::cargo_bin("sendpath").unwrap()
-}
-
-fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
-}
 
 fn rows(dir: &Path) -> Vec<Value> {
     let v: Value =
@@ -40,14 +34,9 @@ fn list_presets_names_every_preset() {
 
 #[test]
 fn unknown_preset_is_a_clear_error() {
-    let a = sendpath()
-        .args(["sweep", "--preset", "pa03"])
-        .assert()
-        .failure();
-    let e = stderr_of(&a);
-    assert!(
-        e.contains("unknown preset `pa03`") && e.contains("pa02"),
-        "{e}"
+    fails_with(
+        &["sweep", "--preset", "pa03"],
+        &["unknown preset `pa03`", "pa02"],
     );
 }
 
