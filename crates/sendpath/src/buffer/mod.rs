@@ -7,6 +7,14 @@
 
 use crate::sys::mem::PageBuf;
 
+/// The byte that every buffer handed out by [`BufPool::take`] and [`Buf::pages`] is filled with
+/// when it is created or grown. Untouched anonymous memory (`vec![0; n]` above the allocator's
+/// mmap threshold, or fresh pages) is backed by the kernel's shared zero page until written, so a
+/// send from it would copy one hot 4 KiB page over and over instead of the message. Writing every
+/// byte once gives each buffer pages of its own; a caller that fills the buffer (with a message,
+/// or the verification pattern) overwrites it.
+pub const FILL: u8 = 0x5A;
+
 /// An owned, heap-allocated send buffer. Moving a `Buf` never moves its bytes, so the kernel can
 /// keep referencing them while the `Buf` value is owned by a send path.
 pub struct Buf {
@@ -38,7 +46,8 @@ impl Default for Buf {
 }
 
 impl Buf {
-    /// A zeroed heap buffer of `len` bytes.
+    /// A zeroed heap buffer of `len` bytes. Large ones may be backed by the kernel's shared zero
+    /// page until written: fill it before sending, or use [`Buf::filled`].
     pub fn zeroed(len: usize) -> Buf {
         Buf {
             data: Storage::Heap(vec![0; len]),
@@ -46,11 +55,23 @@ impl Buf {
         }
     }
 
-    /// A zeroed buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the
-    /// pages can be given away to the kernel and unmapped instead of being reused).
+    /// A heap buffer of `len` bytes, every one written with `byte` (so its pages are the
+    /// process's own, never the shared zero page).
+    pub fn filled(len: usize, byte: u8) -> Buf {
+        Buf {
+            data: Storage::Heap(vec![byte; len]),
+            fixed: None,
+        }
+    }
+
+    /// A buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the pages can
+    /// be given away to the kernel and unmapped instead of being reused), every byte written
+    /// with [`FILL`].
     pub fn pages(len: usize) -> std::io::Result<Buf> {
+        let mut p = PageBuf::new(len)?;
+        p.as_mut_slice().fill(FILL);
         Ok(Buf {
-            data: Storage::Pages(PageBuf::new(len)?),
+            data: Storage::Pages(p),
             fixed: None,
         })
     }
@@ -76,23 +97,21 @@ impl Buf {
         self.len() == 0
     }
 
-    /// Sets the length, zero-filling new bytes. Keeps the allocation (and any registration) when
-    /// shrinking or growing within capacity.
+    /// Sets the length, writing [`FILL`] into new bytes. Keeps the allocation (and any
+    /// registration) when shrinking or growing within capacity.
     pub fn resize(&mut self, len: usize) {
         match &mut self.data {
             Storage::Heap(v) => {
                 if len > v.capacity() {
                     self.fixed = None;
                 }
-                v.resize(len, 0);
+                v.resize(len, FILL);
             }
             Storage::Pages(p) => {
                 if len != p.len() {
                     // Pages are never recycled (see vmsplice); a new size gets new pages, and
                     // heap memory if the mapping fails.
-                    self.data = PageBuf::new(len)
-                        .map(Storage::Pages)
-                        .unwrap_or_else(|_| Storage::Heap(vec![0; len]));
+                    *self = Buf::pages(len).unwrap_or_else(|_| Buf::filled(len, FILL));
                 }
             }
         }
@@ -151,7 +170,8 @@ impl BufPool {
         BufPool::default()
     }
 
-    /// A buffer of exactly `len` bytes: a recycled one if any, otherwise a new zeroed one.
+    /// A buffer of exactly `len` bytes: a recycled one if any, otherwise a new one. Every byte
+    /// of it has been written (by an earlier message, or with [`FILL`]).
     pub fn take(&mut self, len: usize) -> Buf {
         match self.free.pop() {
             Some(mut b) => {
@@ -160,7 +180,7 @@ impl BufPool {
             }
             None => {
                 self.allocated += 1;
-                Buf::zeroed(len)
+                Buf::filled(len, FILL)
             }
         }
     }
@@ -178,5 +198,29 @@ impl BufPool {
     /// Number of buffers ready for reuse.
     pub fn free_len(&self) -> usize {
         self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_buffer_handed_out_was_written() {
+        // A shared zero page reads as 0; FILL proves the bytes were written by the process.
+        let mut pool = BufPool::new();
+        let b = pool.take(1 << 20);
+        assert!(b.as_slice().iter().all(|&x| x == FILL));
+        let mut small = pool.take(16);
+        small.as_mut_slice().fill(1);
+        pool.put(small);
+        let grown = pool.take(1 << 20);
+        assert_eq!(grown.len(), 1 << 20);
+        assert!(grown.as_slice()[16..].iter().all(|&x| x == FILL));
+        let p = Buf::pages(3 * 4096 + 5).unwrap();
+        assert!(p.as_slice().iter().all(|&x| x == FILL));
+        let mut p = p;
+        p.resize(100);
+        assert!(p.as_slice().iter().all(|&x| x == FILL));
     }
 }

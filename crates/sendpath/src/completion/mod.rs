@@ -3,7 +3,11 @@
 //! what to count. Unit-tested on simulated notifications.
 
 mod chain;
+mod held;
+mod send_zc;
 mod zerocopy;
 
 pub use chain::{settle_chain, ChainEntry, Settled};
+pub use held::{HeldMessages, HeldRelease};
+pub use send_zc::{NotifOutcome, SendZcLedger};
 pub use zerocopy::{ZcNotification, ZcTracker};

@@ -309,15 +309,17 @@ fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result
 }
 
 /// `sendmsg()` with `flags` until every byte of `bufs` is on the socket. Returns the number of
-/// calls that sent something (each `MSG_ZEROCOPY` call that does gets one completion id). An
-/// `ENOBUFS` after part of the message went zero-copy finishes the message by copy, counted as
-/// an `enobufs` fallback; before any byte went, it is returned to the caller to decide.
+/// calls that sent something (each `MSG_ZEROCOPY` call that does consumes one completion id)
+/// together with the outcome: on an error the count still says how many ids the message
+/// consumed, so the caller can hold its buffers until they are reported. An `ENOBUFS` after part
+/// of the message went zero-copy finishes the message by copy, counted as an `enobufs` fallback;
+/// before any byte went, it is returned to the caller to decide.
 fn sendmsg_all(
     fd: BorrowedFd<'_>,
     bufs: &[&[u8]],
     flags: i32,
     stats: &mut SendStats,
-) -> io::Result<u32> {
+) -> (u32, io::Result<()>) {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let mut done = 0usize;
     let mut calls = 0;
@@ -337,12 +339,12 @@ fn sendmsg_all(
             Err(e) if calls > 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
                 stats.fallbacks.enobufs += 1;
                 let left: Vec<&[u8]> = rest(bufs, done).collect();
-                return sendmsg_all(fd, &left, 0, stats).map(|_| calls);
+                return (calls, sendmsg_all(fd, &left, 0, stats).1);
             }
-            Err(e) => return Err(e),
+            Err(e) => return (calls, Err(e)),
         }
     }
-    Ok(calls)
+    (calls, Ok(()))
 }
 
 /// The parts of `bufs` after the first `skip` bytes.

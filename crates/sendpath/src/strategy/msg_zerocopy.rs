@@ -2,22 +2,18 @@
 //! instead of copying them and reports, on the socket's error queue, when it is done with them
 //! and whether it had to copy after all (always, for a receiver on the same host).
 //!
-//! Buffers stay owned by this path until their completion id is reported; only then do they go
+//! Buffers stay owned by this path until every completion id their message consumed is reported
+//! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
 use super::{fields, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
-use crate::completion::{ZcNotification, ZcTracker};
+use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
-
-struct Held {
-    bufs: Vec<Buf>,
-    ids_left: u32,
-}
 
 /// The MSG_ZEROCOPY path.
 pub struct MsgZerocopy {
@@ -26,9 +22,7 @@ pub struct MsgZerocopy {
     limits: InflightLimits,
     supported: bool,
     note: Option<String>,
-    tracker: ZcTracker<usize>,
-    held: Vec<Option<Held>>,
-    free_held: Vec<usize>,
+    held: HeldMessages<Vec<Buf>>,
     pool: BufPool,
     origin: Instant,
     scratch: Vec<ZcNotification>,
@@ -51,9 +45,7 @@ impl MsgZerocopy {
             limits,
             supported,
             note,
-            tracker: ZcTracker::new(),
-            held: Vec::new(),
-            free_held: Vec::new(),
+            held: HeldMessages::new(),
             pool: BufPool::new(),
             origin: Instant::now(),
             scratch: Vec::new(),
@@ -71,71 +63,41 @@ impl MsgZerocopy {
             .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         let now = super::now_ns(self.origin);
         for n in std::mem::take(&mut self.scratch) {
-            let r = self.tracker.on_notification(n, now);
+            let r = self.held.on_notification(n, now);
             self.stats.notifications += 1;
-            self.stats.zc_completions += r.tokens.len() as u64;
+            self.stats.zc_completions += r.completions;
             self.stats.zc_copied += r.copied;
             self.stats.unexpected_completions += r.unexpected;
             for l in r.latencies_ns {
                 self.stats.completion_latency_ns.saturating_record(l);
             }
-            for t in r.tokens {
-                self.release(t);
+            for bufs in r.freed {
+                self.pool.put_all(bufs);
             }
         }
         Ok(())
-    }
-
-    fn release(&mut self, token: usize) {
-        let h = self.held[token]
-            .as_mut()
-            .expect("completion for a held message");
-        h.ids_left -= 1;
-        if h.ids_left == 0 {
-            let h = self.held[token].take().expect("held message");
-            self.free_held.push(token);
-            self.pool.put_all(h.bufs);
-        }
-    }
-
-    fn hold(&mut self, bufs: Vec<Buf>, ids: u32) -> usize {
-        let h = Some(Held {
-            bufs,
-            ids_left: ids,
-        });
-        match self.free_held.pop() {
-            Some(i) => {
-                self.held[i] = h;
-                i
-            }
-            None => {
-                self.held.push(h);
-                self.held.len() - 1
-            }
-        }
     }
 
     /// Sends by copy (`sendmsg` without `MSG_ZEROCOPY`); the buffers are free at once.
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-        sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats).map_err(Error::sys("sendmsg"))?;
+        let (_, sent) = sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats);
         self.pool.put_all(f);
+        sent.map_err(Error::sys("sendmsg"))?;
         Ok(())
     }
 
     fn drain(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        while self.tracker.outstanding() > 0 && Instant::now() < deadline {
+        while self.held.outstanding() > 0 && Instant::now() < deadline {
             if self.reap(10).is_err() {
                 break;
             }
         }
-        for t in self.tracker.abandon() {
+        for bufs in self.held.abandon() {
             // The kernel may still read these pages: never reuse or free them.
-            if let Some(h) = self.held[t].take() {
-                self.stats.leaked_buffers += h.bufs.len() as u64;
-                std::mem::forget(h.bufs);
-            }
+            self.stats.leaked_buffers += bufs.len() as u64;
+            std::mem::forget(bufs);
         }
     }
 }
@@ -150,7 +112,7 @@ impl SendPath for MsgZerocopy {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        let f = fields(self.name(), msg)?;
+        let mut f = fields(self.name(), msg)?;
         let len: usize = f.iter().map(Buf::len).sum();
         let mut reaped = false;
         let mut enobufs_retries = 0;
@@ -158,28 +120,30 @@ impl SendPath for MsgZerocopy {
             let decision = policy::admit(
                 self.supported,
                 self.limits,
-                self.tracker.outstanding(),
-                self.tracker.outstanding_bytes(),
+                self.held.outstanding(),
+                self.held.outstanding_bytes(),
                 len,
                 reaped,
             );
             match decision {
                 ZcDecision::ZeroCopy => {
                     let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-                    let sent =
+                    let (calls, sent) =
                         sendmsg_all(self.sock.as_fd(), &iov, libc::MSG_ZEROCOPY, &mut self.stats);
-                    match sent {
-                        Ok(calls) => {
-                            self.stats.zc_attempts += calls as u64;
-                            let now = super::now_ns(self.origin);
-                            let token = self.hold(f, calls);
-                            for k in 0..calls {
-                                self.tracker
-                                    .on_send(token, if k == 0 { len } else { 0 }, now);
-                            }
+                    drop(iov);
+                    self.stats.zc_attempts += calls as u64;
+                    // Whatever `sent` says, the ids the calls consumed are the kernel's to
+                    // report: the buffers are held until they are (or come back if none).
+                    let now = super::now_ns(self.origin);
+                    let back = self.held.sent(f, calls, len, now);
+                    match (sent, back) {
+                        (Ok(()), back) => {
+                            self.pool.put_all(back.into_iter().flatten());
                             break;
                         }
-                        Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        // ENOBUFS before any byte went: nothing is held, decide what to do.
+                        (Err(e), Some(back)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                            f = back;
                             match policy::on_enobufs(enobufs_retries) {
                                 ZcDecision::Copy(r) => {
                                     self.stats.fallbacks.count(r);
@@ -192,7 +156,10 @@ impl SendPath for MsgZerocopy {
                                 }
                             }
                         }
-                        Err(e) => return Err(Error::sys("sendmsg(MSG_ZEROCOPY)")(e)),
+                        (Err(e), back) => {
+                            self.pool.put_all(back.into_iter().flatten());
+                            return Err(Error::sys("sendmsg(MSG_ZEROCOPY)")(e));
+                        }
                     }
                 }
                 ZcDecision::ReapThenRetry => {
@@ -217,7 +184,7 @@ impl SendPath for MsgZerocopy {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        if self.pool.free_len() == 0 && self.tracker.outstanding() > 0 {
+        if self.pool.free_len() == 0 && self.held.outstanding() > 0 {
             // Completions usually wait on the error queue by now; reading them keeps the pool
             // from growing. An error here resurfaces on the next send.
             let _ = self.reap(0);
@@ -236,7 +203,7 @@ impl SendPath for MsgZerocopy {
 
 impl Drop for MsgZerocopy {
     fn drop(&mut self) {
-        if self.tracker.outstanding() > 0 {
+        if self.held.outstanding() > 0 {
             self.drain(Duration::from_secs(2));
         }
     }

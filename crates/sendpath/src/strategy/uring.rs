@@ -9,7 +9,7 @@
 
 use super::{fields, SendPath};
 use crate::buffer::BufPool;
-use crate::completion::{settle_chain, ChainEntry};
+use crate::completion::{settle_chain, ChainEntry, NotifOutcome, SendZcLedger};
 use crate::policy::{self, FallbackReason, InflightLimits, ZcDecision};
 use crate::sys::uring::{Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
 use crate::{Buf, Error, Msg, Options, Result, SendStats};
@@ -40,9 +40,8 @@ pub(super) struct UringEngine {
     /// Zero-copy sends in `queue`, and their bytes.
     queued_zc: usize,
     queued_zc_bytes: usize,
-    /// Slots whose notification is still due, and their bytes.
-    awaiting_notif: HashMap<u32, usize>,
-    awaiting_bytes: usize,
+    /// SEND_ZC requests in flight, per request, until their notification.
+    ledger: SendZcLedger,
     pool: BufPool,
     stats: SendStats,
     cqes: Vec<Cqe>,
@@ -87,8 +86,7 @@ impl UringEngine {
             queue: Vec::with_capacity(depth),
             queued_zc: 0,
             queued_zc_bytes: 0,
-            awaiting_notif: HashMap::new(),
-            awaiting_bytes: 0,
+            ledger: SendZcLedger::new(),
             pool: BufPool::new(),
             stats,
             cqes: Vec::new(),
@@ -113,25 +111,22 @@ impl UringEngine {
     /// Accounts for the completions in `self.cqes`; returns chain results by slot.
     fn absorb(&mut self, results: &mut HashMap<u32, i32>) {
         for c in self.cqes.drain(..) {
-            if c.notif {
-                if let Some(bytes) = self.awaiting_notif.remove(&c.slot) {
-                    self.awaiting_bytes -= bytes;
-                }
+            let outcome = if c.notif {
                 self.stats.notifications += 1;
-                self.stats.zc_completions += 1;
-                if (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
-                    self.stats.zc_copied += 1;
-                }
-                self.stats.completion_latency_ns.saturating_record(c.age_ns);
+                let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
+                Some(self.ledger.on_notification(c.req, copied))
             } else {
                 results.insert(c.slot, c.res);
-                if c.more {
-                    // A notification follows (even after a failed request).
-                    let len = self.ring.slot_len(c.slot);
-                    if self.awaiting_notif.insert(c.slot, len).is_none() {
-                        self.awaiting_bytes += len;
-                    }
+                self.ledger.on_result(c.req, c.res, c.more)
+            };
+            match outcome {
+                Some(NotifOutcome::Completion { copied }) => {
+                    self.stats.zc_completions += 1;
+                    self.stats.zc_copied += u64::from(copied);
+                    self.stats.completion_latency_ns.saturating_record(c.age_ns);
                 }
+                Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
+                Some(NotifOutcome::NoData) | None => {}
             }
             if let Some(b) = c.released {
                 self.pool.put(b);
@@ -161,10 +156,13 @@ impl UringEngine {
                 self.stats.zc_attempts += 1;
             }
             let op = self.op(zc);
-            let slot = self
+            let (slot, req) = self
                 .ring
                 .push(self.sock.as_fd(), buf, 0..len, op, i + 1 < n)
                 .map_err(Error::sys("io_uring_enter"))?;
+            if op != Op::Send {
+                self.ledger.submitted(req, len);
+            }
             chain.push(ChainEntry {
                 slot,
                 start: 0,
@@ -207,15 +205,14 @@ impl UringEngine {
                 if e.zc {
                     self.stats.zc_attempts += 1;
                 }
-                self.ring
-                    .push_slot(
-                        self.sock.as_fd(),
-                        e.slot,
-                        e.start..e.end,
-                        self.op(e.zc),
-                        i + 1 < n,
-                    )
+                let op = self.op(e.zc);
+                let req = self
+                    .ring
+                    .push_slot(self.sock.as_fd(), e.slot, e.start..e.end, op, i + 1 < n)
                     .map_err(Error::sys("io_uring_enter"))?;
+                if op != Op::Send {
+                    self.ledger.submitted(req, e.end - e.start);
+                }
             }
         }
     }
@@ -246,8 +243,8 @@ impl SendPath for UringEngine {
                         let d = policy::admit(
                             true,
                             z.limits,
-                            self.awaiting_notif.len() + self.queued_zc,
-                            self.awaiting_bytes + self.queued_zc_bytes,
+                            self.ledger.inflight() + self.queued_zc,
+                            self.ledger.inflight_bytes() + self.queued_zc_bytes,
                             b.len(),
                             reaped,
                         );
@@ -296,7 +293,7 @@ impl SendPath for UringEngine {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        if self.pool.free_len() == 0 && !self.awaiting_notif.is_empty() {
+        if self.pool.free_len() == 0 && self.ledger.inflight() > 0 {
             self.reap_ready();
         }
         self.pool.take(len)

@@ -102,7 +102,7 @@ impl SendPath for Vmsplice {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        Buf::pages(len).unwrap_or_else(|_| Buf::zeroed(len))
+        Buf::pages(len).unwrap_or_else(|_| Buf::filled(len, crate::buffer::FILL))
     }
 
     fn stats(&self) -> &SendStats {

@@ -45,6 +45,9 @@ pub struct OpSupport {
 pub struct Cqe {
     /// The ring slot (one per buffer handed in).
     pub slot: u32,
+    /// The request this completion belongs to (as returned by [`SendRing::push_slot`]); a
+    /// buffer can carry several requests (a short send's remainder is a new one).
+    pub req: u64,
     /// `true` for a SEND_ZC notification (`IORING_CQE_F_NOTIF`), `false` for a request result.
     pub notif: bool,
     /// The CQE's `res`: bytes sent or `-errno` for a result; usage bits for a notification.
@@ -71,6 +74,8 @@ pub struct SendRing {
     free: Vec<u32>,
     /// Registered-buffer table: (address, length) per index, when one was registered.
     fixed: Option<Vec<(usize, usize)>>,
+    /// Requests pushed so far: the high half of each request id.
+    requests: u32,
 }
 
 impl SendRing {
@@ -83,6 +88,7 @@ impl SendRing {
             slots: Vec::new(),
             free: Vec::new(),
             fixed: None,
+            requests: 0,
         })
     }
 
@@ -143,7 +149,7 @@ impl SendRing {
 
     /// Hands `buf` to the ring and queues one send of `buf[range]` on `fd`. With `link`, the
     /// next SQE pushed runs only after this one completes in full (`IOSQE_IO_LINK`); a chain is
-    /// how sends on one stream socket keep their order. Returns the slot.
+    /// how sends on one stream socket keep their order. Returns the slot and the request id.
     pub fn push(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -151,7 +157,7 @@ impl SendRing {
         range: std::ops::Range<usize>,
         op: Op,
         link: bool,
-    ) -> io::Result<u32> {
+    ) -> io::Result<(u32, u64)> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -164,12 +170,13 @@ impl SendRing {
             pending: 0,
             pushed_at: Instant::now(),
         });
-        self.push_slot(fd, slot, range, op, link)?;
-        Ok(slot)
+        let req = self.push_slot(fd, slot, range, op, link)?;
+        Ok((slot, req))
     }
 
     /// Queues another send from a buffer the ring already holds (the rest of a short send, or
-    /// a retry after `ECANCELED`/`ENOMEM`).
+    /// a retry after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of
+    /// this request carry in [`Cqe::req`].
     pub fn push_slot(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -177,7 +184,7 @@ impl SendRing {
         range: std::ops::Range<usize>,
         op: Op,
         link: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<u64> {
         let s = self.slots[slot as usize]
             .as_mut()
             .expect("push_slot on a live slot");
@@ -206,7 +213,9 @@ impl SendRing {
                     .build()
             }
         };
-        let entry = entry.user_data(slot as u64);
+        self.requests = self.requests.wrapping_add(1);
+        let req = (u64::from(self.requests) << 32) | u64::from(slot);
+        let entry = entry.user_data(req);
         let entry = if link {
             entry.flags(squeue::Flags::IO_LINK)
         } else {
@@ -220,7 +229,7 @@ impl SendRing {
             // stopped reading the memory. Moving the `Buf` value does not move its heap bytes.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
-                return Ok(());
+                return Ok(req);
             }
             self.ring.submit()?;
         }
@@ -246,7 +255,8 @@ impl SendRing {
     pub fn reap(&mut self, out: &mut Vec<Cqe>) {
         let now = Instant::now();
         for cqe in self.ring.completion() {
-            let slot = cqe.user_data() as u32;
+            let req = cqe.user_data();
+            let slot = req as u32;
             let flags = cqe.flags();
             let notif = cqueue::notif(flags);
             let more = !notif && cqueue::more(flags);
@@ -266,6 +276,7 @@ impl SendRing {
             };
             out.push(Cqe {
                 slot,
+                req,
                 notif,
                 res: cqe.result(),
                 more,

@@ -1,0 +1,206 @@
+//! Messages whose memory the kernel may still read, held until every MSG_ZEROCOPY completion id
+//! they consumed is reported.
+//!
+//! One message can take several `sendmsg` calls (short sends), and each call that sent bytes
+//! consumed one completion id. Whatever happens next (the message finishes, a later call fails,
+//! the connection resets) those ids stay consumed: the kernel will report them, and until it does
+//! it may still read the pages. So a message is held from its first successful call until its
+//! last id is back, on every path, success or error; and the ids it consumed are always entered
+//! in the tracker, so later messages keep their ids in step with the kernel's.
+
+use super::zerocopy::{ZcNotification, ZcTracker};
+
+struct Held<B> {
+    item: B,
+    ids_left: u32,
+}
+
+/// What one notification did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HeldRelease<B> {
+    /// Messages whose last id is now reported: free to reuse.
+    pub freed: Vec<B>,
+    /// Ids (sends) the range completed.
+    pub completions: u64,
+    /// Of those, how many the range reported as copied (per range bit: approximate).
+    pub copied: u64,
+    /// Ids that matched no outstanding send.
+    pub unexpected: u64,
+    /// Send-to-notification latency of each completed id, nanoseconds.
+    pub latencies_ns: Vec<u64>,
+}
+
+/// Messages held for their MSG_ZEROCOPY completions. `B` is what a message owns (its buffers).
+pub struct HeldMessages<B> {
+    tracker: ZcTracker<usize>,
+    held: Vec<Option<Held<B>>>,
+    free_slots: Vec<usize>,
+}
+
+impl<B> Default for HeldMessages<B> {
+    fn default() -> Self {
+        HeldMessages::new()
+    }
+}
+
+impl<B> HeldMessages<B> {
+    /// Nothing held; the socket's next zero-copy id is 0.
+    pub fn new() -> HeldMessages<B> {
+        HeldMessages::starting_at(0)
+    }
+
+    /// Nothing held; the socket's next zero-copy id is `first_id` (tests of wrap-around).
+    pub fn starting_at(first_id: u32) -> HeldMessages<B> {
+        HeldMessages {
+            tracker: ZcTracker::starting_at(first_id),
+            held: Vec::new(),
+            free_slots: Vec::new(),
+        }
+    }
+
+    /// Records a message of `bytes` bytes whose `sendmsg(MSG_ZEROCOPY)` calls sent something
+    /// `ids` times, whether or not the message went out whole. With `ids == 0` the kernel holds
+    /// nothing of it and it is handed straight back.
+    pub fn sent(&mut self, item: B, ids: u32, bytes: usize, now_ns: u64) -> Option<B> {
+        if ids == 0 {
+            return Some(item);
+        }
+        let h = Some(Held {
+            item,
+            ids_left: ids,
+        });
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.held[i] = h;
+                i
+            }
+            None => {
+                self.held.push(h);
+                self.held.len() - 1
+            }
+        };
+        for k in 0..ids {
+            self.tracker
+                .on_send(slot, if k == 0 { bytes } else { 0 }, now_ns);
+        }
+        None
+    }
+
+    /// Applies one completion range from the error queue.
+    pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> HeldRelease<B> {
+        let r = self.tracker.on_notification(n, now_ns);
+        let mut out = HeldRelease {
+            freed: Vec::new(),
+            completions: r.tokens.len() as u64,
+            copied: r.copied,
+            unexpected: r.unexpected,
+            latencies_ns: r.latencies_ns,
+        };
+        for slot in r.tokens {
+            let Some(h) = self.held[slot].as_mut() else {
+                continue;
+            };
+            h.ids_left -= 1;
+            if h.ids_left == 0 {
+                if let Some(h) = self.held[slot].take() {
+                    self.free_slots.push(slot);
+                    out.freed.push(h.item);
+                }
+            }
+        }
+        out
+    }
+
+    /// Completion ids not yet reported.
+    pub fn outstanding(&self) -> usize {
+        self.tracker.outstanding()
+    }
+
+    /// Bytes of messages not yet fully reported.
+    pub fn outstanding_bytes(&self) -> usize {
+        self.tracker.outstanding_bytes()
+    }
+
+    /// The id the socket's next zero-copy send will get.
+    pub fn next_id(&self) -> u32 {
+        self.tracker.next_id()
+    }
+
+    /// Gives up on every held message (the drain timed out). The kernel may still read what
+    /// they own: the caller must never reuse or free it.
+    pub fn abandon(&mut self) -> Vec<B> {
+        self.tracker.abandon();
+        self.free_slots.clear();
+        let out = self.held.drain(..).flatten().map(|h| h.item).collect();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(lo: u32, hi: u32, copied: bool) -> ZcNotification {
+        ZcNotification { lo, hi, copied }
+    }
+
+    #[test]
+    fn a_message_cut_short_by_an_error_is_held_until_its_ids_are_back() {
+        // Message "a" took two calls (ids 0 and 1) and then a third call failed: the caller
+        // still records both ids. Its buffers stay held until both are reported.
+        let mut h = HeldMessages::new();
+        assert_eq!(h.sent("a", 2, 300, 0), None);
+        assert_eq!(h.outstanding(), 2);
+        assert_eq!(
+            h.next_id(),
+            2,
+            "the ids the failed message consumed are accounted"
+        );
+        let r = h.on_notification(n(0, 0, true), 10);
+        assert!(r.freed.is_empty(), "one id of two is back: still held");
+        assert_eq!((r.completions, r.copied), (1, 1));
+        // The next message gets id 2, as the kernel numbers it, and is not confused with "a".
+        assert_eq!(h.sent("b", 1, 100, 20), None);
+        let r = h.on_notification(n(2, 2, false), 30);
+        assert_eq!(r.freed, vec!["b"]);
+        assert_eq!(r.unexpected, 0);
+        let r = h.on_notification(n(1, 1, true), 40);
+        assert_eq!(r.freed, vec!["a"]);
+        assert_eq!(h.outstanding(), 0);
+        assert_eq!(h.outstanding_bytes(), 0);
+    }
+
+    #[test]
+    fn a_message_that_sent_nothing_comes_straight_back() {
+        let mut h: HeldMessages<&str> = HeldMessages::new();
+        assert_eq!(h.sent("x", 0, 10, 0), Some("x"));
+        assert_eq!(h.outstanding(), 0);
+        assert_eq!(h.next_id(), 0);
+    }
+
+    #[test]
+    fn merged_out_of_order_ranges_across_the_32_bit_wrap() {
+        let mut h = HeldMessages::starting_at(u32::MAX - 1);
+        h.sent("a", 2, 10, 0); // ids MAX-1, MAX
+        h.sent("b", 2, 10, 0); // ids 0, 1
+        h.sent("c", 1, 10, 0); // id 2
+        let r = h.on_notification(n(0, 2, false), 5);
+        assert_eq!(r.freed, vec!["b", "c"]);
+        let r = h.on_notification(n(u32::MAX - 1, u32::MAX, false), 6);
+        assert_eq!(r.freed, vec!["a"]);
+        assert_eq!(h.outstanding(), 0);
+        assert_eq!(h.next_id(), 3);
+    }
+
+    #[test]
+    fn abandon_hands_back_everything_held() {
+        let mut h = HeldMessages::new();
+        h.sent("a", 1, 1, 0);
+        h.sent("b", 3, 1, 0);
+        h.on_notification(n(0, 1, false), 0);
+        let mut left = h.abandon();
+        left.sort();
+        assert_eq!(left, vec!["b"]);
+        assert_eq!(h.outstanding(), 0);
+    }
+}

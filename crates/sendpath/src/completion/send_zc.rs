@@ -1,0 +1,192 @@
+//! io_uring SEND_ZC accounting, per request.
+//!
+//! A SEND_ZC request posts a result CQE (bytes sent or `-errno`) and, when that CQE carries
+//! `IORING_CQE_F_MORE`, a notification CQE once the kernel has released the buffer. Even a
+//! request that failed (`-ECANCELED` in a broken link chain, `-ENOMEM`, `-ECONNRESET`) may be
+//! followed by a notification. Only a request that transmitted bytes says anything about
+//! zero-copy: its notification is a completion, copied when `IORING_NOTIF_USAGE_ZC_COPIED` is
+//! set. The notification of a request that sent nothing releases the buffer and counts nothing
+//! (its fallback, if any, is counted where the failure is handled, once).
+//!
+//! Requests are keyed by the id the ring gave them, not by buffer: the remainder of a short send
+//! is a new request on the same buffer and has a notification of its own.
+
+use std::collections::HashMap;
+
+/// What a notification meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifOutcome {
+    /// The request transmitted bytes; `copied` is the kernel's usage report.
+    Completion {
+        /// `IORING_NOTIF_USAGE_ZC_COPIED` was set.
+        copied: bool,
+    },
+    /// The request sent nothing (failed or cancelled): nothing to count.
+    NoData,
+    /// No request of this id awaits a notification.
+    Unexpected,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    bytes: usize,
+    /// `None` until the result CQE arrives; then whether it transmitted bytes.
+    transmitted: Option<bool>,
+}
+
+/// Per-request SEND_ZC state: in flight from submission to notification (or to a result without
+/// `F_MORE`).
+#[derive(Debug, Default)]
+pub struct SendZcLedger {
+    requests: HashMap<u64, Request>,
+    /// Notifications that arrived before their request's result, by request id.
+    early: HashMap<u64, bool>,
+    bytes: usize,
+}
+
+impl SendZcLedger {
+    /// An empty ledger.
+    pub fn new() -> SendZcLedger {
+        SendZcLedger::default()
+    }
+
+    /// A SEND_ZC request of `bytes` bytes was submitted with id `req`.
+    pub fn submitted(&mut self, req: u64, bytes: usize) {
+        if self
+            .requests
+            .insert(
+                req,
+                Request {
+                    bytes,
+                    transmitted: None,
+                },
+            )
+            .is_none()
+        {
+            self.bytes += bytes;
+        }
+    }
+
+    /// The result CQE of `req`: `res` bytes sent or `-errno`; `more` is `IORING_CQE_F_MORE`.
+    /// Returns the outcome of a notification that had arrived first, if one had.
+    pub fn on_result(&mut self, req: u64, res: i32, more: bool) -> Option<NotifOutcome> {
+        let transmitted = res > 0;
+        if !more {
+            self.forget(req);
+            return None;
+        }
+        if let Some(copied) = self.early.remove(&req) {
+            self.forget(req);
+            return Some(Self::outcome(transmitted, copied));
+        }
+        if let Some(r) = self.requests.get_mut(&req) {
+            r.transmitted = Some(transmitted);
+        }
+        None
+    }
+
+    /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
+    pub fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
+        match self.requests.get(&req).map(|r| r.transmitted) {
+            None => NotifOutcome::Unexpected,
+            Some(None) => {
+                // Before its result (not seen from the kernel, but cheap to get right).
+                self.early.insert(req, copied);
+                NotifOutcome::NoData
+            }
+            Some(Some(t)) => {
+                self.forget(req);
+                Self::outcome(t, copied)
+            }
+        }
+    }
+
+    fn outcome(transmitted: bool, copied: bool) -> NotifOutcome {
+        if transmitted {
+            NotifOutcome::Completion { copied }
+        } else {
+            NotifOutcome::NoData
+        }
+    }
+
+    fn forget(&mut self, req: u64) {
+        if let Some(r) = self.requests.remove(&req) {
+            self.bytes -= r.bytes;
+        }
+    }
+
+    /// SEND_ZC requests submitted and not yet finished (no result yet, or a notification due).
+    pub fn inflight(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Bytes of those requests.
+    pub fn inflight_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NotifOutcome::*;
+
+    #[test]
+    fn only_requests_that_sent_bytes_count_as_completions() {
+        let mut l = SendZcLedger::new();
+        for req in 1..=4 {
+            l.submitted(req, 100);
+        }
+        assert_eq!(l.inflight(), 4);
+        l.on_result(1, 100, true); // sent
+        l.on_result(2, -libc::ENOMEM, true); // fell back: counted once, elsewhere
+        l.on_result(3, -libc::ECANCELED, true); // cancelled link
+        l.on_result(4, 40, true); // short: sent 40 bytes
+        assert_eq!(l.on_notification(1, true), Completion { copied: true });
+        assert_eq!(
+            l.on_notification(2, true),
+            NoData,
+            "ENOMEM is not a copied completion"
+        );
+        assert_eq!(l.on_notification(3, true), NoData);
+        assert_eq!(l.on_notification(4, false), Completion { copied: false });
+        assert_eq!(l.inflight(), 0);
+        assert_eq!(l.inflight_bytes(), 0);
+        assert_eq!(l.on_notification(4, false), Unexpected);
+    }
+
+    #[test]
+    fn in_flight_counts_every_request_on_a_buffer() {
+        // A short send and its remainder are two requests on one buffer: both in flight until
+        // both notifications are back.
+        let mut l = SendZcLedger::new();
+        l.submitted(10, 100);
+        l.on_result(10, 30, true);
+        l.submitted(11, 70);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (2, 170));
+        l.on_result(11, 70, true);
+        assert_eq!(l.on_notification(11, true), Completion { copied: true });
+        assert_eq!((l.inflight(), l.inflight_bytes()), (1, 100));
+        assert_eq!(l.on_notification(10, true), Completion { copied: true });
+        assert_eq!(l.inflight(), 0);
+    }
+
+    #[test]
+    fn a_result_without_more_ends_the_request() {
+        let mut l = SendZcLedger::new();
+        l.submitted(1, 5);
+        assert_eq!(l.on_result(1, -libc::EINVAL, false), None);
+        assert_eq!(l.inflight(), 0);
+        assert_eq!(l.on_notification(1, false), Unexpected);
+    }
+
+    #[test]
+    fn a_notification_before_its_result_is_settled_by_the_result() {
+        let mut l = SendZcLedger::new();
+        l.submitted(7, 5);
+        assert_eq!(l.on_notification(7, true), NoData);
+        assert_eq!(l.inflight(), 1);
+        assert_eq!(l.on_result(7, 5, true), Some(Completion { copied: true }));
+        assert_eq!(l.inflight(), 0);
+    }
+}
