@@ -1,6 +1,6 @@
 //! Command-line interface.
 
-use crate::units::{parse_duration, parse_size, parse_size_list};
+use crate::units::{parse_duration, parse_size};
 use crate::workload::RecvMode;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -54,9 +54,12 @@ pub struct SweepArgs {
     /// Warmup per repeat (overrides the preset).
     #[arg(long, value_parser = parse_duration, conflicts_with = "resume")]
     pub warmup: Option<Duration>,
-    /// Repeats per point (overrides the preset).
-    #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "resume")]
+    /// Rounds over all points (overrides the preset).
+    #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub repeat: Option<u32>,
+    /// Seed for the shuffled order of each round (default: random; recorded in results.json).
+    #[arg(long, conflicts_with = "resume")]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +84,70 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}`: must be longer than zero"));
     }
     Ok(d)
+}
+
+/// Largest message, response or receive size: one GiB.
+pub const MAX_MESSAGE: usize = 1 << 30;
+
+fn bounded_size(s: &str, what: &str, min: usize, max: usize) -> Result<usize, String> {
+    let v = parse_size(s)?;
+    if v < min || v > max {
+        return Err(format!(
+            "`{s}`: {what} must be between {} and {}",
+            crate::units::fmt_size(min),
+            crate::units::fmt_size(max)
+        ));
+    }
+    Ok(v)
+}
+
+fn message_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "a message size", 1, MAX_MESSAGE)
+}
+
+fn message_sizes(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',').map(message_size).collect()
+}
+
+fn recv_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "the receive size", 1, MAX_MESSAGE)
+}
+
+fn pipe_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "the pipe size", 4096, 1 << 30)
+}
+
+fn file_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "the file size", 4096, 1 << 40)
+}
+
+/// Refuses a run whose buffers cannot fit in memory: per connection, a sender keeps up to
+/// `uring_depth` + 2 messages (plus up to 8 MiB of zero-copy sends in flight) and the receiver
+/// one read buffer.
+pub fn check_memory(sizes: &[usize], threads: &[usize], run: &RunArgs) -> anyhow::Result<()> {
+    let size = sizes.iter().copied().max().unwrap_or(0) as u128;
+    let conns = threads.iter().copied().max().unwrap_or(1) as u128;
+    let need = conns * (size * (u128::from(run.uring_depth) + 2) + size.min(1 << 20) + (8 << 20));
+    let Some(avail) = mem_available() else {
+        return Ok(());
+    };
+    if need > u128::from(avail) {
+        anyhow::bail!(
+            "{} messages over {conns} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
+            crate::units::fmt_size(size as usize),
+            need >> 20,
+            avail >> 20
+        );
+    }
+    Ok(())
+}
+
+/// `MemAvailable` from `/proc/meminfo`, bytes.
+fn mem_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 fn count_list(s: &str) -> Result<Vec<usize>, String> {
@@ -108,18 +175,29 @@ pub struct RunArgs {
     /// uring-zc, vmsplice, read-send, mmap-send, sendfile, splice.
     #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
     pub strategy: std::vec::Vec<sendpath::Strategy>,
-    /// Fields per message for serialize, gather and msg-zerocopy.
-    #[arg(long, default_value_t = 8)]
-    pub fields: usize,
+    /// Buffers per message for memory paths (serialize copies them into one, gather and
+    /// msg-zerocopy send them as iovecs, the others send each in turn). One by default, so that
+    /// paths differ only in how they send; the `pa02` preset uses 8, as its study did.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub fields: u16,
     /// Measured time per repeat (e.g. 5, 2.5s, 500ms).
     #[arg(long, short = 't', default_value = "3s", value_parser = positive_duration)]
     pub duration: Duration,
     /// Unmeasured time before each repeat.
     #[arg(long, default_value = "0.5s", value_parser = parse_duration)]
     pub warmup: Duration,
-    /// Repeats per point; the median is reported with min..max.
-    #[arg(long, short = 'n', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Rounds: each round measures every point once, in a shuffled order; the median over
+    /// rounds is reported with min..max.
+    #[arg(long, short = 'n', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
+    /// Seed for the shuffled order of points in each round (default: random; recorded in the
+    /// JSON as `schedule.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Bytes the receiver asks for per read (default: the message size clamped to
+    /// 16 KiB..1 MiB, as iperf3 reads its -l block).
+    #[arg(long, value_parser = recv_size)]
+    pub recv_size: Option<usize>,
     /// What the receiver does with the bytes.
     #[arg(long, value_enum, default_value = "copy")]
     pub recv: RecvMode,
@@ -133,13 +211,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uring_depth: u32,
     /// Zero-copy sends awaiting completion per connection before falling back to copy.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub inflight: u32,
     /// Send SEND_ZC from registered (fixed) buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
-    /// Pipe size for splice and vmsplice.
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    /// Pipe size for splice and vmsplice (4K..1G; the kernel may grant less).
+    #[arg(long, default_value = "1M", value_parser = pipe_size)]
     pub pipe_size: usize,
     /// `minimal` takes only time and bytes (no CPU or counter readings): the baseline that
     /// shows what measuring costs (scripts/overhead).
@@ -175,8 +253,8 @@ impl RunArgs {
 pub struct StreamArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M).
-    #[arg(long, short = 'l', default_value = "64K", value_parser = parse_size_list)]
+    /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
+    #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
     pub size: std::vec::Vec<usize>,
     /// Connections, comma-separated; each has its own sender and receiver thread.
     #[arg(long, short = 'P', default_value = "1", value_parser = count_list)]
@@ -187,12 +265,15 @@ pub struct StreamArgs {
     /// Pin every sender to CPU S and every receiver to CPU R.
     #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
     pub cpu: Option<(usize, usize)>,
-    /// File paths: drop the source file from the page cache before each repeat.
+    /// File paths: a cold page cache. The file is on a disk-backed filesystem, dropped from the
+    /// page cache before each window, not read by a warmup, and each byte range is sent at most
+    /// once per window (the window ends early when the file is used up).
     #[arg(long)]
     pub cold: bool,
-    /// File paths: size of the source file, which is sent round and round (default: 8 messages,
-    /// at least 64 MiB). `--file-size 1M --size 1M` resends one hot megabyte, as `iperf3 -Z` does.
-    #[arg(long, value_parser = parse_size)]
+    /// File paths: size of the source file, sent round and round when warm (default: 8 messages,
+    /// at least 64 MiB; 1 GiB with --cold). `--file-size 1M --size 1M` resends one hot
+    /// megabyte, as `iperf3 -Z` does.
+    #[arg(long, value_parser = file_size)]
     pub file_size: Option<usize>,
 }
 
@@ -200,10 +281,23 @@ fn cpu_pair(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("`{s}`: give two CPUs, sender then receiver, e.g. 0,1"))?;
+    let allowed = sendpath::sys::host::allowed_cpus().unwrap_or_default();
     let p = |x: &str| {
-        x.trim()
+        let c = x
+            .trim()
             .parse::<usize>()
-            .map_err(|_| format!("`{x}` is not a CPU number"))
+            .map_err(|_| format!("`{x}` is not a CPU number"))?;
+        if !allowed.is_empty() && !allowed.contains(&c) {
+            return Err(format!(
+                "CPU {c} is not one this process may run on; the allowed CPUs are {}",
+                allowed
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        Ok(c)
     };
     Ok((p(a)?, p(b)?))
 }
@@ -213,10 +307,10 @@ pub struct RrArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Request size.
-    #[arg(long, default_value = "64", value_parser = parse_size)]
+    #[arg(long, default_value = "64", value_parser = message_size)]
     pub request: usize,
     /// Response sizes, comma-separated (the response is sent with the strategy).
-    #[arg(long, short = 'l', default_value = "64", value_parser = parse_size_list)]
+    #[arg(long, short = 'l', default_value = "64", value_parser = message_sizes)]
     pub response: std::vec::Vec<usize>,
     /// Connections, comma-separated list.
     #[arg(long, short = 'C', default_value = "1", value_parser = count_list)]
@@ -225,6 +319,9 @@ pub struct RrArgs {
     /// time); closed loop when absent.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Pin every server to CPU S and every client to CPU C.
+    #[arg(long, value_name = "S,C", value_parser = cpu_pair)]
+    pub cpu: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Args)]
@@ -241,4 +338,7 @@ pub struct SinkArgs {
     /// Give up after this long.
     #[arg(long, default_value = "120s", value_parser = positive_duration)]
     pub timeout: Duration,
+    /// Bytes asked for per read.
+    #[arg(long, default_value = "128K", value_parser = recv_size)]
+    pub recv_size: usize,
 }

@@ -30,8 +30,10 @@ fn main() -> ExitCode {
         cli::Command::Rr(a) => run_cmd::rr(a),
         cli::Command::Sweep(a) => sweep::sweep(a),
         cli::Command::Report(a) => sweep::report_cmd(a),
-        cli::Command::Sink(a) => workload::sink::run(a.listen, a.recv, a.connections, a.timeout)
-            .map(|_| ExitCode::SUCCESS),
+        cli::Command::Sink(a) => {
+            workload::sink::run(a.listen, a.recv, a.connections, a.timeout, a.recv_size)
+                .map(|_| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,

@@ -1,14 +1,14 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::results::Repeat;
-use sendpath::metrics::cpu::{ProcessCpu, SystemCpu};
+use crate::results::{CpuNsPerByte, CpuWindow, Repeat};
+use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath::sys::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
 
-/// What is read at the edges of each window: CPU time (process and system-wide) and hardware
-/// counters, opened once per run before the worker threads start (the counters follow threads
-/// created afterwards). With `minimal`, only time and bytes are taken: the baseline for showing
-/// what measuring costs.
+/// What is read at the edges of each window: CPU time (per thread by role, and system-wide by
+/// kind) and hardware counters, opened once per run before the worker threads start (the
+/// counters follow threads created afterwards). With `minimal`, only time and bytes are taken:
+/// the baseline for showing what measuring costs.
 pub struct Meter {
     counters: Option<[PerfCounter; 3]>,
     minimal: bool,
@@ -43,35 +43,64 @@ impl Meter {
     }
 }
 
+/// The thread ids of a window's roles (see [`CpuWindow`]).
+#[derive(Debug, Clone, Default)]
+pub struct Roles {
+    /// Threads that run the send path.
+    pub senders: Vec<i32>,
+    /// Threads of our own receiving end; `None` when the receiver is another program.
+    pub receivers: Option<Vec<i32>>,
+}
+
+fn threads_cpu(tids: &[i32]) -> Option<ThreadCpu> {
+    let v: Option<Vec<ThreadCpu>> = tids.iter().map(|&t| ThreadCpu::read(t).ok()).collect();
+    v.map(ThreadCpu::sum)
+}
+
 /// Readings at one instant.
 pub struct Snapshot {
     at: Instant,
+    cpu: Option<CpuReading>,
+    hw: Option<[u64; 3]>,
+}
+
+struct CpuReading {
     process: ProcessCpu,
     system: SystemCpu,
-    hw: Option<[u64; 3]>,
+    senders: ThreadCpu,
+    receivers: Option<ThreadCpu>,
 }
 
 impl Snapshot {
     /// Reads everything now.
-    pub fn take(hw: &mut Meter) -> Snapshot {
+    pub fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
         if hw.minimal {
             return Snapshot {
                 at: Instant::now(),
-                process: ProcessCpu::default(),
-                system: SystemCpu::default(),
+                cpu: None,
                 hw: None,
             };
         }
+        let cpu = (|| {
+            Some(CpuReading {
+                senders: threads_cpu(&roles.senders)?,
+                receivers: match &roles.receivers {
+                    Some(r) => Some(threads_cpu(r)?),
+                    None => None,
+                },
+                system: SystemCpu::read().ok()?,
+                process: ProcessCpu::read().ok()?,
+            })
+        })();
         Snapshot {
             at: Instant::now(),
-            process: ProcessCpu::read().unwrap_or_default(),
-            system: SystemCpu::read().unwrap_or_default(),
+            cpu,
             hw: hw.read(),
         }
     }
 
-    /// The per-byte figures for the window from `self` to `end`, for `bytes` payload bytes in
-    /// `messages` messages over `conns` connections.
+    /// The values of the window from `self` to `end`, for `bytes` payload bytes in `messages`
+    /// messages over `conns` connections.
     pub fn window(
         &self,
         end: &Snapshot,
@@ -81,8 +110,6 @@ impl Snapshot {
         cpu_mhz: Option<f64>,
     ) -> Repeat {
         let elapsed = end.at.duration_since(self.at).as_secs_f64();
-        let p = end.process.since(&self.process);
-        let s = end.system.since(&self.system);
         let per = |ns: u64| {
             if bytes > 0 {
                 ns as f64 / bytes as f64
@@ -90,12 +117,19 @@ impl Snapshot {
                 0.0
             }
         };
-        let proc_ns = p.user_ns + p.system_ns;
+        let cpu = match (&self.cpu, &end.cpu) {
+            (Some(a), Some(b)) => Some(cpu_window(a, b, per)),
+            _ => None,
+        };
+        let context_switches = match (&self.cpu, &end.cpu) {
+            (Some(a), Some(b)) => Some(b.process.since(&a.process).context_switches),
+            _ => None,
+        };
         let hw = match (self.hw, end.hw) {
             (Some(a), Some(b)) if bytes > 0 => Some([
-                (b[0] - a[0]) as f64 / bytes as f64,
-                (b[1] - a[1]) as f64 / bytes as f64,
-                (b[2] - a[2]) as f64 / bytes as f64,
+                b[0].saturating_sub(a[0]) as f64 / bytes as f64,
+                b[1].saturating_sub(a[1]) as f64 / bytes as f64,
+                b[2].saturating_sub(a[2]) as f64 / bytes as f64,
             ]),
             _ => None,
         };
@@ -104,24 +138,52 @@ impl Snapshot {
             messages_per_s: messages as f64 / elapsed,
             bytes,
             elapsed_s: elapsed,
-            cpu_process_ns_per_byte: per(proc_ns),
-            cpu_process_user_ns_per_byte: per(p.user_ns),
-            cpu_process_system_ns_per_byte: per(p.system_ns),
-            cpu_system_ns_per_byte: per(s.busy_ns()),
-            cpu_system_user_ns_per_byte: per(s.user_ns),
-            cpu_system_kernel_ns_per_byte: per(s.system_ns + s.irq_ns),
-            cpu_system_softirq_ns_per_byte: per(s.softirq_ns),
-            est_cycles_per_byte: cpu_mhz.map(|mhz| per(proc_ns) * mhz / 1000.0),
+            est_cycles_per_byte: cpu
+                .zip(cpu_mhz)
+                .map(|(c, mhz)| c.ns_per_byte.sender * mhz / 1000.0),
+            cpu,
             hw_cycles_per_byte: hw.map(|h| h[0]),
             hw_instructions_per_byte: hw.map(|h| h[1]),
             hw_llc_misses_per_byte: hw.map(|h| h[2]),
-            context_switches: p.context_switches,
+            context_switches,
             msg_time_us: if messages > 0 {
                 elapsed * conns as f64 / messages as f64 * 1e6
             } else {
                 0.0
             },
-            latency_us: None,
+            ..Repeat::default()
         }
+    }
+}
+
+fn cpu_window(a: &CpuReading, b: &CpuReading, per: impl Fn(u64) -> f64) -> CpuWindow {
+    let s = b.senders.since(&a.senders);
+    let r = match (a.receivers, b.receivers) {
+        (Some(x), Some(y)) => Some(y.since(&x)),
+        _ => None,
+    };
+    let sys = b.system.since(&a.system);
+    CpuWindow {
+        sender_user_ns: s.user_ns,
+        sender_system_ns: s.system_ns,
+        receiver_user_ns: r.map(|r| r.user_ns),
+        receiver_system_ns: r.map(|r| r.system_ns),
+        system_user_ns: sys.user_ns,
+        system_system_ns: sys.system_ns,
+        system_softirq_ns: sys.softirq_ns,
+        system_irq_ns: sys.irq_ns,
+        ns_per_byte: CpuNsPerByte {
+            sender_user: per(s.user_ns),
+            sender_system: per(s.system_ns),
+            sender: per(s.user_ns.saturating_add(s.system_ns)),
+            receiver_user: r.map(|r| per(r.user_ns)),
+            receiver_system: r.map(|r| per(r.system_ns)),
+            receiver: r.map(|r| per(r.user_ns.saturating_add(r.system_ns))),
+            system_user: per(sys.user_ns),
+            system_system: per(sys.system_ns),
+            system_softirq: per(sys.softirq_ns),
+            system_irq: per(sys.irq_ns),
+            system: per(sys.busy_ns()),
+        },
     }
 }

@@ -1,6 +1,6 @@
 //! Exporters: JSON, CSV and the terminal table, all from [`Results`].
 
-use crate::results::{Results, Row};
+use crate::results::{CpuNsPerByte, Results, Row};
 use crate::units::fmt_size;
 use anyhow::Context;
 use std::io::Write;
@@ -29,8 +29,9 @@ pub fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CSV header, one column per field a spreadsheet needs.
-pub const CSV_HEADER: [&str; 32] = [
+/// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
+/// measured.
+pub const CSV_HEADER: [&str; 46] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -38,6 +39,7 @@ pub const CSV_HEADER: [&str; 32] = [
     "threads",
     "fields",
     "recv_mode",
+    "recv_size_bytes",
     "rate_per_s",
     "repeats",
     "throughput_gbps_median",
@@ -45,19 +47,32 @@ pub const CSV_HEADER: [&str; 32] = [
     "throughput_gbps_max",
     "messages_per_s_median",
     "msg_time_us_median",
-    "cpu_process_ns_per_byte",
+    "cpu_sender_user_ns_per_byte",
+    "cpu_sender_system_ns_per_byte",
+    "cpu_sender_ns_per_byte",
+    "cpu_receiver_user_ns_per_byte",
+    "cpu_receiver_system_ns_per_byte",
+    "cpu_receiver_ns_per_byte",
+    "cpu_system_user_ns_per_byte",
+    "cpu_system_system_ns_per_byte",
+    "cpu_system_softirq_ns_per_byte",
+    "cpu_system_irq_ns_per_byte",
     "cpu_system_ns_per_byte",
     "est_cycles_per_byte",
     "hw_cycles_per_byte",
     "hw_llc_misses_per_byte",
     "zc_attempts",
+    "zc_completions",
     "zc_copied_fraction",
     "fallback_enobufs",
     "fallback_inflight_cap",
     "fallback_unsupported",
     "fallback_enomem",
+    "bytes_sent",
     "bytes_verified",
     "mismatches",
+    "file_cold",
+    "file_resident_fraction",
     "latency_p50_us",
     "latency_p90_us",
     "latency_p99_us",
@@ -76,6 +91,9 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
     for row in &r.results {
         let l = row.latency_us;
         let f = row.zerocopy.fallbacks;
+        let c = row.cpu_ns_per_byte;
+        let cpu = |g: fn(&CpuNsPerByte) -> f64| opt(c.as_ref().map(g));
+        let cpu_o = |g: fn(&CpuNsPerByte) -> Option<f64>| opt(c.as_ref().and_then(g));
         w.write_record([
             row.workload.clone(),
             row.strategy.clone(),
@@ -84,6 +102,7 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             row.threads.to_string(),
             row.fields.to_string(),
             row.recv_mode.clone(),
+            row.recv_size_bytes.map_or(String::new(), |b| b.to_string()),
             opt(row.rate_per_s),
             row.repeats.len().to_string(),
             format!("{:.6}", row.throughput_gbps.median),
@@ -91,19 +110,34 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             format!("{:.6}", row.throughput_gbps.max),
             format!("{:.3}", row.messages_per_s.median),
             opt(row.median_of(|r| Some(r.msg_time_us))),
-            format!("{:.6}", row.cpu_ns_per_byte.process),
-            format!("{:.6}", row.cpu_ns_per_byte.system),
+            cpu(|c| c.sender_user),
+            cpu(|c| c.sender_system),
+            cpu(|c| c.sender),
+            cpu_o(|c| c.receiver_user),
+            cpu_o(|c| c.receiver_system),
+            cpu_o(|c| c.receiver),
+            cpu(|c| c.system_user),
+            cpu(|c| c.system_system),
+            cpu(|c| c.system_softirq),
+            cpu(|c| c.system_irq),
+            cpu(|c| c.system),
             opt(row.median_of(|r| r.est_cycles_per_byte)),
             opt(row.median_of(|r| r.hw_cycles_per_byte)),
             opt(row.median_of(|r| r.hw_llc_misses_per_byte)),
             row.zerocopy.attempts.to_string(),
+            row.zerocopy.completions.to_string(),
             opt(row.zerocopy.copied_fraction),
             f.enobufs.to_string(),
             f.inflight_cap.to_string(),
             f.unsupported.to_string(),
             f.enomem.to_string(),
+            row.integrity.bytes_sent.to_string(),
             row.integrity.bytes_verified.to_string(),
             row.integrity.mismatches.to_string(),
+            row.file_cache
+                .as_ref()
+                .map_or(String::new(), |fc| fc.cold.to_string()),
+            opt(row.file_cache.as_ref().and_then(|fc| fc.resident_fraction)),
             opt(l.map(|l| l.p50)),
             opt(l.map(|l| l.p90)),
             opt(l.map(|l| l.p99)),
@@ -124,9 +158,13 @@ pub fn table_line(row: &Row) -> String {
         (_, None) => "unknown".to_string(),
     };
     let fb = row.zerocopy.fallbacks.total();
-    let lat = row.latency_us.map_or(String::new(), |l| {
-        format!("  p50 {:.1} p99 {:.1} us", l.p50, l.p99)
-    });
+    let lat = match (row.latency_us, row.latency_spread_us) {
+        (Some(l), Some(sp)) => format!(
+            "  p50 {:.1} [{:.1}..{:.1}] p99 {:.1} [{:.1}..{:.1}] us",
+            l.p50, sp.p50.min, sp.p50.max, l.p99, sp.p99.min, sp.p99.max
+        ),
+        _ => String::new(),
+    };
     let integ = if row.recv_mode == "verify" {
         format!(
             "  verified {} B, {} bad",
@@ -135,8 +173,17 @@ pub fn table_line(row: &Row) -> String {
     } else {
         String::new()
     };
+    let cpu = match row.cpu_ns_per_byte {
+        Some(c) => format!(
+            "{:>6.3}/{:<6}/{:>6.3}",
+            c.sender,
+            c.receiver.map_or("-".into(), |r| format!("{r:.3}")),
+            c.system_softirq
+        ),
+        None => format!("{:^20}", "not measured"),
+    };
     format!(
-        "{:<13}{:>8}{:>4}  {:>8.3} Gbit/s [{:.3}..{:.3}]  {:>10.0} msg/s  cpu {:>6.3}/{:<6.3} ns/B  copied {:>7}  fallbacks {:>6}{lat}{integ}",
+        "{:<13}{:>8}{:>4}  {:>8.3} Gbit/s [{:.3}..{:.3}]  {:>10.0} msg/s  cpu {cpu} ns/B  copied {:>7}  fallbacks {:>6}{lat}{integ}",
         row.strategy,
         fmt_size(row.size_bytes),
         row.threads,
@@ -144,8 +191,6 @@ pub fn table_line(row: &Row) -> String {
         t.min,
         t.max,
         row.messages_per_s.median,
-        row.cpu_ns_per_byte.process,
-        row.cpu_ns_per_byte.system,
         copied,
         fb,
     )
@@ -154,7 +199,7 @@ pub fn table_line(row: &Row) -> String {
 /// The header printed above table lines.
 pub fn table_header() -> String {
     format!(
-        "{:<13}{:>8}{:>4}  {:>8} (median [min..max])            cpu process/system   copied   fallbacks",
+        "{:<13}{:>8}{:>4}  {:>8} (median [min..max] over rounds)  cpu sender/receiver/softirq   copied   fallbacks",
         "strategy", "size", "thr", "throughput"
     )
 }

@@ -37,7 +37,7 @@ pub fn all() -> Vec<Preset> {
             ],
             sizes: vec![256, 4 * K, 64 * K, M],
             threads: vec![1],
-            fields: 8,
+            fields: 1,
             duration: ms(800),
             warmup: ms(250),
             repeat: 3,
@@ -66,11 +66,11 @@ pub fn all() -> Vec<Preset> {
         },
         Preset {
             name: "message-sizes",
-            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths (the pooling vs zero-copy break-even question)",
+            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths, one buffer per message (the pooling vs zero-copy break-even question)",
             strategies: vec![Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice],
             sizes: vec![64, 512, K, 64 * K],
             threads: vec![1],
-            fields: 8,
+            fields: 1,
             duration: ms(2000),
             warmup: ms(500),
             repeat: 3,
@@ -107,6 +107,14 @@ mod tests {
     fn pa02_has_48_points() {
         let p = find("pa02").unwrap();
         assert_eq!(p.strategies.len() * p.sizes.len() * p.threads.len(), 48);
+    }
+
+    #[test]
+    fn only_pa02_sends_several_fields() {
+        for p in all() {
+            let want = if p.name == "pa02" { 8 } else { 1 };
+            assert_eq!(p.fields, want, "{}", p.name);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON layout; bumped when a field changes meaning.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole results file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -15,8 +15,21 @@ pub struct Results {
     /// The sweep that produced the file, when one did.
     #[serde(default)]
     pub sweep: Option<SweepInfo>,
+    /// How the windows were ordered: rounds over all points, each round shuffled.
+    pub schedule: Schedule,
     /// One row per measured point.
     pub results: Vec<Row>,
+}
+
+/// The order windows were measured in. Each round measures every point once, in an order
+/// shuffled with a generator seeded by `seed` and the round number, so that a slow phase of a
+/// shared host does not land on one point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Rounds (repeats per point).
+    pub rounds: u32,
+    /// Seed of the shuffles.
+    pub seed: u64,
 }
 
 /// The sweep settings a results file was made with (what `--resume` must match).
@@ -93,9 +106,12 @@ impl Spread {
     }
 }
 
-/// One repeat's raw values.
+/// One repeat's raw values: one measured window of one point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Repeat {
+    /// The round this window was measured in (0-based). Every round measures each point once,
+    /// in a shuffled order; comparisons pair windows of the same round.
+    pub round: u32,
     /// Payload throughput, Gbit/s (10^9 bit/s), as received (or sent, with `--connect`).
     pub throughput_gbps: f64,
     /// Messages per second.
@@ -104,21 +120,9 @@ pub struct Repeat {
     pub bytes: u64,
     /// Measured window, seconds.
     pub elapsed_s: f64,
-    /// Process CPU (user + system, all threads: both ends on loopback) per payload byte, ns.
-    pub cpu_process_ns_per_byte: f64,
-    /// Process user CPU per byte, ns.
-    pub cpu_process_user_ns_per_byte: f64,
-    /// Process system CPU per byte, ns.
-    pub cpu_process_system_ns_per_byte: f64,
-    /// System-wide busy CPU (`/proc/stat`) per byte, ns.
-    pub cpu_system_ns_per_byte: f64,
-    /// System-wide user time per byte, ns.
-    pub cpu_system_user_ns_per_byte: f64,
-    /// System-wide kernel time per byte, ns.
-    pub cpu_system_kernel_ns_per_byte: f64,
-    /// System-wide softirq time per byte, ns.
-    pub cpu_system_softirq_ns_per_byte: f64,
-    /// Estimated cycles per byte: process CPU ns x nominal clock. An estimate, not a count.
+    /// CPU time in the window by role and kind; null when not measured (`--metrics minimal`).
+    pub cpu: Option<CpuWindow>,
+    /// Estimated cycles per byte: sender-thread CPU ns x nominal clock. An estimate, not a count.
     pub est_cycles_per_byte: Option<f64>,
     /// Hardware cycles per byte (`perf_event_open`), when the CPU exposes counters.
     pub hw_cycles_per_byte: Option<f64>,
@@ -126,12 +130,109 @@ pub struct Repeat {
     pub hw_instructions_per_byte: Option<f64>,
     /// Hardware LLC misses per byte.
     pub hw_llc_misses_per_byte: Option<f64>,
-    /// Context switches of the process in the window.
-    pub context_switches: u64,
+    /// Context switches of the process in the window; null when not measured.
+    pub context_switches: Option<u64>,
     /// Mean time to receive one message on one connection, microseconds.
     pub msg_time_us: f64,
-    /// Latency percentiles (request/response only).
+    /// Latency percentiles of this window (request/response only).
     pub latency_us: Option<LatencyUs>,
+    /// The window's latency histogram as (value ns, count) pairs, so that rows can merge the
+    /// histograms of all their repeats (request/response only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_hist_ns: Vec<(u64, u64)>,
+    /// File paths: fraction of the source file in the page cache at window start (`mincore`).
+    pub file_resident_fraction: Option<f64>,
+    /// Zero-copy accounting of this window's connections.
+    pub zerocopy: ZerocopyCounts,
+    /// Bytes sent, received and verified over the whole repeat (warmup included).
+    pub integrity: Integrity,
+}
+
+/// CPU time in one window, nanoseconds, by role (threads of this process) and by kind
+/// (system-wide, `/proc/stat`), with the same values per payload byte.
+///
+/// Roles: in `stream` the sender threads run the send path and the receiver threads read; in
+/// `rr` the sender threads are the servers (they send responses with the path) and the receiver
+/// threads are the clients. Per-thread times come from `/proc/self/task/TID/stat` (utime,
+/// stime), in the same clock ticks as `/proc/stat`. On loopback, softirq work (TCP receive
+/// processing, ACKs) runs on whichever thread the interrupt lands on, and some of the sender's
+/// transmit work runs in the receiver's context: read the split as indicative, not exact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuWindow {
+    /// Sender threads, user time.
+    pub sender_user_ns: u64,
+    /// Sender threads, system time (syscalls, and softirq that ran in them unless the kernel
+    /// accounts irq time separately).
+    pub sender_system_ns: u64,
+    /// Receiver threads, user time; null when the receiver is another program.
+    pub receiver_user_ns: Option<u64>,
+    /// Receiver threads, system time; null when the receiver is another program.
+    pub receiver_system_ns: Option<u64>,
+    /// System-wide user (+ nice) time.
+    pub system_user_ns: u64,
+    /// System-wide system time.
+    pub system_system_ns: u64,
+    /// System-wide softirq time.
+    pub system_softirq_ns: u64,
+    /// System-wide hard irq time.
+    pub system_irq_ns: u64,
+    /// The same values per payload byte.
+    pub ns_per_byte: CpuNsPerByte,
+}
+
+/// CPU nanoseconds per payload byte, by role and kind (see [`CpuWindow`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuNsPerByte {
+    /// Sender threads, user.
+    pub sender_user: f64,
+    /// Sender threads, system.
+    pub sender_system: f64,
+    /// Sender threads, user + system (the MSG_ZEROCOPY paper's "process" column).
+    pub sender: f64,
+    /// Receiver threads, user; null for a remote receiver.
+    pub receiver_user: Option<f64>,
+    /// Receiver threads, system; null for a remote receiver.
+    pub receiver_system: Option<f64>,
+    /// Receiver threads, user + system; null for a remote receiver.
+    pub receiver: Option<f64>,
+    /// System-wide user.
+    pub system_user: f64,
+    /// System-wide system.
+    pub system_system: f64,
+    /// System-wide softirq.
+    pub system_softirq: f64,
+    /// System-wide hard irq.
+    pub system_irq: f64,
+    /// System-wide busy: user + system + softirq + irq (the paper's "system" column).
+    pub system: f64,
+}
+
+impl CpuNsPerByte {
+    /// The median of each value over `v`; `None` when `v` is empty.
+    pub fn median_of(v: &[CpuNsPerByte]) -> Option<CpuNsPerByte> {
+        if v.is_empty() {
+            return None;
+        }
+        let m =
+            |f: fn(&CpuNsPerByte) -> f64| Spread::of(&v.iter().map(f).collect::<Vec<_>>()).median;
+        let mo = |f: fn(&CpuNsPerByte) -> Option<f64>| {
+            let x: Vec<f64> = v.iter().filter_map(f).collect();
+            (!x.is_empty()).then(|| Spread::of(&x).median)
+        };
+        Some(CpuNsPerByte {
+            sender_user: m(|c| c.sender_user),
+            sender_system: m(|c| c.sender_system),
+            sender: m(|c| c.sender),
+            receiver_user: mo(|c| c.receiver_user),
+            receiver_system: mo(|c| c.receiver_system),
+            receiver: mo(|c| c.receiver),
+            system_user: m(|c| c.system_user),
+            system_system: m(|c| c.system_system),
+            system_softirq: m(|c| c.system_softirq),
+            system_irq: m(|c| c.system_irq),
+            system: m(|c| c.system),
+        })
+    }
 }
 
 /// Latency percentiles, microseconds.
@@ -163,13 +264,37 @@ impl LatencyUs {
     }
 }
 
-/// CPU per byte, median over repeats.
+/// The recorded buckets of a histogram, as (value, count) pairs.
+pub fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+        .collect()
+}
+
+/// Spread of per-repeat latency percentiles, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct CpuPerByte {
-    /// Process CPU ns per byte.
-    pub process: f64,
-    /// System-wide busy CPU ns per byte.
-    pub system: f64,
+pub struct LatencySpreadUs {
+    /// Per-repeat medians.
+    pub p50: Spread,
+    /// Per-repeat 99th percentiles.
+    pub p99: Spread,
+}
+
+/// Zero-copy accounting of one window's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ZerocopyCounts {
+    /// Zero-copy send operations attempted.
+    pub attempts: u64,
+    /// Completions of sends that transmitted bytes.
+    pub completions: u64,
+    /// Of those, how many the kernel reported as copied.
+    pub copied: u64,
+    /// Whether the kernel reports copies for this path here (usage reporting present).
+    pub copied_known: bool,
+    /// Fallbacks to copy, by reason.
+    pub fallbacks: sendpath::metrics::Fallbacks,
+    /// Send-to-completion latency, median over the window's completions, microseconds.
+    pub completion_p50_us: Option<f64>,
 }
 
 /// Zero-copy accounting for the row (summed over repeats and connections).
@@ -177,25 +302,46 @@ pub struct CpuPerByte {
 pub struct Zerocopy {
     /// Zero-copy send operations attempted.
     pub attempts: u64,
-    /// Completions reported.
+    /// Completions of sends that transmitted bytes.
     pub completions: u64,
-    /// Fraction of completions the kernel copied; null when unknown or not applicable.
+    /// Of those, how many the kernel reported as copied.
+    pub copied: u64,
+    /// `copied / completions`; null when unknown or not applicable.
     pub copied_fraction: Option<f64>,
     /// Fallbacks to copy, by reason.
     pub fallbacks: sendpath::metrics::Fallbacks,
-    /// Send-to-completion latency, median over all completions, microseconds.
+    /// Send-to-completion latency: median over repeats of each repeat's median, microseconds.
     pub completion_p50_us: Option<f64>,
     /// Why the path is not the one asked for, if it fell back at open time.
     pub note: Option<String>,
 }
 
-/// Receiver-side verification.
+/// Bytes sent and received, and receiver-side verification.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Integrity {
+    /// Payload bytes the send path put on the sockets (whole repeat).
+    pub bytes_sent: u64,
+    /// Payload bytes our receivers read (whole repeat); null when the receiver is remote.
+    pub bytes_received: Option<u64>,
     /// Bytes checked against the pattern (0 unless `--recv verify`).
     pub bytes_verified: u64,
     /// Bytes that differed.
     pub mismatches: u64,
+}
+
+/// The page cache state of a file path's source file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FileCache {
+    /// `--cold`: the file was dropped from the page cache before each window, no warmup read
+    /// it, and no byte range was sent twice in one window.
+    pub cold: bool,
+    /// The filesystem holding the file (`ext4`, `xfs`, `tmpfs`, ...).
+    pub filesystem: String,
+    /// Size of the source file, bytes.
+    pub file_bytes: u64,
+    /// Fraction of the file in the page cache at window start (`mincore`), the largest over
+    /// repeats.
+    pub resident_fraction: Option<f64>,
 }
 
 /// One measured point.
@@ -211,26 +357,32 @@ pub struct Row {
     pub request_bytes: Option<usize>,
     /// Connections, each with its own sender (and receiver) thread.
     pub threads: usize,
-    /// Fields per message (memory paths that gather fields).
+    /// Buffers per message (memory paths; 1 unless `--fields`).
     pub fields: usize,
-    /// `copy`, `discard` or `verify`.
+    /// `copy`, `discard`, `verify`, or `remote`.
     pub recv_mode: String,
+    /// Bytes the receiver asks for per read; null when the receiver is remote.
+    pub recv_size_bytes: Option<usize>,
     /// Open-loop request rate (rr), requests per second; null for closed loop.
     pub rate_per_s: Option<f64>,
-    /// Raw per-repeat values.
+    /// File paths: the source file's page cache state.
+    pub file_cache: Option<FileCache>,
+    /// Raw per-repeat values, one per round.
     pub repeats: Vec<Repeat>,
     /// Throughput over repeats.
     pub throughput_gbps: Spread,
     /// Messages (or transactions) per second over repeats.
     pub messages_per_s: Spread,
-    /// CPU per byte, medians.
-    pub cpu_ns_per_byte: CpuPerByte,
+    /// CPU per byte by role and kind, medians over repeats; null when not measured.
+    pub cpu_ns_per_byte: Option<CpuNsPerByte>,
     /// Zero-copy accounting.
     pub zerocopy: Zerocopy,
-    /// Verification.
+    /// Bytes sent, received and verified, summed over repeats.
     pub integrity: Integrity,
-    /// Latency (rr: median over repeats of each percentile).
+    /// Latency percentiles from the histogram merged over all repeats (rr).
     pub latency_us: Option<LatencyUs>,
+    /// Per-repeat spread of p50 and p99 (rr).
+    pub latency_spread_us: Option<LatencySpreadUs>,
     /// Warnings about this row (wide spread, fallbacks).
     pub warnings: Vec<String>,
 }
@@ -242,32 +394,41 @@ impl Row {
         (!v.is_empty()).then(|| Spread::of(&v).median)
     }
 
-    /// Fills the summary fields from `repeats` and adds the spread warning.
+    /// The repeat measured in `round`, if any.
+    pub fn in_round(&self, round: u32) -> Option<&Repeat> {
+        self.repeats.iter().find(|r| r.round == round)
+    }
+
+    /// Recomputes every summary field and warning from `repeats` (and the zero-copy note).
     pub fn summarise(&mut self) {
+        self.repeats.sort_by_key(|r| r.round);
         let col = |f: fn(&Repeat) -> f64| -> Vec<f64> { self.repeats.iter().map(f).collect() };
         self.throughput_gbps = Spread::of(&col(|r| r.throughput_gbps));
         self.messages_per_s = Spread::of(&col(|r| r.messages_per_s));
-        self.cpu_ns_per_byte = CpuPerByte {
-            process: Spread::of(&col(|r| r.cpu_process_ns_per_byte)).median,
-            system: Spread::of(&col(|r| r.cpu_system_ns_per_byte)).median,
-        };
-        let lats: Vec<LatencyUs> = self.repeats.iter().filter_map(|r| r.latency_us).collect();
-        if !lats.is_empty() {
-            let m = |f: fn(&LatencyUs) -> f64| {
-                Spread::of(&lats.iter().map(f).collect::<Vec<_>>()).median
-            };
-            self.latency_us = Some(LatencyUs {
-                p50: m(|l| l.p50),
-                p90: m(|l| l.p90),
-                p99: m(|l| l.p99),
-                p999: m(|l| l.p999),
-                max: m(|l| l.max),
-            });
+        let cpu: Vec<CpuNsPerByte> = self
+            .repeats
+            .iter()
+            .filter_map(|r| r.cpu.map(|c| c.ns_per_byte))
+            .collect();
+        self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
+        self.summarise_latency();
+        self.summarise_counts();
+        self.warnings = self.zerocopy.note.iter().cloned().collect();
+        if let Some(f) = self.zerocopy.copied_fraction.filter(|f| *f > 0.5) {
+            self.warnings.push(format!(
+                "the kernel copied {:.0}% of the zero-copy sends (a local receiver always forces the copy): this measures zero-copy bookkeeping plus a copy",
+                f * 100.0
+            ));
+        }
+        if self.strategy == "msg-zerocopy" && self.zerocopy.copied_fraction.is_some() {
+            self.warnings.push(
+                "msg-zerocopy copies are counted per notification range: a merged range carries only its first send's COPIED bit, so the fraction is approximate".into(),
+            );
         }
         let spread = self.throughput_gbps.relative_range();
         if self.repeats.len() > 1 && spread > 0.10 {
             self.warnings.push(format!(
-                "throughput varied by {:.0}% of the median across {} repeats: close other load, pin CPUs (--cpu), or raise --duration/--repeat",
+                "throughput varied by {:.0}% of the median across {} rounds: close other load, pin CPUs (--cpu), or raise --duration/--repeat",
                 spread * 100.0,
                 self.repeats.len()
             ));
@@ -276,12 +437,83 @@ impl Row {
             self.warnings
                 .push("a single repeat: no spread is known (use --repeat 3 or more)".into());
         }
+        if let Some(fc) = &mut self.file_cache {
+            fc.resident_fraction = self
+                .repeats
+                .iter()
+                .filter_map(|r| r.file_resident_fraction)
+                .reduce(f64::max);
+        }
+        if let Some(fc) = &self.file_cache {
+            if fc.cold && fc.resident_fraction.is_some_and(|f| f > 0.05) {
+                self.warnings.push(format!(
+                    "--cold: {:.0}% of the file was still in the page cache at window start",
+                    fc.resident_fraction.unwrap_or(0.0) * 100.0
+                ));
+            }
+        }
         if self.integrity.mismatches > 0 {
             self.warnings.push(format!(
                 "{} bytes arrived corrupted: this path is broken here",
                 self.integrity.mismatches
             ));
         }
+    }
+
+    fn summarise_latency(&mut self) {
+        let mut merged = sendpath::metrics::new_histogram();
+        for r in &self.repeats {
+            for &(v, c) in &r.latency_hist_ns {
+                merged.saturating_record_n(v, c);
+            }
+        }
+        self.latency_us = (!merged.is_empty()).then(|| LatencyUs::of(&merged));
+        let per: Vec<LatencyUs> = self.repeats.iter().filter_map(|r| r.latency_us).collect();
+        self.latency_spread_us = (!per.is_empty()).then(|| LatencySpreadUs {
+            p50: Spread::of(&per.iter().map(|l| l.p50).collect::<Vec<_>>()),
+            p99: Spread::of(&per.iter().map(|l| l.p99).collect::<Vec<_>>()),
+        });
+    }
+
+    fn summarise_counts(&mut self) {
+        let mut z = Zerocopy {
+            note: self.zerocopy.note.take(),
+            ..Zerocopy::default()
+        };
+        let (mut known_completions, mut known_copied, mut known) = (0, 0, false);
+        let mut i = Integrity {
+            bytes_received: None,
+            ..Integrity::default()
+        };
+        let mut p50s = Vec::new();
+        for r in &self.repeats {
+            let c = &r.zerocopy;
+            z.attempts += c.attempts;
+            z.completions += c.completions;
+            z.copied += c.copied;
+            let f = &mut z.fallbacks;
+            f.enobufs += c.fallbacks.enobufs;
+            f.inflight_cap += c.fallbacks.inflight_cap;
+            f.unsupported += c.fallbacks.unsupported;
+            f.enomem += c.fallbacks.enomem;
+            if c.copied_known {
+                known = true;
+                known_completions += c.completions;
+                known_copied += c.copied;
+            }
+            p50s.extend(c.completion_p50_us);
+            i.bytes_sent += r.integrity.bytes_sent;
+            if let Some(b) = r.integrity.bytes_received {
+                *i.bytes_received.get_or_insert(0) += b;
+            }
+            i.bytes_verified += r.integrity.bytes_verified;
+            i.mismatches += r.integrity.mismatches;
+        }
+        z.copied_fraction = (known && known_completions > 0)
+            .then(|| known_copied as f64 / known_completions as f64);
+        z.completion_p50_us = (!p50s.is_empty()).then(|| Spread::of(&p50s).median);
+        self.zerocopy = z;
+        self.integrity = i;
     }
 }
 
@@ -300,8 +532,9 @@ mod tests {
     #[test]
     fn wide_spread_warns_with_advice() {
         let mut r = Row::default();
-        for t in [10.0, 10.5, 13.0] {
+        for (round, t) in [10.0, 10.5, 13.0].into_iter().enumerate() {
             r.repeats.push(Repeat {
+                round: round as u32,
                 throughput_gbps: t,
                 ..Default::default()
             });
@@ -310,8 +543,9 @@ mod tests {
         assert_eq!(r.throughput_gbps.median, 10.5);
         assert!(r.warnings[0].contains("--repeat"), "{:?}", r.warnings);
         let mut ok = Row::default();
-        for t in [10.0, 10.2, 10.4] {
+        for (round, t) in [10.0, 10.2, 10.4].into_iter().enumerate() {
             ok.repeats.push(Repeat {
+                round: round as u32,
                 throughput_gbps: t,
                 ..Default::default()
             });

@@ -1,14 +1,19 @@
-//! Running a matrix of points for `stream` and `rr`, writing results after each point.
+//! Running points in interleaved rounds for `stream`, `rr` and `sweep`, writing results after
+//! every window.
+//!
+//! Each round measures every point once, in an order shuffled from a recorded seed, so a slow
+//! phase of a shared host spreads over all points instead of landing on one; comparisons then
+//! pair the windows of one round (see `report::analysis`).
 
 use crate::cli::{RrArgs, RunArgs, StreamArgs};
 use crate::measure::Meter;
 use crate::output;
-use crate::results::{Environment, Results, Row, Zerocopy, SCHEMA_VERSION};
+use crate::results::{Environment, FileCache, Results, Row, Schedule, SCHEMA_VERSION};
+use crate::units::fmt_size;
 use crate::workload::rr::{self, RrPoint};
-use crate::workload::stream::{self, StreamOutcome, StreamPoint};
-use crate::workload::{PatternFile, INTERRUPTED};
+use crate::workload::stream::{self, Outcome, StreamPoint};
+use crate::workload::{cold_file_dir, PatternFile, RecvMode, INTERRUPTED};
 use anyhow::{bail, Context};
-use sendpath::metrics::SendStats;
 use sendpath::Source;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -28,22 +33,127 @@ pub fn environment() -> Environment {
     }
 }
 
-/// Collects repeats into a row and keeps the outputs current.
+/// A seed for the round order when none is given.
+pub fn fresh_seed() -> u64 {
+    fastrand::u64(..)
+}
+
+/// The order in which round `round` measures `n` points: a permutation shuffled from `seed`
+/// and the round number (so a resumed run repeats it).
+pub fn round_order(n: usize, seed: u64, round: u32) -> Vec<usize> {
+    let mut rng =
+        fastrand::Rng::with_seed(seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut v: Vec<usize> = (0..n).collect();
+    rng.shuffle(&mut v);
+    v
+}
+
+/// One point to measure.
+#[derive(Debug, Clone)]
+pub enum Point {
+    Stream(StreamPoint),
+    Rr(RrPoint),
+}
+
+impl Point {
+    /// The row a point's windows go into, without any measurement yet.
+    fn row(&self, file: Option<&PatternFile>) -> Row {
+        match self {
+            Point::Stream(p) => Row {
+                workload: "stream".into(),
+                strategy: p.strategy.name().into(),
+                size_bytes: p.size,
+                threads: p.threads,
+                fields: if p.strategy.source() == Source::Memory {
+                    p.fields
+                } else {
+                    1
+                },
+                recv_mode: if p.connect.is_some() {
+                    "remote".into()
+                } else {
+                    p.recv.name().into()
+                },
+                recv_size_bytes: p.connect.is_none().then_some(p.recv_size),
+                file_cache: file
+                    .filter(|_| p.strategy.source() == Source::File)
+                    .map(|f| FileCache {
+                        cold: p.cold,
+                        filesystem: f.filesystem.clone(),
+                        file_bytes: f.len,
+                        resident_fraction: None,
+                    }),
+                ..Default::default()
+            },
+            Point::Rr(p) => Row {
+                workload: "rr".into(),
+                strategy: p.strategy.name().into(),
+                size_bytes: p.response,
+                request_bytes: Some(p.request),
+                threads: p.concurrency,
+                fields: p.fields,
+                recv_mode: p.recv.name().into(),
+                recv_size_bytes: Some(p.response),
+                rate_per_s: p.rate,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Whether `row` is this point's row.
+    fn matches(&self, row: &Row) -> bool {
+        let r = self.row(None);
+        (
+            r.workload.as_str(),
+            r.strategy.as_str(),
+            r.size_bytes,
+            r.threads,
+        ) == (
+            row.workload.as_str(),
+            row.strategy.as_str(),
+            row.size_bytes,
+            row.threads,
+        )
+    }
+
+    fn label(&self) -> String {
+        let r = self.row(None);
+        format!("{} {} x{}", r.strategy, fmt_size(r.size_bytes), r.threads)
+    }
+
+    fn measure(
+        &self,
+        file: Option<&PatternFile>,
+        meter: &mut Meter,
+        cpu_mhz: Option<f64>,
+    ) -> anyhow::Result<Option<Outcome>> {
+        match self {
+            Point::Stream(p) => {
+                let f = file.filter(|_| p.strategy.source() == Source::File);
+                stream::run_once(p, f, meter, cpu_mhz)
+            }
+            Point::Rr(p) => rr::run_once(p, meter, cpu_mhz),
+        }
+    }
+}
+
+/// Collects windows into rows and keeps the outputs current.
 pub struct Recorder {
     pub results: Results,
     json: Option<PathBuf>,
     csv: Option<PathBuf>,
-    /// Table lines go through the progress bar when there is one.
+    /// Progress lines go through the progress bar when there is one.
     pub progress: Option<indicatif::ProgressBar>,
 }
 
 impl Recorder {
-    pub fn new(json: Option<PathBuf>, csv: Option<PathBuf>) -> Recorder {
+    pub fn new(json: Option<PathBuf>, csv: Option<PathBuf>, schedule: Schedule) -> Recorder {
         Recorder::with_results(
             Results {
                 schema_version: SCHEMA_VERSION,
                 environment: environment(),
                 sweep: None,
+                schedule,
                 results: Vec::new(),
             },
             json,
@@ -60,56 +170,42 @@ impl Recorder {
         }
     }
 
-    fn args_for(a: &RunArgs) -> (Option<PathBuf>, Option<PathBuf>) {
-        (a.json.clone(), a.csv.clone())
-    }
-
-    pub fn cpu_mhz(&self) -> Option<f64> {
+    fn cpu_mhz(&self) -> Option<f64> {
         self.results.environment.probe.cpu_mhz
     }
 
-    /// Adds a finished row (if it has any repeat), prints it, rewrites the files.
-    pub fn push(&mut self, mut row: Row, outs: Vec<StreamOutcome>) -> anyhow::Result<()> {
-        if outs.is_empty() {
-            return Ok(());
-        }
-        let mut stats = SendStats::default();
-        for o in &outs {
-            stats.merge(&o.stats);
-            row.integrity.bytes_verified += o.integrity.bytes_verified;
-            row.integrity.mismatches += o.integrity.mismatches;
-        }
-        let s = stats.summary();
-        row.zerocopy = Zerocopy {
-            attempts: s.zc_attempts,
-            completions: s.zc_completions,
-            copied_fraction: s.copied_fraction,
-            fallbacks: s.fallbacks,
-            completion_p50_us: (s.completion_latency.count > 0)
-                .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
-            note: outs.iter().find_map(|o| o.note.clone()),
+    /// Adds one window of `point` (measured in `round`) to its row, prints a progress line and
+    /// rewrites the files.
+    fn add(
+        &mut self,
+        point: &Point,
+        file: Option<&PatternFile>,
+        round: u32,
+        o: Outcome,
+    ) -> anyhow::Result<()> {
+        let rows = &mut self.results.results;
+        let i = match rows.iter().position(|r| point.matches(r)) {
+            Some(i) => i,
+            None => {
+                rows.push(point.row(file));
+                rows.len() - 1
+            }
         };
-        if let Some(n) = &row.zerocopy.note {
-            row.warnings.push(n.clone());
+        let row = &mut rows[i];
+        if row.zerocopy.note.is_none() {
+            row.zerocopy.note = o.note;
         }
-        if let Some(f) = s.copied_fraction.filter(|f| *f > 0.5) {
-            row.warnings.push(format!(
-                "the kernel copied {:.0}% of the zero-copy sends (a local receiver always forces the copy): this measures zero-copy bookkeeping plus a copy",
-                f * 100.0
-            ));
-        }
-        if row.strategy == "msg-zerocopy" && s.copied_fraction.is_some() {
-            row.warnings.push(
-                "msg-zerocopy copies are counted per notification range: a merged range carries only its first send's COPIED bit, so the fraction is approximate".into(),
-            );
-        }
-        row.repeats = outs.into_iter().map(|o| o.repeat).collect();
+        let mut rep = o.repeat;
+        rep.round = round;
+        let line = format!(
+            "  round {}: {:<26} {:>9.3} Gbit/s",
+            round + 1,
+            point.label(),
+            rep.throughput_gbps
+        );
+        row.repeats.push(rep);
         row.summarise();
-        self.say(&output::table_line(&row));
-        for w in &row.warnings {
-            self.say(&format!("    warning: {w}"));
-        }
-        self.results.results.push(row);
+        self.say(&line);
         self.write(false)
     }
 
@@ -120,7 +216,7 @@ impl Recorder {
         dash(&self.json) || dash(&self.csv)
     }
 
-    /// Prints a table line where it does not mix with JSON or CSV on stdout.
+    /// Prints a line where it does not mix with JSON or CSV on stdout.
     pub fn say(&self, line: &str) {
         if let Some(pb) = &self.progress {
             pb.println(line);
@@ -143,13 +239,25 @@ impl Recorder {
         Ok(())
     }
 
+    /// Prints the table of every row (medians over rounds) with its warnings.
+    pub fn print_table(&self) {
+        self.say("");
+        self.say(&output::table_header());
+        for row in &self.results.results {
+            self.say(&output::table_line(row));
+            for w in &row.warnings {
+                self.say(&format!("    warning: {w}"));
+            }
+        }
+    }
+
     /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
     /// was corrupted.
     pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
         self.write(true)?;
         if INTERRUPTED.load(Ordering::Relaxed) {
             eprintln!(
-                "interrupted: {} finished point(s) written",
+                "interrupted: {} point(s) with finished windows written",
                 self.results.results.len()
             );
             return Ok(std::process::ExitCode::from(130));
@@ -165,118 +273,176 @@ impl Recorder {
         }
         Ok(std::process::ExitCode::SUCCESS)
     }
-}
 
-/// Runs repeats of one point, stopping early on Ctrl-C.
-fn repeats(
-    n: u32,
-    mut once: impl FnMut() -> anyhow::Result<Option<StreamOutcome>>,
-) -> anyhow::Result<Vec<StreamOutcome>> {
-    let mut outs = Vec::new();
-    for _ in 0..n {
-        match once()? {
-            Some(o) => outs.push(o),
-            None => break,
+    /// Measures every point `rounds` times, one window per point per round, each round in the
+    /// shuffled order of `round_order`, skipping windows already in the results (resume).
+    /// Stops early on Ctrl-C; on an error, writes what was measured and returns it.
+    pub fn run_rounds(
+        &mut self,
+        points: &[Point],
+        file: Option<&PatternFile>,
+        meter: &mut Meter,
+        on_window: &dyn Fn(),
+    ) -> anyhow::Result<()> {
+        let Schedule { rounds, seed } = self.results.schedule;
+        for round in 0..rounds {
+            for i in round_order(points.len(), seed, round) {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let point = &points[i];
+                let done = self
+                    .results
+                    .results
+                    .iter()
+                    .any(|r| point.matches(r) && r.in_round(round).is_some());
+                if done {
+                    continue;
+                }
+                let out = point.measure(file, meter, self.cpu_mhz()).with_context(|| {
+                    format!(
+                        "{} failed in round {} (finished windows are written)",
+                        point.label(),
+                        round + 1
+                    )
+                });
+                match out {
+                    Ok(Some(o)) => {
+                        self.add(point, file, round, o)?;
+                        // Rows in the order of the points, whatever order rounds ran them in.
+                        self.results.results.sort_by_key(|r| {
+                            points
+                                .iter()
+                                .position(|p| p.matches(r))
+                                .unwrap_or(usize::MAX)
+                        });
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(e) => {
+                        self.write(true)?;
+                        return Err(e);
+                    }
+                }
+                on_window();
+            }
         }
+        Ok(())
     }
-    Ok(outs)
 }
 
-/// The source file for a file path at this message size (`None` for memory paths).
+/// The one source file shared by every file-path point of a run: long enough for the largest
+/// message (8 messages, at least 64 MiB; 1 GiB for cold runs, which read each byte once), or
+/// `file_size`. Cold runs put it on a disk-backed filesystem, or warn that they cannot.
 pub fn source_file(
-    strategy: sendpath::Strategy,
-    size: usize,
+    sizes: &[usize],
     file_size: Option<usize>,
     verify: bool,
-) -> anyhow::Result<Option<PatternFile>> {
-    if strategy.source() != Source::File {
-        return Ok(None);
+    cold: bool,
+) -> anyhow::Result<PatternFile> {
+    let largest = sizes.iter().copied().max().unwrap_or(0) as u64;
+    let default = if cold {
+        (1u64 << 30).max(largest * 8)
+    } else {
+        (largest * 8).max(64 << 20)
+    };
+    let len = file_size.map_or(default, |l| l as u64);
+    let dir = if cold {
+        match cold_file_dir() {
+            Ok(d) => d,
+            Err(fs) => {
+                eprintln!(
+                    "warning: --cold cannot be honoured: the temp dir and /var/tmp are on {fs}, which keeps files in memory; set TMPDIR to a directory on a disk (the rows record the resident fraction)"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let f = PatternFile::create(len, verify, dir.as_deref())?;
+    if cold {
+        eprintln!(
+            "cold runs read a {} file on {} (dropped from the page cache before each window)",
+            fmt_size(f.len as usize),
+            f.filesystem
+        );
     }
-    let len = file_size.map_or((size as u64 * 8).max(64 << 20), |l| l as u64);
-    PatternFile::create(len, verify).map(Some)
+    Ok(f)
 }
 
-/// Measures one stream point `repeat` times: the row (not yet summarised) and its repeats.
-pub fn stream_point(
-    pt: &StreamPoint,
-    repeat: u32,
-    file: Option<&PatternFile>,
-    cold: bool,
-    meter: &mut Meter,
-    cpu_mhz: Option<f64>,
-) -> anyhow::Result<(Row, Vec<StreamOutcome>)> {
-    let outs = repeats(repeat, || {
-        if let (Some(f), true) = (file, cold) {
-            f.make_cold()?;
-        }
-        stream::run_once(pt, file, meter, cpu_mhz)
-    })
-    .with_context(|| {
-        format!(
-            "{} {} B x{} failed (finished points are written)",
-            pt.strategy, pt.size, pt.threads
-        )
-    })?;
-    let row = Row {
-        workload: "stream".into(),
-        strategy: pt.strategy.name().into(),
-        size_bytes: pt.size,
-        threads: pt.threads,
-        fields: if pt.strategy.uses_fields() {
-            pt.fields
-        } else {
-            1
-        },
-        recv_mode: if pt.connect.is_some() {
-            "remote".into()
-        } else {
-            pt.recv.name().into()
-        },
-        ..Default::default()
-    };
-    Ok((row, outs))
+fn recv_size(a: &RunArgs, size: usize) -> usize {
+    a.recv_size
+        .unwrap_or_else(|| crate::workload::default_recv_size(size))
 }
 
 pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
-    let (json, csv) = Recorder::args_for(&a.run);
-    let mut rec = Recorder::new(json, csv);
-    if a.connect.is_some() && a.run.recv != crate::workload::RecvMode::Copy {
+    crate::cli::check_memory(&a.size, &a.threads, &a.run)?;
+    let schedule = Schedule {
+        rounds: a.run.repeat,
+        seed: a.run.seed.unwrap_or_else(fresh_seed),
+    };
+    let mut rec = Recorder::new(a.run.json.clone(), a.run.csv.clone(), schedule);
+    if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
-    rec.say(&output::table_header());
-    let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
-    let verify = a.run.recv == crate::workload::RecvMode::Verify;
-    'points: for &strategy in &a.run.strategy {
+    let verify = a.run.recv == RecvMode::Verify;
+    let file = if a.run.strategy.iter().any(|s| s.source() == Source::File) {
+        Some(source_file(&a.size, a.file_size, verify, a.cold)?)
+    } else {
+        None
+    };
+    let mut points = Vec::new();
+    for &strategy in &a.run.strategy {
         for &size in &a.size {
-            let file = source_file(strategy, size, a.file_size, verify)?;
             for &threads in &a.threads {
-                if INTERRUPTED.load(Ordering::Relaxed) {
-                    break 'points;
-                }
-                let pt = StreamPoint {
+                points.push(Point::Stream(StreamPoint {
                     strategy,
                     size,
                     threads,
-                    fields: a.run.fields,
+                    fields: usize::from(a.run.fields),
                     recv: a.run.recv,
+                    recv_size: recv_size(&a.run, size),
                     duration: a.run.duration,
                     warmup: a.run.warmup,
                     connect: a.connect,
                     cpus: a.cpu,
+                    cold: a.cold,
                     opts: a.run.options(),
-                };
-                let cpu_mhz = rec.cpu_mhz();
-                match stream_point(&pt, a.run.repeat, file.as_ref(), a.cold, &mut hw, cpu_mhz) {
-                    Ok((row, outs)) => rec.push(row, outs)?,
-                    Err(e) => {
-                        rec.write(true)?;
-                        return Err(e);
-                    }
-                }
+                }));
             }
         }
     }
+    run_points(
+        rec_with_order_note(&mut rec, &points),
+        &points,
+        file.as_ref(),
+        &a.run,
+    )?;
+    rec.print_table();
     rec.finish()
+}
+
+fn rec_with_order_note<'a>(rec: &'a mut Recorder, points: &[Point]) -> &'a mut Recorder {
+    let s = rec.results.schedule;
+    if points.len() > 1 && s.rounds > 1 {
+        rec.say(&format!(
+            "{} points x {} rounds, each round in a shuffled order (seed {})",
+            points.len(),
+            s.rounds,
+            s.seed
+        ));
+    }
+    rec
+}
+
+fn run_points(
+    rec: &mut Recorder,
+    points: &[Point],
+    file: Option<&PatternFile>,
+    a: &RunArgs,
+) -> anyhow::Result<()> {
+    let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
+    rec.run_rounds(points, file, &mut meter, &|| {})
 }
 
 pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -285,63 +451,62 @@ pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
             bail!("--rate must be a positive number of requests per second");
         }
     }
-    if a.run.recv == crate::workload::RecvMode::Discard {
+    if a.run.recv == RecvMode::Discard {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
     }
-    let (json, csv) = Recorder::args_for(&a.run);
-    let mut rec = Recorder::new(json, csv);
-    rec.say(&output::table_header());
-    let mut hw = Meter::open(a.run.metrics == crate::cli::Metrics::Minimal);
-    'points: for &strategy in &a.run.strategy {
+    crate::cli::check_memory(&a.response, &a.concurrency, &a.run)?;
+    let schedule = Schedule {
+        rounds: a.run.repeat,
+        seed: a.run.seed.unwrap_or_else(fresh_seed),
+    };
+    let mut rec = Recorder::new(a.run.json.clone(), a.run.csv.clone(), schedule);
+    let mut points = Vec::new();
+    for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
             eprintln!("note: rr sends responses from memory; skipping file path {strategy}");
             continue;
         }
         for &response in &a.response {
             for &concurrency in &a.concurrency {
-                if INTERRUPTED.load(Ordering::Relaxed) {
-                    break 'points;
-                }
-                let pt = RrPoint {
+                points.push(Point::Rr(RrPoint {
                     strategy,
                     request: a.request,
                     response,
                     concurrency,
-                    fields: a.run.fields,
+                    fields: usize::from(a.run.fields),
                     recv: a.run.recv,
                     duration: a.run.duration,
                     warmup: a.run.warmup,
                     rate: a.rate,
+                    cpus: a.cpu,
                     opts: a.run.options(),
-                };
-                let outs = match repeats(a.run.repeat, || rr::run_once(&pt, &mut hw, rec.cpu_mhz()))
-                {
-                    Ok(o) => o,
-                    Err(e) => {
-                        rec.write(true)?;
-                        return Err(e).with_context(|| {
-                            format!("rr {strategy} failed (finished points are written)")
-                        });
-                    }
-                };
-                let row = Row {
-                    workload: "rr".into(),
-                    strategy: strategy.name().into(),
-                    size_bytes: response,
-                    request_bytes: Some(a.request),
-                    threads: concurrency,
-                    fields: if strategy.uses_fields() {
-                        a.run.fields
-                    } else {
-                        1
-                    },
-                    recv_mode: a.run.recv.name().into(),
-                    rate_per_s: a.rate,
-                    ..Default::default()
-                };
-                rec.push(row, outs)?;
+                }));
             }
         }
     }
+    run_points(
+        rec_with_order_note(&mut rec, &points),
+        &points,
+        None,
+        &a.run,
+    )?;
+    rec.print_table();
     rec.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_round_is_a_permutation_and_rounds_differ() {
+        let a = round_order(12, 7, 0);
+        let b = round_order(12, 7, 1);
+        let mut s = a.clone();
+        s.sort();
+        assert_eq!(s, (0..12).collect::<Vec<_>>());
+        assert_ne!(a, b, "rounds are shuffled independently");
+        assert_eq!(a, round_order(12, 7, 0), "the seed reproduces the order");
+        assert_ne!(a, round_order(12, 8, 0));
+    }
 }

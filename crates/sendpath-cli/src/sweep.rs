@@ -3,9 +3,9 @@
 use crate::cli::{ReportArgs, SweepArgs};
 use crate::measure::Meter;
 use crate::presets::{self, Preset};
-use crate::report;
-use crate::results::SweepInfo;
-use crate::run_cmd::{source_file, stream_point, Recorder};
+use crate::report::{self, analysis};
+use crate::results::{Schedule, SweepInfo};
+use crate::run_cmd::{fresh_seed, source_file, Point, Recorder};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{RecvMode, INTERRUPTED};
 use anyhow::{bail, Context};
@@ -45,8 +45,30 @@ fn list() {
     }
 }
 
-fn key(strategy: &str, size: usize, threads: usize) -> (String, usize, usize) {
-    (strategy.to_string(), size, threads)
+/// The points of a preset, in preset order (each round shuffles them).
+fn points(preset: &Preset) -> Vec<Point> {
+    let mut v = Vec::new();
+    for &strategy in &preset.strategies {
+        for &size in &preset.sizes {
+            for &threads in &preset.threads {
+                v.push(Point::Stream(StreamPoint {
+                    strategy,
+                    size,
+                    threads,
+                    fields: preset.fields,
+                    recv: RecvMode::Copy,
+                    recv_size: crate::workload::default_recv_size(size),
+                    duration: preset.duration,
+                    warmup: preset.warmup,
+                    connect: None,
+                    cpus: None,
+                    cold: false,
+                    opts: sendpath::Options::default(),
+                }));
+            }
+        }
+    }
+    v
 }
 
 pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
@@ -105,9 +127,14 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
             }
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
+            let schedule = Schedule {
+                rounds: preset.repeat,
+                seed: a.seed.unwrap_or_else(fresh_seed),
+            };
             let mut rec = Recorder::new(
                 Some(dir.join("results.json")),
                 Some(dir.join("results.csv")),
+                schedule,
             );
             rec.results.sweep = Some(SweepInfo {
                 preset: preset.name.into(),
@@ -119,36 +146,25 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
             (dir, rec, preset)
         }
     };
-    let done: std::collections::BTreeSet<_> = rec
-        .results
-        .results
-        .iter()
-        .map(|r| key(&r.strategy, r.size_bytes, r.threads))
-        .collect();
-    let mut todo = Vec::new();
-    for &s in &preset.strategies {
-        for &size in &preset.sizes {
-            for &t in &preset.threads {
-                if !done.contains(&key(s.name(), size, t)) {
-                    todo.push((s, size, t));
-                }
-            }
-        }
-    }
+    let points = points(&preset);
+    let rounds = rec.results.schedule.rounds;
+    let windows_total = points.len() * rounds as usize;
+    let windows_done: usize = rec.results.results.iter().map(|r| r.repeats.len()).sum();
+    let todo = windows_total.saturating_sub(windows_done);
     eprintln!(
-        "sweep {}: {} points to measure ({} already done), {} x {:.2} s each, results in {}",
+        "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         preset.name,
-        todo.len(),
-        done.len(),
-        preset.repeat,
+        points.len(),
+        rounds,
+        todo,
+        windows_done,
         preset.duration.as_secs_f64(),
+        rec.results.schedule.seed,
         dir.display()
     );
-    // Each repeat also sets up and tears down its connections (about 0.1 s).
-    let per_point = ((preset.duration + preset.warmup).as_secs_f64() + 0.1) * preset.repeat as f64;
-    let pb = indicatif::ProgressBar::new(todo.len() as u64);
+    let pb = indicatif::ProgressBar::new(todo as u64);
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} points, ETA {eta} {msg}")
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} windows, ETA {eta}")
             .expect("valid template"),
     );
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -156,63 +172,27 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
     } else {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    rec.say(&crate::output::table_header());
+    let has_file_paths = preset
+        .strategies
+        .iter()
+        .any(|s| s.source() == sendpath::Source::File);
+    let file = if has_file_paths {
+        Some(source_file(&preset.sizes, None, false, false)?)
+    } else {
+        None
+    };
     let mut meter = Meter::open(false);
-    let mut current_file: Option<(sendpath::Strategy, usize, crate::workload::PatternFile)> = None;
-    for (i, &(strategy, size, threads)) in todo.iter().enumerate() {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            break;
-        }
-        pb.set_message(format!(
-            "{strategy} {} x{threads}",
-            crate::units::fmt_size(size)
-        ));
-        if rec.progress.is_none() {
-            eprintln!(
-                "[{}/{}] {strategy} {} x{threads}, about {:.0} s left",
-                i + 1,
-                todo.len(),
-                crate::units::fmt_size(size),
-                (todo.len() - i) as f64 * per_point
-            );
-        }
-        if strategy.source() == sendpath::Source::File
-            && !matches!(&current_file, Some((s, z, _)) if *s == strategy && *z == size)
-        {
-            current_file = source_file(strategy, size, None, false)?.map(|f| (strategy, size, f));
-        }
-        let file = current_file
-            .as_ref()
-            .filter(|(s, z, _)| *s == strategy && *z == size)
-            .map(|(_, _, f)| f);
-        let pt = StreamPoint {
-            strategy,
-            size,
-            threads,
-            fields: preset.fields,
-            recv: RecvMode::Copy,
-            duration: preset.duration,
-            warmup: preset.warmup,
-            connect: None,
-            cpus: None,
-            opts: sendpath::Options::default(),
-        };
-        let cpu_mhz = rec.cpu_mhz();
-        match stream_point(&pt, preset.repeat, file, false, &mut meter, cpu_mhz) {
-            Ok((row, outs)) => rec.push(row, outs)?,
-            Err(e) => {
-                pb.finish_and_clear();
-                rec.write(true)?;
-                report::write(&dir, &rec.results)?;
-                return Err(e).context(format!(
-                    "resume with: sendpath sweep --resume {}",
-                    dir.display()
-                ));
-            }
-        }
-        pb.inc(1);
-    }
+    let ran = rec.run_rounds(&points, file.as_ref(), &mut meter, &|| pb.inc(1));
     pb.finish_and_clear();
+    if let Err(e) = ran {
+        report::write(&dir, &rec.results)?;
+        return Err(e).context(format!(
+            "resume with: sendpath sweep --resume {}",
+            dir.display()
+        ));
+    }
+    rec.progress = None;
+    rec.print_table();
     let a = report::write(&dir, &rec.results)?;
     println!(
         "wrote {}/results.json, results.csv, summary.md, report.html",
@@ -224,7 +204,7 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         if let Some(n) = &a.copied_notice {
             println!("\nRead this first: {n}");
         }
-        println!("\nRecommendation:");
+        println!("\nRecommendation ({}):", analysis::RULE_SHORT);
         for x in &a.recommendations {
             println!(
                 "  {} messages {} ({} connection(s)): {} ({})",

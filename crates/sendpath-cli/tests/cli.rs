@@ -118,7 +118,7 @@ fn stream_all_paths_verify_and_write_json_and_csv() {
         .assert()
         .success();
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert!(v["environment"]["command_line"].is_array());
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), sendpath::Strategy::ALL.len());

@@ -150,13 +150,13 @@ fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
     let cases = [
         (
             "truncated.json",
-            "{\"schema_version\": 1, \"environment\": {",
+            "{\"schema_version\": 2, \"environment\": {",
         ),
         ("foreign.json", "{\"name\": \"iperf3\", \"intervals\": []}"),
         ("future.json", "{\"schema_version\": 99, \"results\": []}"),
         (
             "wrong-shape.json",
-            "{\"schema_version\": 1, \"results\": 7}",
+            "{\"schema_version\": 2, \"results\": 7}",
         ),
     ];
     for (name, text) in cases {

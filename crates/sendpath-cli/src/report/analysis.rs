@@ -1,7 +1,7 @@
 //! What the numbers say: crossovers against the baseline and a recommendation by size range.
 //! Pure functions of [`Results`], so `sendpath report` can redo them from the JSON alone.
 
-use crate::results::{Results, Row};
+use crate::results::{Results, Row, Spread};
 use sendpath::{Source, Strategy};
 use std::collections::BTreeSet;
 
@@ -11,9 +11,8 @@ pub struct Crossover {
     pub path: String,
     pub baseline: String,
     pub threads: usize,
-    /// Smallest measured size from which the path is faster than the baseline by more than the
-    /// measured spread, at that size and every larger measured size. `None`: never, in the
-    /// measured range.
+    /// Smallest measured size from which the path beats the baseline ([`RULE`]), at that size
+    /// and every larger measured size. `None`: never, in the measured range.
     pub from_size: Option<usize>,
     /// Largest and smallest measured sizes compared.
     pub sizes: (usize, usize),
@@ -66,54 +65,156 @@ fn rows<'a>(r: &'a Results, path: &str, threads: usize) -> Vec<&'a Row> {
     v
 }
 
-/// `a` is faster than `b` by more than the measured spread: their min..max ranges do not
-/// overlap. With a single repeat of either there is no spread to go by, so nothing is.
-fn clearly_faster(a: &Row, b: &Row) -> bool {
-    a.repeats.len() > 1 && b.repeats.len() > 1 && a.throughput_gbps.min > b.throughput_gbps.max
+/// The comparison rule, as the report states it.
+pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, so two windows of one round were taken within the same few minutes of the host. A path beats another when, pairing their windows round by round, it was faster in at least 3 of every 4 rounds (and in at least 3 rounds), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise: the median absolute deviation of those ratios, and never less than 3%. With fewer than 3 rounds nothing beats anything.";
+
+/// The rule in a few words, for the terminal.
+pub const RULE_SHORT: &str =
+    "paired by round: faster in at least 3/4 of the rounds, by more than the round-to-round noise";
+
+/// The smallest noise the rule allows: a ratio must exceed 1.03 to count.
+const NOISE_FLOOR: f64 = 0.03;
+
+/// Two rows compared round by round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// Rounds both rows have.
+    pub rounds: usize,
+    /// Rounds in which the first was faster.
+    pub wins: usize,
+    /// Median of the per-round throughput ratios (first / second).
+    pub median_ratio: f64,
+    /// Round-to-round noise of the ratio: its median absolute deviation, at least 3%.
+    pub noise: f64,
 }
 
-/// The path to use at one size: the fastest of this source, unless it is not faster than the
-/// baseline by more than the measured spread, in which case the baseline (when it is of the
-/// same source: a file path cannot be replaced by sending from memory).
-fn recommend(best: &Row, base: Option<&Row>, source: Source) -> (String, String) {
-    let gbps = |r: &Row| r.throughput_gbps.median;
-    let Some(b) = base.filter(|b| b.strategy != best.strategy) else {
-        return (
-            best.strategy.clone(),
-            format!("fastest measured ({:.2} Gbit/s)", gbps(best)),
-        );
-    };
-    let versus = format!(
-        "{:.2} Gbit/s vs {:.2} for {} ({:+.0}%)",
-        gbps(best),
-        gbps(b),
-        b.strategy,
-        (gbps(best) / gbps(b) - 1.0) * 100.0
-    );
-    if clearly_faster(best, b) {
-        return (
-            best.strategy.clone(),
-            format!("{versus}, beyond the spread"),
-        );
+impl Paired {
+    /// Whether the first row beats the second under [`RULE`].
+    pub fn beats(&self) -> bool {
+        self.rounds >= 3 && self.wins * 4 >= self.rounds * 3 && self.median_ratio - 1.0 > self.noise
     }
-    let why_not = if best.repeats.len() < 2 || b.repeats.len() < 2 {
-        "with a single repeat no spread is known (rerun with --repeat 3)".to_string()
-    } else {
-        format!("within the measured spread of {}", b.strategy)
-    };
-    if source_of(&b.strategy) == source {
-        (
-            b.strategy.clone(),
+
+    /// `faster in 3/3 rounds, median ratio 1.25 (noise 3%)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "faster in {}/{} rounds, median ratio {:.2} (noise {:.0}%)",
+            self.wins,
+            self.rounds,
+            self.median_ratio,
+            self.noise * 100.0
+        )
+    }
+}
+
+/// Pairs the windows of `a` and `b` by round; `None` when they share no round.
+pub fn paired(a: &Row, b: &Row) -> Option<Paired> {
+    let ratios: Vec<f64> = a
+        .repeats
+        .iter()
+        .filter_map(|x| {
+            let y = b.in_round(x.round)?;
+            (y.throughput_gbps > 0.0).then(|| x.throughput_gbps / y.throughput_gbps)
+        })
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    let median_ratio = Spread::of(&ratios).median;
+    let dev: Vec<f64> = ratios.iter().map(|r| (r - median_ratio).abs()).collect();
+    Some(Paired {
+        rounds: ratios.len(),
+        wins: ratios.iter().filter(|&&r| r > 1.0).count(),
+        median_ratio,
+        noise: Spread::of(&dev).median.max(NOISE_FLOOR),
+    })
+}
+
+/// `a` beats `b` under [`RULE`].
+fn beats(a: &Row, b: &Row) -> bool {
+    paired(a, b).is_some_and(|p| p.beats())
+}
+
+/// The path to use at one size, and why. Among the rows of this source, the paths that beat
+/// the baseline are candidates; the one that beats every other candidate is chosen, and tied
+/// candidates are named together. With no candidate, the baseline stays (when it is of the
+/// same source: a file path cannot be replaced by sending from memory).
+fn recommend(here: &[&Row], base: Option<&Row>, source: Source) -> (String, String) {
+    let Some(b) = base else {
+        let best = here
+            .iter()
+            .max_by(|x, y| {
+                x.throughput_gbps
+                    .median
+                    .total_cmp(&y.throughput_gbps.median)
+            })
+            .expect("at least one row");
+        return (
+            best.strategy.clone(),
             format!(
-                "{} was fastest ({versus}) but {why_not}: keep the simpler path",
+                "the only measured kind here; fastest by median ({:.2} Gbit/s), no baseline to pair with",
+                best.throughput_gbps.median
+            ),
+        );
+    };
+    let winners: Vec<&Row> = here
+        .iter()
+        .copied()
+        .filter(|x| x.strategy != b.strategy && beats(x, b))
+        .collect();
+    if winners.is_empty() {
+        let runner_up = here
+            .iter()
+            .filter(|x| x.strategy != b.strategy)
+            .filter_map(|x| paired(x, b).map(|p| (x, p)))
+            .max_by(|x, y| x.1.median_ratio.total_cmp(&y.1.median_ratio));
+        let closest = runner_up.map_or(String::new(), |(x, p)| {
+            format!(" (closest: {}, {})", x.strategy, p.describe())
+        });
+        if source_of(&b.strategy) == source {
+            return (
+                b.strategy.clone(),
+                format!("no path beat {}{closest}", b.strategy),
+            );
+        }
+        let best = runner_up.map_or(here[0], |(x, _)| *x);
+        return (
+            best.strategy.clone(),
+            format!(
+                "no {} path beat {}; {} was closest{closest}",
+                if source == Source::File {
+                    "file"
+                } else {
+                    "memory"
+                },
+                b.strategy,
                 best.strategy
             ),
+        );
+    }
+    let dominant = winners.iter().find(|w| {
+        winners
+            .iter()
+            .all(|o| o.strategy == w.strategy || beats(w, o))
+    });
+    let why = |w: &Row| {
+        format!(
+            "{} beat {}: {}",
+            w.strategy,
+            b.strategy,
+            paired(w, b).map_or(String::new(), |p| p.describe())
         )
-    } else {
-        (
-            best.strategy.clone(),
-            format!("fastest of its source ({versus}), but {why_not}"),
-        )
+    };
+    match dominant {
+        Some(w) => (w.strategy.clone(), why(w)),
+        None => {
+            let mut names: Vec<&str> = winners.iter().map(|w| w.strategy.as_str()).collect();
+            names.sort_unstable();
+            let whys: Vec<String> = winners.iter().map(|w| why(w)).collect();
+            (
+                names.join(" or "),
+                format!("{}; none of them beat the others", whys.join("; ")),
+            )
+        }
     }
 }
 
@@ -166,7 +267,7 @@ pub fn analyse(r: &Results) -> Analysis {
             }
             let mut from = None;
             for (x, y) in pairs.iter().rev() {
-                if clearly_faster(x, y) {
+                if beats(x, y) {
                     from = Some(x.size_bytes);
                 } else {
                     break;
@@ -204,14 +305,10 @@ pub fn analyse(r: &Results) -> Analysis {
                             && source_of(&x.strategy) == source
                     })
                     .collect();
-                let Some(best) = here.iter().max_by(|x, y| {
-                    x.throughput_gbps
-                        .median
-                        .total_cmp(&y.throughput_gbps.median)
-                }) else {
+                let Some(first) = here.first() else {
                     continue;
                 };
-                let base_name = baseline_for(&best.strategy, &measured);
+                let base_name = baseline_for(&first.strategy, &measured);
                 // The baseline may be of the other source (file paths against `copy`).
                 let base = r.results.iter().find(|x| {
                     x.workload == "stream"
@@ -219,7 +316,7 @@ pub fn analyse(r: &Results) -> Analysis {
                         && x.size_bytes == size
                         && x.strategy == base_name
                 });
-                let (path, why) = recommend(best, base, source);
+                let (path, why) = recommend(&here, base, source);
                 let why = format!("at {}: {why}", crate::units::fmt_size(size));
                 match &mut line {
                     Some(l) if l.path == path => {
@@ -260,7 +357,9 @@ mod tests {
             threads: 1,
             repeats: gbps
                 .iter()
-                .map(|&g| Repeat {
+                .enumerate()
+                .map(|(round, &g)| Repeat {
+                    round: round as u32,
                     throughput_gbps: g,
                     ..Default::default()
                 })
@@ -287,10 +386,10 @@ mod tests {
             row("gather", 1024, &[9.0, 9.5, 10.0]),
             row("gather", 65536, &[21.5, 22.0, 22.5]),
             row("gather", 1 << 20, &[23.0, 23.0, 23.5]),
-            // Faster by median but inside the spread at 1 MiB: never clearly faster.
+            // Faster by median at 1 MiB but slower in round 2: does not beat copy there.
             row("uring", 1024, &[12.0, 12.0, 12.0]),
             row("uring", 65536, &[22.0, 22.0, 22.0]),
-            row("uring", 1 << 20, &[20.8, 21.5, 22.0]),
+            row("uring", 1 << 20, &[21.5, 20.0, 22.0]),
         ]);
         let a = analyse(&r);
         let g = a.crossovers.iter().find(|c| c.path == "gather").unwrap();
@@ -301,6 +400,46 @@ mod tests {
             "must stay faster through the largest size"
         );
         assert!(a.copied_notice.is_none());
+    }
+
+    #[test]
+    fn pairing_by_round_sees_through_host_drift_and_ignores_tiny_gains() {
+        // The host drifted 3x between rounds; the path was 10% faster in every round. Ranges
+        // overlap completely, pairing shows the gain.
+        let base = row("copy", 4096, &[10.0, 20.0, 30.0, 15.0]);
+        let fast = row("uring", 4096, &[11.0, 22.0, 33.0, 16.5]);
+        let p = paired(&fast, &base).unwrap();
+        assert_eq!((p.rounds, p.wins), (4, 4));
+        assert!((p.median_ratio - 1.1).abs() < 1e-9);
+        assert!(p.beats());
+        assert!(!paired(&base, &fast).unwrap().beats());
+        // 2% faster in every round: below the noise floor.
+        let tiny = row("gather", 4096, &[10.2, 20.4, 30.6, 15.3]);
+        assert!(!paired(&tiny, &base).unwrap().beats());
+        // 3 wins of 4 is enough, 2 of 4 is not.
+        let three = row("x", 4096, &[12.0, 24.0, 29.0, 18.0]);
+        assert!(paired(&three, &base).unwrap().beats());
+        let two = row("y", 4096, &[12.0, 24.0, 29.0, 14.0]);
+        assert!(!paired(&two, &base).unwrap().beats());
+        // Two rounds are too few to say anything.
+        let short = row("z", 4096, &[20.0, 40.0]);
+        assert!(!paired(&short, &base).unwrap().beats());
+    }
+
+    #[test]
+    fn tied_winners_are_named_together() {
+        let r = results(vec![
+            row("read-send", 65536, &[10.0, 10.0, 10.0]),
+            row("sendfile", 65536, &[20.0, 21.0, 20.0]),
+            row("splice", 65536, &[21.0, 20.0, 20.5]),
+        ]);
+        let a = analyse(&r);
+        let f = a
+            .recommendations
+            .iter()
+            .find(|x| x.source == "file")
+            .unwrap();
+        assert_eq!(f.path, "sendfile or splice", "{}", f.why);
     }
 
     #[test]

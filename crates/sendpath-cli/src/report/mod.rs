@@ -123,8 +123,14 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     }
     out.push(rec);
     let mut cx = Table::new(
-        "Crossover sizes (faster than the baseline by more than the measured spread, from this size up)",
-        &["path", "baseline", "connections", "faster from", "measured range"],
+        "Crossover sizes (beats the baseline, paired by round, from this size up)",
+        &[
+            "path",
+            "baseline",
+            "connections",
+            "faster from",
+            "measured range",
+        ],
     );
     for c in &a.crossovers {
         cx.rows.push(vec![
@@ -141,7 +147,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
         out.push(t);
     }
     let mut res = Table::new(
-        "Results (median of repeats, [min..max])",
+        "Results (median over rounds, [min..max])",
         &[
             "workload",
             "path",
@@ -150,8 +156,10 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
             "Gbit/s",
             "msg/s",
             "us/msg",
-            "CPU ns/B process",
-            "CPU ns/B system",
+            "CPU ns/B sender",
+            "CPU ns/B receiver",
+            "CPU ns/B softirq",
+            "CPU ns/B system-wide",
             "copied",
             "fallbacks",
             "latency p50/p99 us",
@@ -168,8 +176,10 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
             format!("{:.3} [{:.3}..{:.3}]", t.median, t.min, t.max),
             format!("{:.0}", x.messages_per_s.median),
             format!("{:.2}", x.median_of(|r| Some(r.msg_time_us)).unwrap_or(0.0)),
-            format!("{:.3}", x.cpu_ns_per_byte.process),
-            format!("{:.3}", x.cpu_ns_per_byte.system),
+            cpu_cell(x, |c| Some(c.sender)),
+            cpu_cell(x, |c| c.receiver),
+            cpu_cell(x, |c| Some(c.system_softirq)),
+            cpu_cell(x, |c| Some(c.system)),
             x.zerocopy
                 .copied_fraction
                 .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
@@ -183,8 +193,18 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     out
 }
 
+/// A CPU-per-byte cell; "not measured" when the row has no CPU figures.
+fn cpu_cell(x: &Row, f: impl Fn(&crate::results::CpuNsPerByte) -> Option<f64>) -> String {
+    match x.cpu_ns_per_byte.as_ref() {
+        None => "not measured".into(),
+        Some(c) => f(c).map_or("-".into(), |v| format!("{v:.3}")),
+    }
+}
+
 /// copy vs msg-zerocopy CPU per byte, as the MSG_ZEROCOPY paper laid out its table (the paper
-/// gives Mcycles of a fixed transfer; here it is ns per byte, same ratio).
+/// gives Mcycles of a fixed transfer; here it is ns per byte, same ratio). The paper's
+/// "process" column is the sending process: here the sender threads. Its "system" column is
+/// all CPUs: here `/proc/stat` busy time.
 fn zerocopy_paper_table(r: &Results) -> Option<Table> {
     let find = |p: &str, s: usize| {
         r.results.iter().find(|x| {
@@ -198,7 +218,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
-        "copy vs msg-zerocopy CPU per byte (process and system-wide), 1 connection",
+        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy)",
         &[
             "size",
             "process copy",
@@ -207,11 +227,16 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
             "system copy",
             "system zerocopy",
             "%",
+            "softirq copy",
+            "softirq zerocopy",
             "zerocopy copied",
         ],
     );
     for s in sizes {
         let (Some(c), Some(z)) = (find("copy", s), find("msg-zerocopy", s)) else {
+            continue;
+        };
+        let (Some(cc), Some(zc)) = (c.cpu_ns_per_byte, z.cpu_ns_per_byte) else {
             continue;
         };
         let pct = |a: f64, b: f64| {
@@ -223,12 +248,14 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         };
         t.rows.push(vec![
             fmt_size(s),
-            format!("{:.3}", c.cpu_ns_per_byte.process),
-            format!("{:.3}", z.cpu_ns_per_byte.process),
-            pct(c.cpu_ns_per_byte.process, z.cpu_ns_per_byte.process),
-            format!("{:.3}", c.cpu_ns_per_byte.system),
-            format!("{:.3}", z.cpu_ns_per_byte.system),
-            pct(c.cpu_ns_per_byte.system, z.cpu_ns_per_byte.system),
+            format!("{:.3}", cc.sender),
+            format!("{:.3}", zc.sender),
+            pct(cc.sender, zc.sender),
+            format!("{:.3}", cc.system),
+            format!("{:.3}", zc.system),
+            pct(cc.system, zc.system),
+            format!("{:.3}", cc.system_softirq),
+            format!("{:.3}", zc.system_softirq),
             z.zerocopy
                 .copied_fraction
                 .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
@@ -328,20 +355,24 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
         }
     }
     for &t in &threads {
-        let p = by_size(r, t, |x| Some(x.cpu_ns_per_byte.process));
-        out.push(size_chart(
-            "Process CPU per byte",
-            "CPU (ns per byte)",
-            t,
-            &p,
-        )?);
-        let s = by_size(r, t, |x| Some(x.cpu_ns_per_byte.system));
-        out.push(size_chart(
-            "System-wide CPU per byte",
-            "CPU (ns per byte)",
-            t,
-            &s,
-        )?);
+        let p = by_size(r, t, |x| x.cpu_ns_per_byte.map(|c| c.sender));
+        if !p.is_empty() {
+            out.push(size_chart(
+                "Sender-thread CPU per byte",
+                "CPU (ns per byte)",
+                t,
+                &p,
+            )?);
+        }
+        let s = by_size(r, t, |x| x.cpu_ns_per_byte.map(|c| c.system));
+        if !s.is_empty() {
+            out.push(size_chart(
+                "System-wide CPU per byte",
+                "CPU (ns per byte)",
+                t,
+                &s,
+            )?);
+        }
         let llc = by_size(r, t, |x| x.median_of(|r| r.hw_llc_misses_per_byte));
         if !llc.is_empty() {
             out.push(size_chart(
@@ -374,9 +405,12 @@ fn environment_line(r: &Results) -> String {
         e.sendpath_version,
         e.command_line.join(" "),
         r.sweep.as_ref().map_or(String::new(), |s| format!(
-            ", preset {}: {} s per repeat after {} s warmup, {} repeats",
-            s.preset, s.duration_s, s.warmup_s, s.repeat
-        ))
+            ", preset {}: {} s windows after {} s warmup",
+            s.preset, s.duration_s, s.warmup_s
+        )) + &format!(
+            ", {} rounds in shuffled order (seed {})",
+            r.schedule.rounds, r.schedule.seed
+        )
     )
 }
 
@@ -399,7 +433,13 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(s, "> **Read this first.** {n}\n");
     }
-    let _ = writeln!(s, "{}\n\n{}\n", environment_line(r), hw_line(r));
+    let _ = writeln!(
+        s,
+        "{}\n\n{}\n\n**How paths are compared.** {}\n",
+        environment_line(r),
+        hw_line(r),
+        analysis::RULE
+    );
     for t in tables(r, a) {
         s.push_str(&t.md());
     }
@@ -438,9 +478,10 @@ pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     }
     let _ = writeln!(
         s,
-        "<p>{}</p><p>{}</p>",
+        "<p>{}</p><p>{}</p><p><b>How paths are compared.</b> {}</p>",
         esc(&environment_line(r)),
-        esc(&hw_line(r))
+        esc(&hw_line(r)),
+        esc(analysis::RULE)
     );
     let ts = tables(r, a);
     let (results_table, rest) = ts

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -44,11 +45,9 @@ pub struct RecvCounters {
     pub bytes: AtomicU64,
 }
 
-/// Reads from `s` until EOF (or an error after data stopped), counting bytes into `c`; returns
-/// the verifier (meaningful in verify mode).
-///
-/// Reads use a buffer of `read_size` bytes (clamped to 256 KiB..4 MiB), like iperf3 reading with
-/// its block size.
+/// Reads from `s` until EOF, counting bytes into `c`, `read_size` bytes per call (as iperf3
+/// reads its `-l` size); returns the verifier (meaningful in verify mode). A reset or any other
+/// error before EOF is an error that names the stream offset it happened at.
 pub fn receive(
     mut s: TcpStream,
     mode: RecvMode,
@@ -56,7 +55,8 @@ pub fn receive(
     read_size: usize,
 ) -> anyhow::Result<Verifier> {
     let mut v = Verifier::new();
-    let mut buf = vec![0u8; read_size.clamp(256 << 10, 4 << 20)];
+    let mut buf = vec![0u8; read_size.max(1)];
+    let mut total = 0u64;
     loop {
         let n = match mode {
             RecvMode::Discard => sys::socket::recv(s.as_fd(), &mut buf, libc::MSG_TRUNC),
@@ -66,14 +66,24 @@ pub fn receive(
             Ok(0) => return Ok(v),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(v),
-            Err(e) => return Err(e).context("receiver read"),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("receiver: the stream broke at byte offset {total} (before a clean end of stream)")
+                })
+            }
         };
         if mode == RecvMode::Verify {
             v.check(&buf[..n]);
         }
+        total += n as u64;
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// The default receiver read size for messages of `size` bytes: the message size clamped to
+/// 16 KiB..1 MiB, iperf3's convention for its `-l` block.
+pub fn default_recv_size(size: usize) -> usize {
+    size.clamp(16 << 10, 1 << 20)
 }
 
 /// A file of the pattern for the file paths, long enough to stream from in a loop. Its length
@@ -81,19 +91,30 @@ pub fn receive(
 pub struct PatternFile {
     pub file: Arc<File>,
     pub len: u64,
+    /// The filesystem holding it (`ext4`, `tmpfs`, ...).
+    pub filesystem: String,
 }
 
+/// `lcm(pattern period, 4096)`: a file part of a multiple of this many bytes starts on a page
+/// and continues the pattern as if from offset 0.
+pub const PART_ALIGN: u64 = pattern::PERIOD * 4096;
+
 impl PatternFile {
-    /// Creates the file (unlinked, in the temp dir) of `len` bytes, rounded up to a multiple of
-    /// the pattern period when `verifiable`; its pages are in the page cache afterwards (warm).
-    pub fn create(len: u64, verifiable: bool) -> anyhow::Result<PatternFile> {
+    /// Creates the file (unlinked, in `dir` or the temp dir) of `len` bytes, rounded up to a
+    /// multiple of the pattern period when `verifiable`; its pages are in the page cache
+    /// afterwards (warm).
+    pub fn create(len: u64, verifiable: bool, dir: Option<&Path>) -> anyhow::Result<PatternFile> {
         let period = pattern::PERIOD;
         let len = if verifiable {
             len.div_ceil(period) * period
         } else {
             len
         };
-        let mut f = tempfile::tempfile().context(
+        let f = match dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        };
+        let mut f = f.context(
             "creating the source file for file paths (set TMPDIR to a writable directory)",
         )?;
         let mut chunk = vec![0u8; 1 << 20];
@@ -102,13 +123,15 @@ impl PatternFile {
             let n = ((len - off) as usize).min(chunk.len());
             pattern::fill(&mut chunk[..n], off);
             f.write_all(&chunk[..n])
-                .context("writing the source file")?;
+                .context("writing the source file (is the disk full? try a smaller --file-size)")?;
             off += n as u64;
         }
         f.sync_all().context("fsync of the source file")?;
+        let filesystem = sys::file::fs_type(f.as_fd()).unwrap_or_else(|_| "unknown".into());
         Ok(PatternFile {
             file: Arc::new(f),
             len,
+            filesystem,
         })
     }
 
@@ -116,11 +139,38 @@ impl PatternFile {
     pub fn make_cold(&self) -> anyhow::Result<()> {
         sys::file::drop_page_cache(self.file.as_fd()).context("posix_fadvise(DONTNEED)")
     }
+
+    /// Fraction of the file in the page cache now (`mincore`).
+    pub fn resident_fraction(&self) -> Option<f64> {
+        sys::mem::resident_fraction(self.file.as_fd(), self.len as usize).ok()
+    }
+}
+
+/// Where a cold run's file goes: the temp dir when it is on a disk, else `/var/tmp` when that
+/// is; `None` (with the name of the memory filesystem) when neither is, so `--cold` cannot be
+/// honoured.
+pub fn cold_file_dir() -> Result<Option<PathBuf>, String> {
+    let fs_of = |d: &Path| -> Option<String> {
+        let f = tempfile::tempfile_in(d).ok()?;
+        sys::file::fs_type(f.as_fd()).ok()
+    };
+    let tmp = std::env::temp_dir();
+    match fs_of(&tmp) {
+        Some(fs) if sys::file::fs_is_memory_backed(&fs) => {
+            let var = PathBuf::from("/var/tmp");
+            match fs_of(&var) {
+                Some(v) if !sys::file::fs_is_memory_backed(&v) => Ok(Some(var)),
+                _ => Err(fs),
+            }
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get `fields`
-/// buffers (filled with the pattern when `fill`); file paths get the range at `off` modulo the
-/// file length, split in two where it wraps.
+/// buffers (filled with the pattern when `fill`; otherwise they hold bytes written earlier, see
+/// [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file length, split
+/// in two where it wraps.
 pub fn send_message(
     p: &mut dyn SendPath,
     strategy: Strategy,
@@ -132,11 +182,7 @@ pub fn send_message(
 ) -> anyhow::Result<()> {
     match strategy.source() {
         Source::Memory => {
-            let n = if strategy.uses_fields() {
-                fields.clamp(1, size)
-            } else {
-                1
-            };
+            let n = fields.clamp(1, size);
             let base = size / n;
             let mut f = Vec::with_capacity(n);
             let mut o = off;

@@ -4,9 +4,9 @@
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
 use super::{send_message, RecvMode, INTERRUPTED};
-use crate::measure::{Meter, Snapshot};
-use crate::results::{Integrity, LatencyUs};
-use crate::workload::stream::{sleep_unless_interrupted, StreamOutcome};
+use crate::measure::{Meter, Roles, Snapshot};
+use crate::results::{hist_pairs, Integrity, LatencyUs};
+use crate::workload::stream::{pin, sleep_unless_interrupted, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
 use hdrhistogram::Histogram;
 use sendpath::metrics::{new_histogram, SendStats};
@@ -15,7 +15,7 @@ use sendpath::{Options, Strategy};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// One point of an rr run.
@@ -31,12 +31,16 @@ pub struct RrPoint {
     pub warmup: Duration,
     /// Open loop: requests per second over all connections.
     pub rate: Option<f64>,
+    /// Pin each connection's server to the first CPU and its client to the second.
+    pub cpus: Option<(usize, usize)>,
     pub opts: Options,
 }
 
 struct ClientOut {
     hist: Histogram<u64>,
     verifier: Verifier,
+    /// Response bytes read.
+    bytes: u64,
 }
 
 fn serve(
@@ -52,8 +56,11 @@ fn serve(
         match s.read_exact(&mut req) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => return Err(e).context("rr server read"),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("rr server: reading a request failed after {off} response bytes")
+                })
+            }
         }
         send_message(
             p.as_mut(),
@@ -83,6 +90,7 @@ fn client(
     let mut out = ClientOut {
         hist: new_histogram(),
         verifier: Verifier::new(),
+        bytes: 0,
     };
     let interval = pt
         .rate
@@ -102,8 +110,16 @@ fn client(
             }
             None => Instant::now(),
         };
-        s.write_all(&req).context("rr client write")?;
-        s.read_exact(&mut resp).context("rr client read")?;
+        s.write_all(&req).with_context(|| {
+            format!("rr client: write failed after {} response bytes", out.bytes)
+        })?;
+        s.read_exact(&mut resp).with_context(|| {
+            format!(
+                "rr client: the response stream broke at byte offset {}",
+                out.bytes
+            )
+        })?;
+        out.bytes += resp.len() as u64;
         let lat = intended.elapsed().as_nanos() as u64;
         if pt.recv == RecvMode::Verify {
             out.verifier.check(&resp);
@@ -121,12 +137,13 @@ pub fn run_once(
     pt: &RrPoint,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,
-) -> anyhow::Result<Option<StreamOutcome>> {
+) -> anyhow::Result<Option<Outcome>> {
     let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
     let addr = l.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     let recording = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
+    let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..pt.concurrency {
@@ -136,27 +153,48 @@ pub fn run_once(
         sv.set_nodelay(true)?;
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
-        servers.push(std::thread::spawn(move || serve(sv, &p, fill)));
+        let tids = tid_tx.clone();
+        servers.push(std::thread::spawn(move || {
+            pin(p.cpus.map(|c| c.0));
+            let _ = tids.send((true, sendpath::sys::host::gettid()));
+            serve(sv, &p, fill)
+        }));
         let (p, rec, st, dn) = (pt.clone(), recording.clone(), stop.clone(), done.clone());
+        let tids = tid_tx.clone();
         clients.push(std::thread::spawn(move || {
+            pin(p.cpus.map(|c| c.1));
+            let _ = tids.send((false, sendpath::sys::host::gettid()));
             let r = client(c.try_clone()?, &p, &rec, &st, &dn);
             let _ = c.shutdown(std::net::Shutdown::Both);
             r
         }));
     }
+    drop(tid_tx);
+    let mut roles = Roles {
+        senders: Vec::new(),
+        receivers: Some(Vec::new()),
+    };
+    for (is_server, tid) in tid_rx.iter().take(2 * pt.concurrency) {
+        match (is_server, roles.receivers.as_mut()) {
+            (true, _) => roles.senders.push(tid),
+            (false, Some(r)) => r.push(tid),
+            (false, None) => {}
+        }
+    }
     let mut ok = sleep_unless_interrupted(pt.warmup);
     let mut window = None;
     if ok {
         recording.store(true, Ordering::Relaxed);
-        let s0 = Snapshot::take(hw);
+        let s0 = Snapshot::take(hw, &roles);
         ok = sleep_unless_interrupted(pt.duration);
-        let s1 = Snapshot::take(hw);
+        let s1 = Snapshot::take(hw, &roles);
         recording.store(false, Ordering::Relaxed);
         window = Some((s0, s1, done.load(Ordering::Relaxed)));
     }
     stop.store(true, Ordering::Relaxed);
     let mut hist = new_histogram();
     let mut integrity = Integrity::default();
+    let mut received = 0;
     let mut first_err = None;
     for c in clients {
         match c.join().map_err(|_| anyhow!("an rr client panicked"))? {
@@ -164,6 +202,7 @@ pub fn run_once(
                 let _ = hist.add(&o.hist);
                 integrity.bytes_verified += o.verifier.bytes_verified();
                 integrity.mismatches += o.verifier.mismatches;
+                received += o.bytes;
             }
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -191,16 +230,23 @@ pub fn run_once(
     let (Some((s0, s1, transactions)), true) = (window, ok) else {
         return Ok(None);
     };
+    integrity.bytes_sent = stats.bytes;
+    integrity.bytes_received = Some(received);
+    if received != stats.bytes {
+        anyhow::bail!(
+            "the servers sent {} response bytes but the clients read {received}",
+            stats.bytes
+        );
+    }
+    if pt.recv != RecvMode::Verify {
+        integrity.bytes_verified = 0;
+        integrity.mismatches = 0;
+    }
     let bytes = transactions * (pt.request + pt.response) as u64;
     let mut repeat = s0.window(&s1, bytes, transactions, pt.concurrency, cpu_mhz);
     repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
-    if pt.recv != RecvMode::Verify {
-        integrity = Integrity::default();
-    }
-    Ok(Some(StreamOutcome {
-        repeat,
-        stats,
-        integrity,
-        note,
-    }))
+    repeat.latency_hist_ns = hist_pairs(&hist);
+    repeat.zerocopy = zerocopy_counts(&stats);
+    repeat.integrity = integrity;
+    Ok(Some(Outcome { repeat, note }))
 }

@@ -13,6 +13,7 @@ pub fn run(
     mode: RecvMode,
     connections: usize,
     timeout: Duration,
+    read_size: usize,
 ) -> anyhow::Result<()> {
     let l = TcpListener::bind(listen).with_context(|| {
         format!("--listen {listen}: cannot bind (in use, or not a local address?)")
@@ -41,7 +42,7 @@ pub fn run(
                 handles.push(std::thread::spawn(move || {
                     let c = RecvCounters::default();
                     let t0 = Instant::now();
-                    let v = receive(s, mode, &c, 256 << 10);
+                    let v = receive(s, mode, &c, read_size);
                     (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
                 }));
             }
@@ -55,6 +56,7 @@ pub fn run(
         bail!("no sender connected within {timeout:?} (raise --timeout)");
     }
     let mut bad = 0;
+    let mut failed = 0;
     for h in handles {
         let (peer, el, bytes, v) = h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
         let gbps = bytes as f64 * 8.0 / el.as_secs_f64() / 1e9;
@@ -75,8 +77,14 @@ pub fn run(
                     el.as_secs_f64()
                 );
             }
-            Err(e) => println!("{peer}: {bytes} bytes, then error: {e:#}"),
+            Err(e) => {
+                failed += 1;
+                println!("{peer}: {bytes} bytes, then error: {e:#}");
+            }
         }
+    }
+    if failed > 0 {
+        bail!("{failed} connection(s) ended with an error (see above)");
     }
     if bad > 0 {
         bail!("{bad} bytes did not match the pattern");

@@ -1,14 +1,14 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
-use super::{receive, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED};
-use crate::measure::{Meter, Snapshot};
-use crate::results::{Integrity, Repeat};
-use anyhow::{anyhow, Context};
+use super::{receive, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED, PART_ALIGN};
+use crate::measure::{Meter, Roles, Snapshot};
+use crate::results::{Integrity, Repeat, ZerocopyCounts};
+use anyhow::{anyhow, bail, Context};
 use sendpath::metrics::SendStats;
 use sendpath::{sys, Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// One point of a stream run.
@@ -19,40 +19,75 @@ pub struct StreamPoint {
     pub threads: usize,
     pub fields: usize,
     pub recv: RecvMode,
+    /// Bytes the receiver asks for per read.
+    pub recv_size: usize,
     pub duration: Duration,
     pub warmup: Duration,
     /// Send to this address instead of a receiver of our own.
     pub connect: Option<SocketAddr>,
     /// Pin each connection's sender and receiver to these CPUs.
     pub cpus: Option<(usize, usize)>,
+    /// File paths: drop the file from the page cache first, no warmup, each byte range once.
+    pub cold: bool,
     pub opts: Options,
 }
 
 /// What one repeat produced.
-pub struct StreamOutcome {
+pub struct Outcome {
+    /// The window's values, zero-copy counts and integrity (its round is set by the caller).
     pub repeat: Repeat,
-    pub stats: SendStats,
-    pub integrity: Integrity,
+    /// Why the path is not the one asked for, if it fell back at open time.
     pub note: Option<String>,
 }
 
-/// Sleeps up to `d`, waking early on Ctrl-C. Returns false if interrupted.
-pub fn sleep_unless_interrupted(d: Duration) -> bool {
+/// The zero-copy counts of a repeat from its merged sender statistics.
+pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+    let s = stats.summary();
+    ZerocopyCounts {
+        attempts: s.zc_attempts,
+        completions: s.zc_completions,
+        copied: s.zc_copied,
+        copied_known: s.copied_fraction.is_some(),
+        fallbacks: s.fallbacks,
+        completion_p50_us: (s.completion_latency.count > 0)
+            .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
+    }
+}
+
+/// Sleeps up to `d`, waking early on Ctrl-C or when `done()` holds. Returns false if
+/// interrupted.
+pub fn sleep_unless(d: Duration, done: impl Fn() -> bool) -> bool {
     let end = Instant::now() + d;
-    while Instant::now() < end {
+    while Instant::now() < end && !done() {
         if INTERRUPTED.load(Ordering::Relaxed) {
             return false;
         }
-        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(20)));
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(5)));
     }
     !INTERRUPTED.load(Ordering::Relaxed)
 }
 
-fn pin(cpu: Option<usize>) {
+/// Sleeps up to `d`, waking early on Ctrl-C. Returns false if interrupted.
+pub fn sleep_unless_interrupted(d: Duration) -> bool {
+    sleep_unless(d, || false)
+}
+
+pub fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
-        // Pinning is best effort: a CPU outside the allowed set leaves the thread unpinned.
+        // The CPU was checked against the allowed set when the flag was parsed.
         let _ = sys::host::pin_current_thread(c);
     }
+}
+
+/// The file range `[start, end)` sender `i` of `n` streams from: the whole file for warm runs
+/// (round and round), a part of its own for cold runs (once), so no range is read twice.
+fn file_part(file_len: u64, i: usize, n: usize, cold: bool) -> (u64, Option<u64>) {
+    if !cold || file_len == 0 {
+        return (0, None);
+    }
+    let part = (file_len / n as u64 / PART_ALIGN).max(1) * PART_ALIGN;
+    let start = (part * i as u64).min(file_len);
+    (start, Some((start + part).min(file_len)))
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
@@ -61,7 +96,7 @@ pub fn run_once(
     file: Option<&PatternFile>,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,
-) -> anyhow::Result<Option<StreamOutcome>> {
+) -> anyhow::Result<Option<Outcome>> {
     let listener = match pt.connect {
         None => Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?),
         Some(_) => None,
@@ -71,7 +106,14 @@ pub fn run_once(
         (None, Some(a)) => a,
         (None, None) => unreachable!(),
     };
+    let cold = pt.cold && file.is_some();
+    if let (Some(f), true) = (file, cold) {
+        f.make_cold()?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(pt.threads + 1));
+    let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
     let recv_counters: Vec<Arc<RecvCounters>> = (0..pt.threads).map(|_| Arc::default()).collect();
@@ -84,26 +126,41 @@ pub fn run_once(
         if let Some(l) = &listener {
             let (rx, _) = l.accept().context("accepting the loopback connection")?;
             let c = recv_counters[i].clone();
-            let (mode, size) = (pt.recv, pt.size);
+            let (mode, size) = (pt.recv, pt.recv_size);
             let cpu = pt.cpus.map(|c| c.1);
+            let tids = tid_tx.clone();
             receivers.push(std::thread::spawn(move || {
                 pin(cpu);
+                let _ = tids.send((false, sys::host::gettid()));
                 receive(rx, mode, &c, size)
             }));
         }
         let mut opts = pt.opts.clone();
         opts.file = file.map(|f| f.file.clone());
-        let (stop, sent) = (stop.clone(), sent[i].clone());
+        let (stop, sent, finished, start) = (
+            stop.clone(),
+            sent[i].clone(),
+            finished.clone(),
+            start.clone(),
+        );
         let (strategy, size, fields) = (pt.strategy, pt.size, pt.fields);
         let fill = pt.recv == RecvMode::Verify;
         let cpu = pt.cpus.map(|c| c.0);
+        let (first, limit) = file_part(file_len, i, pt.threads, cold);
+        let tids = tid_tx.clone();
         senders.push(std::thread::spawn(
             move || -> anyhow::Result<(SendStats, Option<String>)> {
                 pin(cpu);
-                let mut p = sendpath::open(strategy, tx, &opts)?;
-                let mut off = 0u64;
+                let _ = tids.send((true, sys::host::gettid()));
+                let opened = sendpath::open(strategy, tx, &opts);
+                start.wait();
+                let mut p = opened?;
+                let mut off = first;
                 let result = (|| {
                     while !stop.load(Ordering::Relaxed) {
+                        if limit.is_some_and(|l| off + size as u64 > l) {
+                            break;
+                        }
                         send_message(p.as_mut(), strategy, size, fields, off, fill, file_len)?;
                         off += size as u64;
                         sent.fetch_add(size as u64, Ordering::Relaxed);
@@ -111,12 +168,28 @@ pub fn run_once(
                     p.finish(Duration::from_secs(2))?;
                     Ok::<(), anyhow::Error>(())
                 })();
+                finished.fetch_add(1, Ordering::Relaxed);
                 let _ = p.socket().shutdown(std::net::Shutdown::Write);
                 result.with_context(|| format!("{strategy} sender"))?;
                 Ok((p.stats().clone(), p.note().map(String::from)))
             },
         ));
     }
+    drop(tid_tx);
+    let expected = pt.threads * if listener.is_some() { 2 } else { 1 };
+    let mut roles = Roles {
+        senders: Vec::new(),
+        receivers: listener.as_ref().map(|_| Vec::new()),
+    };
+    for (is_sender, tid) in tid_rx.iter().take(expected) {
+        match (is_sender, roles.receivers.as_mut()) {
+            (true, _) => roles.senders.push(tid),
+            (false, Some(r)) => r.push(tid),
+            (false, None) => {}
+        }
+    }
+    let resident = file.filter(|_| cold).and_then(|f| f.resident_fraction());
+    start.wait();
     let bytes_now = || -> u64 {
         if listener.is_some() {
             recv_counters
@@ -127,13 +200,20 @@ pub fn run_once(
             sent.iter().map(|c| c.load(Ordering::Relaxed)).sum()
         }
     };
-    let mut completed = sleep_unless_interrupted(pt.warmup);
+    // A cold run has no warmup: it would read the file into the cache.
+    let warmup = if cold { Duration::ZERO } else { pt.warmup };
+    let mut completed = sleep_unless_interrupted(warmup);
     let mut window = None;
     if completed {
-        let (s0, b0) = (Snapshot::take(hw), bytes_now());
-        completed = sleep_unless_interrupted(pt.duration);
-        let (s1, b1) = (Snapshot::take(hw), bytes_now());
-        window = Some((s0, s1, b1 - b0));
+        let resident = match (file, cold) {
+            (Some(f), false) => f.resident_fraction(),
+            _ => resident,
+        };
+        let (s0, b0) = (Snapshot::take(hw, &roles), bytes_now());
+        let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
+        completed = sleep_unless(pt.duration, all_done);
+        let (s1, b1) = (Snapshot::take(hw, &roles), bytes_now());
+        window = Some((s0, s1, b1 - b0, resident));
     }
     stop.store(true, Ordering::Relaxed);
     let mut stats = SendStats::default();
@@ -150,28 +230,64 @@ pub fn run_once(
             }
         }
     }
-    let mut integrity = Integrity::default();
+    let mut integrity = Integrity {
+        bytes_sent: stats.bytes,
+        ..Integrity::default()
+    };
     for r in receivers {
-        let v = r
+        match r
             .join()
-            .map_err(|_| anyhow!("a receiver thread panicked"))??;
-        if pt.recv == RecvMode::Verify {
-            integrity.bytes_verified += v.bytes_verified();
-            integrity.mismatches += v.mismatches;
+            .map_err(|_| anyhow!("a receiver thread panicked"))?
+        {
+            Ok(v) if pt.recv == RecvMode::Verify => {
+                integrity.bytes_verified += v.bytes_verified();
+                integrity.mismatches += v.mismatches;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
         }
     }
     if let Some(e) = first_err {
         return Err(e);
     }
-    let (Some((s0, s1, bytes)), true) = (window, completed) else {
+    if listener.is_some() {
+        let got: u64 = recv_counters
+            .iter()
+            .map(|c| c.bytes.load(Ordering::Relaxed))
+            .sum();
+        integrity.bytes_received = Some(got);
+        if got != integrity.bytes_sent {
+            bail!(
+                "the senders put {} bytes on the sockets but the receivers read {got}: bytes were lost or invented",
+                integrity.bytes_sent
+            );
+        }
+    }
+    let (Some((s0, s1, bytes, resident)), true) = (window, completed) else {
         return Ok(None);
     };
     let messages = bytes / pt.size as u64;
-    let repeat = s0.window(&s1, bytes, messages, pt.threads, cpu_mhz);
-    Ok(Some(StreamOutcome {
-        repeat,
-        stats,
-        integrity,
-        note,
-    }))
+    let mut repeat = s0.window(&s1, bytes, messages, pt.threads, cpu_mhz);
+    repeat.file_resident_fraction = resident;
+    repeat.zerocopy = zerocopy_counts(&stats);
+    repeat.integrity = integrity;
+    Ok(Some(Outcome { repeat, note }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cold_senders_get_disjoint_aligned_parts() {
+        let len = 10 * PART_ALIGN + 7;
+        assert_eq!(file_part(len, 0, 2, false), (0, None));
+        let a = file_part(len, 0, 2, true);
+        let b = file_part(len, 1, 2, true);
+        assert_eq!(a, (0, Some(5 * PART_ALIGN)));
+        assert_eq!(b, (5 * PART_ALIGN, Some(10 * PART_ALIGN)));
+        assert_eq!(b.0 % PART_ALIGN, 0);
+    }
 }

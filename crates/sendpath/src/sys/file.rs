@@ -101,3 +101,34 @@ pub fn drop_page_cache(fd: BorrowedFd<'_>) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `fstatfs(fd)`: the name of the filesystem type holding the file (`ext4`, `xfs`, `tmpfs`,
+/// ...; `0x...` for one not in this list). See statfs(2).
+pub fn fs_type(fd: BorrowedFd<'_>) -> io::Result<String> {
+    // SAFETY: statfs is a plain struct the kernel fills.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable statfs.
+    super::cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(fs_name(st.f_type as i64))
+}
+
+fn fs_name(magic: i64) -> String {
+    match magic {
+        0xEF53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x8584_58F6 => "ramfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        0x6969 => "nfs".into(),
+        0xF2F5_2010 => "f2fs".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        m => format!("0x{m:x}"),
+    }
+}
+
+/// Whether a filesystem named by [`fs_type`] keeps files in memory only, so that dropping a
+/// file from the page cache is impossible.
+pub fn fs_is_memory_backed(name: &str) -> bool {
+    matches!(name, "tmpfs" | "ramfs")
+}

@@ -78,7 +78,11 @@ pub fn rusage(thread: bool) -> io::Result<Rusage> {
 }
 
 /// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU. See sched_setaffinity(2).
+/// A CPU number beyond `CPU_SETSIZE` is `EINVAL`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     // SAFETY: cpu_set_t is a plain bitmask; CPU_ZERO/CPU_SET only touch it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -100,4 +104,27 @@ pub fn enter_netns(ns: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain integer arguments; affects only the calling thread's namespace.
     super::cvt(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}
+
+/// `gettid()`: the calling thread's id (its `/proc/self/task/TID` entry). See gettid(2).
+pub fn gettid() -> i32 {
+    // SAFETY: no arguments, no memory effects.
+    unsafe { libc::gettid() }
+}
+
+/// `sched_getaffinity(0)`: the CPUs the calling thread may run on. See sched_getaffinity(2).
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bitmask the kernel fills; CPU_ISSET only reads it, with an
+    // index below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        super::cvt(libc::sched_getaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut set,
+        ))?;
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
 }
