@@ -288,3 +288,143 @@ fn file_paths_cold_cache_verify() {
     }
     assert_eq!(n, 4);
 }
+
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = sendpath()
+        .args(args)
+        .args(["--json", "-"])
+        .assert()
+        .success();
+    serde_json::from_slice(&out.get_output().stdout).unwrap()
+}
+
+#[test]
+fn bad_values_get_clear_errors_not_panics() {
+    fails_with(
+        &["stream", "--duration", "99999999999999999999"],
+        &["between 0 and 24 hours"],
+    );
+    fails_with(
+        &["stream", "--cpu", "5000,0"],
+        &["CPU 5000", "allowed CPUs"],
+    );
+    fails_with(&["stream", "--size", "2G"], &["between 1B and 1GiB"]);
+    fails_with(&["stream", "--pipe-size", "3G"], &["between 4KiB and 1GiB"]);
+    fails_with(
+        &["stream", "--size", "1G", "--threads", "64", "-t", "0.1"],
+        &["MiB available", "smaller --size"],
+    );
+    fails_with(
+        &["rr", "--response", "99999999999999999999G"],
+        &["too large"],
+    );
+    fails_with(&["stream", "--fields", "0"], &["--fields"]);
+}
+
+#[test]
+fn one_buffer_per_message_and_iperf3_read_size_by_default() {
+    let v = json_of(&[
+        "stream",
+        "-s",
+        "msg-zerocopy,copy",
+        "-l",
+        "4K,64K",
+        "-t",
+        "0.2",
+        "-n",
+        "1",
+    ]);
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["fields"], 1, "{r}");
+        let size = r["size_bytes"].as_u64().unwrap();
+        assert_eq!(r["recv_size_bytes"].as_u64().unwrap(), size.max(16 << 10));
+        let c = &r["cpu_ns_per_byte"];
+        assert!(c["sender"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["receiver"].as_f64().is_some(), "{c}");
+        assert!(c["system_softirq"].as_f64().is_some(), "{c}");
+        assert_eq!(
+            r["integrity"]["bytes_sent"],
+            r["integrity"]["bytes_received"]
+        );
+    }
+    let v = json_of(&[
+        "stream",
+        "-t",
+        "0.2",
+        "-n",
+        "1",
+        "--recv-size",
+        "8K",
+        "--metrics",
+        "minimal",
+    ]);
+    let r = &v["results"][0];
+    assert_eq!(r["recv_size_bytes"], 8192);
+    assert!(r["cpu_ns_per_byte"].is_null(), "not measured must be null");
+    assert!(r["repeats"][0]["cpu"].is_null());
+}
+
+#[test]
+fn points_run_in_shuffled_rounds_with_the_seed_recorded() {
+    let v = json_of(&[
+        "stream",
+        "-s",
+        "copy,uring",
+        "-l",
+        "4K,64K",
+        "-t",
+        "0.1",
+        "--warmup",
+        "0",
+        "-n",
+        "2",
+        "--seed",
+        "5",
+    ]);
+    assert_eq!(v["schedule"]["seed"], 5);
+    assert_eq!(v["schedule"]["rounds"], 2);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        let rounds: Vec<u64> = r["repeats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["round"].as_u64().unwrap())
+            .collect();
+        assert_eq!(rounds, vec![0, 1], "{}", r["strategy"]);
+    }
+}
+
+#[test]
+fn cold_sendfile_reads_a_file_that_is_not_in_the_page_cache() {
+    let v = json_of(&[
+        "stream",
+        "-s",
+        "sendfile",
+        "-l",
+        "1M",
+        "--cold",
+        "--file-size",
+        "96M",
+        "-t",
+        "2",
+        "-n",
+        "1",
+    ]);
+    let r = &v["results"][0];
+    let fc = &r["file_cache"];
+    let fs = fc["filesystem"].as_str().unwrap();
+    if fs == "tmpfs" || fs == "ramfs" {
+        common::skip(&format!(
+            "the temp dir is on {fs}: nothing can be dropped from its cache"
+        ));
+        return;
+    }
+    assert_eq!(fc["cold"], true);
+    let resident = fc["resident_fraction"].as_f64().unwrap();
+    println!("cold sendfile on {fs}: resident fraction {resident} at window start");
+    assert!(resident < 0.05, "resident {resident}");
+    // Each byte range once: the window cannot carry more than the file.
+    assert!(r["repeats"][0]["bytes"].as_u64().unwrap() <= 96 << 20);
+}

@@ -235,7 +235,7 @@ fn plots_drawn(dom: &str) -> usize {
 #[test]
 fn report_renders_in_headless_chromium_without_console_errors() {
     let Some(browser) = chromium() else {
-        println!("skipped: no chromium on this machine (apt-get install chromium)");
+        common::skip("no chromium on this machine (apt-get install chromium)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

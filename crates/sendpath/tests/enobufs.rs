@@ -15,7 +15,7 @@ use std::time::Duration;
 #[test]
 fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
     if sys::host::euid() != 0 {
-        println!("skipped: needs root for SO_SNDBUFFORCE (a send buffer past wmem_max)");
+        common::skip("needs root for SO_SNDBUFFORCE (a send buffer past wmem_max)");
         return;
     }
     // About 830 bytes of optmem per outstanding notification, one per 512 KiB or less: 3000
@@ -25,7 +25,9 @@ fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(u64::MAX);
     if optmem > 256 * 1024 {
-        println!("skipped: optmem_max is {optmem} bytes, too large for 3000 sends to exhaust");
+        common::skip(&format!(
+            "optmem_max is {optmem} bytes, too large for 3000 sends to exhaust"
+        ));
         return;
     }
     let (addr, rx) = common::receiver(Duration::from_millis(1500));

@@ -2,6 +2,8 @@
 //! MSG_ZEROCOPY sent out of a veth whose peer is down, inside a network namespace this test
 //! creates (the frames are dropped before any local stack, so the kernel never copies them).
 
+mod common;
+
 use sendpath::completion::{ZcNotification, ZcTracker};
 use sendpath::sys;
 use std::net::UdpSocket;
@@ -67,7 +69,7 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
     let ns = match Netns::create() {
         Ok(ns) => ns,
         Err(reason) => {
-            println!("skipped: {reason}");
+            common::skip(&reason);
             return;
         }
     };

@@ -66,10 +66,10 @@ fn vmsplice_is_byte_exact() {
 fn msg_zerocopy_is_byte_exact_and_reports_local_copies() {
     let p = probe::run();
     if !p.msg_zerocopy.supported {
-        println!(
-            "skipped: MSG_ZEROCOPY unavailable here ({})",
+        common::skip(&format!(
+            "MSG_ZEROCOPY unavailable here ({})",
             p.msg_zerocopy.error.unwrap_or_default()
-        );
+        ));
         return;
     }
     let o = stream(
@@ -134,10 +134,10 @@ fn msg_zerocopy_inflight_cap_falls_back_to_copy() {
 fn uring_is_byte_exact() {
     let p = probe::run();
     if !p.io_uring.enabled || !p.io_uring.send {
-        println!(
-            "skipped: io_uring SEND unavailable ({:?})",
+        common::skip(&format!(
+            "io_uring SEND unavailable ({:?})",
             p.io_uring.error
-        );
+        ));
         return;
     }
     plain(Strategy::Uring, 65536, 1, 300);
@@ -155,7 +155,7 @@ fn uring_is_byte_exact() {
 fn uring_zc_is_byte_exact_and_reports_local_copies() {
     let p = probe::run();
     if !p.io_uring.send_zc {
-        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        common::skip("IORING_OP_SEND_ZC unavailable");
         return;
     }
     let o = stream(
@@ -176,7 +176,7 @@ fn uring_zc_is_byte_exact_and_reports_local_copies() {
         "one notification per SEND_ZC"
     );
     if !p.io_uring.send_zc_report_usage {
-        println!("skipped: copied fraction (IORING_SEND_ZC_REPORT_USAGE unsupported)");
+        common::skip("copied fraction (IORING_SEND_ZC_REPORT_USAGE unsupported)");
         assert_eq!(s.copied_fraction, None);
         return;
     }
@@ -190,7 +190,7 @@ fn uring_zc_is_byte_exact_and_reports_local_copies() {
 fn uring_zc_fixed_buffers_are_byte_exact() {
     let p = probe::run();
     if !p.io_uring.send_zc {
-        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        common::skip("IORING_OP_SEND_ZC unavailable");
         return;
     }
     let opts = Options {
@@ -207,7 +207,7 @@ fn uring_zc_fixed_buffers_are_byte_exact() {
 fn uring_zc_inflight_cap_falls_back_to_copy() {
     let p = probe::run();
     if !p.io_uring.send_zc {
-        println!("skipped: IORING_OP_SEND_ZC unavailable");
+        common::skip("IORING_OP_SEND_ZC unavailable");
         return;
     }
     let opts = Options {

@@ -25,3 +25,12 @@ pub fn fails_with(args: &[&str], needles: &[&str]) {
         );
     }
 }
+
+/// Skips a test that cannot run here: prints `skipped: REASON`, or fails when
+/// `SENDPATH_REQUIRE=all` (which `.ci/run` sets), so a skip never passes silently in CI.
+pub fn skip(reason: &str) {
+    if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
+        panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
+    }
+    println!("skipped: {reason}");
+}

@@ -142,3 +142,12 @@ pub fn assert_intact(o: &Outcome) {
     );
     assert_eq!(o.stats.bytes, o.sent, "{}: sender's byte count", o.name);
 }
+
+/// Skips a test that cannot run here: prints `skipped: REASON`, or fails when
+/// `SENDPATH_REQUIRE=all` (which `.ci/run` sets), so a skip never passes silently in CI.
+pub fn skip(reason: &str) {
+    if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
+        panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
+    }
+    println!("skipped: {reason}");
+}
