@@ -428,3 +428,59 @@ fn cold_sendfile_reads_a_file_that_is_not_in_the_page_cache() {
     // Each byte range once: the window cannot carry more than the file.
     assert!(r["repeats"][0]["bytes"].as_u64().unwrap() <= 96 << 20);
 }
+
+#[test]
+fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let sink = std::process::Command::new(&bin)
+        .args(["sink", "--listen", &addr, "--timeout", "20s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut s = None;
+    for _ in 0..100 {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(c) => {
+                s = Some(c);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    let mut s = s.expect("sink listening");
+    s.write_all(&[7u8; 1000]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SO_LINGER with a zero timeout: close() sends a reset instead of a clean FIN.
+    let lg = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger struct of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&lg as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    drop(s);
+    let out = sink.wait_with_output().unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    println!("{so}{se}");
+    assert!(!out.status.success(), "a reset must not exit 0");
+    assert!(so.contains("byte offset 1000"), "{so}");
+    assert!(se.contains("ended with an error"), "{se}");
+}
