@@ -207,13 +207,13 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         println!("\nRecommendation ({}):", analysis::RULE_SHORT);
         for x in &a.recommendations {
             println!(
-                "  {} messages {} ({} connection(s)): {} ({})",
+                "  {} messages {} ({} connection(s)): {}",
                 x.source,
                 report::size_range(x.from_size, x.to_size),
                 x.threads,
                 x.path,
-                x.why
             );
+            println!("      {}", x.why);
         }
     }
     rec.finish()

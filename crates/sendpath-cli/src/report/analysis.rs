@@ -134,14 +134,26 @@ fn beats(a: &Row, b: &Row) -> bool {
     paired(a, b).is_some_and(|p| p.beats())
 }
 
-/// The path to use at one size, and why. Among the rows of this source, the paths that beat
-/// the baseline are candidates; the one that beats every other candidate is chosen, and tied
-/// candidates are named together. With no candidate, the baseline stays (when it is of the
-/// same source: a file path cannot be replaced by sending from memory).
-fn recommend(here: &[&Row], base: Option<&Row>, source: Source) -> (String, String) {
-    let Some(b) = base else {
+/// The path to use at one size, and why: the paths of this source that no other path of the
+/// source beats ([`RULE`]). When the baseline is among them it is kept (the simpler path);
+/// otherwise they are named together, in name order, so that a tie reads the same from one run
+/// to the next.
+fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
+    let beaten_by = |x: &Row| {
+        here.iter()
+            .copied()
+            .find(|y| y.strategy != x.strategy && beats(y, x))
+    };
+    let mut top: Vec<&Row> = here
+        .iter()
+        .copied()
+        .filter(|x| beaten_by(x).is_none())
+        .collect();
+    if top.is_empty() {
+        // A cycle of "beats" (possible in principle with noisy rounds): fall back to medians.
         let best = here
             .iter()
+            .copied()
             .max_by(|x, y| {
                 x.throughput_gbps
                     .median
@@ -150,72 +162,38 @@ fn recommend(here: &[&Row], base: Option<&Row>, source: Source) -> (String, Stri
             .expect("at least one row");
         return (
             best.strategy.clone(),
-            format!(
-                "the only measured kind here; fastest by median ({:.2} Gbit/s), no baseline to pair with",
-                best.throughput_gbps.median
-            ),
+            "the paired comparisons form a cycle; fastest by median".into(),
         );
-    };
-    let winners: Vec<&Row> = here
-        .iter()
-        .copied()
-        .filter(|x| x.strategy != b.strategy && beats(x, b))
-        .collect();
-    if winners.is_empty() {
-        let runner_up = here
-            .iter()
+    }
+    top.sort_by(|a, b| a.strategy.cmp(&b.strategy));
+    let closest = |b: &Row| {
+        here.iter()
             .filter(|x| x.strategy != b.strategy)
             .filter_map(|x| paired(x, b).map(|p| (x, p)))
-            .max_by(|x, y| x.1.median_ratio.total_cmp(&y.1.median_ratio));
-        let closest = runner_up.map_or(String::new(), |(x, p)| {
-            format!(" (closest: {}, {})", x.strategy, p.describe())
-        });
-        if source_of(&b.strategy) == source {
-            return (
-                b.strategy.clone(),
-                format!("no path beat {}{closest}", b.strategy),
-            );
-        }
-        let best = runner_up.map_or(here[0], |(x, _)| *x);
+            .max_by(|x, y| x.1.median_ratio.total_cmp(&y.1.median_ratio))
+            .map_or(String::new(), |(x, p)| {
+                format!(" (closest: {}, {})", x.strategy, p.describe())
+            })
+    };
+    if let Some(b) = base.filter(|b| top.iter().any(|t| t.strategy == b.strategy)) {
         return (
-            best.strategy.clone(),
-            format!(
-                "no {} path beat {}; {} was closest{closest}",
-                if source == Source::File {
-                    "file"
-                } else {
-                    "memory"
-                },
-                b.strategy,
-                best.strategy
-            ),
+            b.strategy.clone(),
+            format!("no path beat {}{}", b.strategy, closest(b)),
         );
     }
-    let dominant = winners.iter().find(|w| {
-        winners
-            .iter()
-            .all(|o| o.strategy == w.strategy || beats(w, o))
-    });
-    let why = |w: &Row| {
-        format!(
-            "{} beat {}: {}",
-            w.strategy,
-            b.strategy,
-            paired(w, b).map_or(String::new(), |p| p.describe())
-        )
-    };
-    match dominant {
-        Some(w) => (w.strategy.clone(), why(w)),
-        None => {
-            let mut names: Vec<&str> = winners.iter().map(|w| w.strategy.as_str()).collect();
-            names.sort_unstable();
-            let whys: Vec<String> = winners.iter().map(|w| why(w)).collect();
-            (
-                names.join(" or "),
-                format!("{}; none of them beat the others", whys.join("; ")),
-            )
-        }
+    let why: Vec<String> = top
+        .iter()
+        .map(|t| match base.and_then(|b| paired(t, b).map(|p| (b, p))) {
+            Some((b, p)) => format!("{} vs {}: {}", t.strategy, b.strategy, p.describe()),
+            None => format!("{}: not beaten", t.strategy),
+        })
+        .collect();
+    let names: Vec<&str> = top.iter().map(|t| t.strategy.as_str()).collect();
+    let mut text = why.join("; ");
+    if top.len() > 1 {
+        text.push_str("; none of them beat the others");
     }
+    (names.join(" or "), text)
 }
 
 pub fn analyse(r: &Results) -> Analysis {
@@ -316,7 +294,7 @@ pub fn analyse(r: &Results) -> Analysis {
                         && x.size_bytes == size
                         && x.strategy == base_name
                 });
-                let (path, why) = recommend(&here, base, source);
+                let (path, why) = recommend(&here, base);
                 let why = format!("at {}: {why}", crate::units::fmt_size(size));
                 match &mut line {
                     Some(l) if l.path == path => {
