@@ -31,14 +31,14 @@ pub fn all() -> Vec<Preset> {
     vec![
         Preset {
             name: "quick",
-            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 5 rounds (about 2.5 minutes)",
+            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 5 rounds (about 3 minutes)",
             strategies: vec![
-                Copy, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
+                Copy, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
             ],
             sizes: vec![256, 4 * K, 64 * K, M],
             threads: vec![1],
             fields: 1,
-            duration: ms(500),
+            duration: ms(800),
             warmup: ms(200),
             repeat: 5,
         },
@@ -51,7 +51,7 @@ pub fn all() -> Vec<Preset> {
             fields: 8,
             duration: ms(2000),
             warmup: ms(500),
-            repeat: 3,
+            repeat: 5,
         },
         Preset {
             name: "zerocopy-paper",
@@ -62,7 +62,7 @@ pub fn all() -> Vec<Preset> {
             fields: 1,
             duration: ms(3000),
             warmup: ms(500),
-            repeat: 3,
+            repeat: 5,
         },
         Preset {
             name: "message-sizes",
@@ -73,7 +73,7 @@ pub fn all() -> Vec<Preset> {
             fields: 1,
             duration: ms(2000),
             warmup: ms(500),
-            repeat: 3,
+            repeat: 5,
         },
         Preset {
             name: "file-paths",
@@ -84,7 +84,7 @@ pub fn all() -> Vec<Preset> {
             fields: 1,
             duration: ms(2000),
             warmup: ms(500),
-            repeat: 3,
+            repeat: 5,
         },
     ]
 }

@@ -38,14 +38,26 @@ pub fn fresh_seed() -> u64 {
     fastrand::u64(..)
 }
 
-/// The order in which round `round` measures `n` points: a permutation shuffled from `seed`
-/// and the round number (so a resumed run repeats it).
-pub fn round_order(n: usize, seed: u64, round: u32) -> Vec<usize> {
+/// The order in which round `round` measures points, given each point's block (the points an
+/// analysis compares with each other: same workload, size and connections, different paths).
+/// A randomized block design: the blocks come in a shuffled order and the points of each block
+/// in a shuffled order, one block after the other, so the windows a comparison pairs are taken
+/// seconds apart, not a whole round apart. Shuffled from `seed` and the round number, so a
+/// resumed run repeats it.
+pub fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
     let mut rng =
         fastrand::Rng::with_seed(seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let mut v: Vec<usize> = (0..n).collect();
-    rng.shuffle(&mut v);
-    v
+    let mut keys: Vec<B> = blocks.to_vec();
+    keys.sort();
+    keys.dedup();
+    rng.shuffle(&mut keys);
+    let mut order = Vec::with_capacity(blocks.len());
+    for k in &keys {
+        let mut members: Vec<usize> = (0..blocks.len()).filter(|&i| &blocks[i] == k).collect();
+        rng.shuffle(&mut members);
+        order.extend(members);
+    }
+    order
 }
 
 /// One point to measure.
@@ -114,6 +126,12 @@ impl Point {
             row.size_bytes,
             row.threads,
         )
+    }
+
+    /// The points this one is compared with share its block: workload, size, connections.
+    fn block(&self) -> (String, usize, usize) {
+        let r = self.row(None);
+        (r.workload, r.size_bytes, r.threads)
     }
 
     fn label(&self) -> String {
@@ -285,8 +303,9 @@ impl Recorder {
         on_window: &dyn Fn(),
     ) -> anyhow::Result<()> {
         let Schedule { rounds, seed } = self.results.schedule;
+        let blocks: Vec<_> = points.iter().map(Point::block).collect();
         for round in 0..rounds {
-            for i in round_order(points.len(), seed, round) {
+            for i in round_order(&blocks, seed, round) {
                 if INTERRUPTED.load(Ordering::Relaxed) {
                     return Ok(());
                 }
@@ -500,13 +519,37 @@ mod tests {
 
     #[test]
     fn each_round_is_a_permutation_and_rounds_differ() {
-        let a = round_order(12, 7, 0);
-        let b = round_order(12, 7, 1);
+        let blocks: Vec<usize> = (0..12).collect();
+        let a = round_order(&blocks, 7, 0);
+        let b = round_order(&blocks, 7, 1);
         let mut s = a.clone();
         s.sort();
         assert_eq!(s, (0..12).collect::<Vec<_>>());
         assert_ne!(a, b, "rounds are shuffled independently");
-        assert_eq!(a, round_order(12, 7, 0), "the seed reproduces the order");
-        assert_ne!(a, round_order(12, 8, 0));
+        assert_eq!(
+            a,
+            round_order(&blocks, 7, 0),
+            "the seed reproduces the order"
+        );
+        assert_ne!(a, round_order(&blocks, 8, 0));
+    }
+
+    #[test]
+    fn points_compared_with_each_other_run_back_to_back() {
+        // 4 paths x 3 sizes: the block is the size.
+        let blocks: Vec<usize> = (0..12).map(|i| i % 3).collect();
+        for round in 0..5 {
+            let o = round_order(&blocks, 42, round);
+            for chunk in o.chunks(4) {
+                assert!(
+                    chunk.iter().all(|&i| blocks[i] == blocks[chunk[0]]),
+                    "{o:?}"
+                );
+            }
+        }
+        let firsts: std::collections::BTreeSet<usize> = (0..20)
+            .map(|r| blocks[round_order(&blocks, 1, r)[0]])
+            .collect();
+        assert_eq!(firsts.len(), 3, "the block order is shuffled too");
     }
 }

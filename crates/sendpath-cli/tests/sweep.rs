@@ -102,7 +102,7 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
     let bin = assert_cmd::cargo::cargo_bin("sendpath");
     let child = std::process::Command::new(&bin)
         .args([
-            "sweep", "--preset", "quick", "-t", "0.1s", "--warmup", "0", "-n", "1", "--out",
+            "sweep", "--preset", "quick", "-t", "0.1s", "--warmup", "0", "-n", "2", "--out",
         ])
         .arg(&out)
         .stdout(Stdio::null())
@@ -117,8 +117,12 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
     let st = child.wait_with_output().unwrap().status;
     assert_eq!(st.code(), Some(130));
     let before = rows(&out).len();
-    println!("points kept after Ctrl-C: {before} of 36");
-    assert!((1..36).contains(&before), "{before}");
+    let windows: usize = rows(&out)
+        .iter()
+        .map(|r| r["repeats"].as_array().unwrap().len())
+        .sum();
+    println!("points kept after Ctrl-C: {before} of 32, {windows} windows of 64");
+    assert!((1..64).contains(&windows), "{windows}");
     assert!(
         out.join("report.html").exists(),
         "the report is written for what was measured"
@@ -131,14 +135,28 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
         .assert()
         .success();
     let after = rows(&out);
-    assert_eq!(after.len(), 36);
+    assert_eq!(after.len(), 32);
+    for r in &after {
+        let rounds: Vec<u64> = r["repeats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["round"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            rounds,
+            vec![0, 1],
+            "every point once per round: {}",
+            r["strategy"]
+        );
+    }
     let mut keys: Vec<String> = after
         .iter()
         .map(|r| format!("{} {} {}", r["strategy"], r["size_bytes"], r["threads"]))
         .collect();
     keys.sort();
     keys.dedup();
-    assert_eq!(keys.len(), 36, "no point measured twice");
+    assert_eq!(keys.len(), 32, "one row per point");
 }
 
 #[test]

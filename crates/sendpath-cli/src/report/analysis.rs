@@ -66,11 +66,33 @@ fn rows<'a>(r: &'a Results, path: &str, threads: usize) -> Vec<&'a Row> {
 }
 
 /// The comparison rule, as the report states it.
-pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, so two windows of one round were taken within the same few minutes of the host. A path beats another when, pairing their windows round by round, it was faster in at least 3 of every 4 rounds (and in at least 3 rounds), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise: the median absolute deviation of those ratios, and never less than 3%. With fewer than 3 rounds nothing beats anything.";
+pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that none of them beats (the rounds cannot tell those apart).";
 
 /// The rule in a few words, for the terminal.
 pub const RULE_SHORT: &str =
-    "paired by round: faster in at least 3/4 of the rounds, by more than the round-to-round noise";
+    "paired by round: faster in a clear majority of the rounds (sign test, 5%), by more than the round-to-round noise";
+
+/// The fewest wins out of `n` rounds that a coin toss reaches with probability 5% or less
+/// (one-sided sign test); `None` when no count is that unlikely (fewer than 5 rounds).
+pub fn clear_majority(n: usize) -> Option<usize> {
+    // P(X >= k) for X ~ Binomial(n, 1/2), from the top down.
+    let mut tail = 0.0;
+    let mut choose = 1.0; // C(n, k), starting at k = n
+    let total = 2f64.powi(n as i32);
+    let mut best = None;
+    for k in (0..=n).rev() {
+        if k < n {
+            choose = choose * (k + 1) as f64 / (n - k) as f64;
+        }
+        tail += choose / total;
+        if tail <= 0.05 {
+            best = Some(k);
+        } else {
+            break;
+        }
+    }
+    best
+}
 
 /// The smallest noise the rule allows: a ratio must exceed 1.03 to count.
 const NOISE_FLOOR: f64 = 0.03;
@@ -91,7 +113,8 @@ pub struct Paired {
 impl Paired {
     /// Whether the first row beats the second under [`RULE`].
     pub fn beats(&self) -> bool {
-        self.rounds >= 3 && self.wins * 4 >= self.rounds * 3 && self.median_ratio - 1.0 > self.noise
+        clear_majority(self.rounds).is_some_and(|k| self.wins >= k)
+            && self.median_ratio - 1.0 > self.noise
     }
 
     /// `faster in 3/3 rounds, median ratio 1.25 (noise 3%)`.
@@ -134,38 +157,13 @@ fn beats(a: &Row, b: &Row) -> bool {
     paired(a, b).is_some_and(|p| p.beats())
 }
 
-/// The path to use at one size, and why: the paths of this source that no other path of the
-/// source beats ([`RULE`]). When the baseline is among them it is kept (the simpler path);
-/// otherwise they are named together, in name order, so that a tie reads the same from one run
-/// to the next.
+/// The path to use at one size, and why. The baseline stays unless some path beats it
+/// ([`RULE`]); then the paths that beat it are named, with every path that none of them beats
+/// and that does not lose to the baseline, in name order, so a tie reads the same from one run
+/// to the next. Without a baseline of this source
+/// (file paths when `read-send` was not measured), the same is done against `copy` when it was
+/// measured, else among the paths themselves.
 fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
-    let beaten_by = |x: &Row| {
-        here.iter()
-            .copied()
-            .find(|y| y.strategy != x.strategy && beats(y, x))
-    };
-    let mut top: Vec<&Row> = here
-        .iter()
-        .copied()
-        .filter(|x| beaten_by(x).is_none())
-        .collect();
-    if top.is_empty() {
-        // A cycle of "beats" (possible in principle with noisy rounds): fall back to medians.
-        let best = here
-            .iter()
-            .copied()
-            .max_by(|x, y| {
-                x.throughput_gbps
-                    .median
-                    .total_cmp(&y.throughput_gbps.median)
-            })
-            .expect("at least one row");
-        return (
-            best.strategy.clone(),
-            "the paired comparisons form a cycle; fastest by median".into(),
-        );
-    }
-    top.sort_by(|a, b| a.strategy.cmp(&b.strategy));
     let closest = |b: &Row| {
         here.iter()
             .filter(|x| x.strategy != b.strategy)
@@ -175,12 +173,46 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
                 format!(" (closest: {}, {})", x.strategy, p.describe())
             })
     };
-    if let Some(b) = base.filter(|b| top.iter().any(|t| t.strategy == b.strategy)) {
-        return (
-            b.strategy.clone(),
-            format!("no path beat {}{}", b.strategy, closest(b)),
-        );
+    let base_here = base.filter(|b| here.iter().any(|x| x.strategy == b.strategy));
+    let pool: Vec<&Row> = match base {
+        Some(b) => here
+            .iter()
+            .copied()
+            .filter(|x| x.strategy != b.strategy && beats(x, b))
+            .collect(),
+        None => here.to_vec(),
+    };
+    if pool.is_empty() {
+        return match (base_here, base) {
+            (Some(b), _) => (
+                b.strategy.clone(),
+                format!("no path beat {}{}", b.strategy, closest(b)),
+            ),
+            // A file path is needed and none beat `copy`: name them all, none stood out.
+            (None, Some(b)) => {
+                let mut names: Vec<&str> = here.iter().map(|x| x.strategy.as_str()).collect();
+                names.sort_unstable();
+                (
+                    names.join(" or "),
+                    format!("none beat {}{}", b.strategy, closest(b)),
+                )
+            }
+            (None, None) => unreachable!("the pool is every row when there is no baseline"),
+        };
     }
+    // The winners, and every path that no winner beats and that does not lose to the
+    // baseline: paths the rounds cannot tell apart from a winner are named with it, so which of
+    // two close paths edged ahead in this run does not change the recommendation.
+    let mut top: Vec<&Row> = here
+        .iter()
+        .copied()
+        .filter(|x| {
+            pool.iter().any(|w| w.strategy == x.strategy)
+                || (base.is_none_or(|b| b.strategy != x.strategy && !beats(b, x))
+                    && !pool.iter().any(|w| beats(w, x)))
+        })
+        .collect();
+    top.sort_by(|a, b| a.strategy.cmp(&b.strategy));
     let why: Vec<String> = top
         .iter()
         .map(|t| match base.and_then(|b| paired(t, b).map(|p| (b, p))) {
@@ -191,7 +223,7 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
     let names: Vec<&str> = top.iter().map(|t| t.strategy.as_str()).collect();
     let mut text = why.join("; ");
     if top.len() > 1 {
-        text.push_str("; none of them beat the others");
+        text.push_str("; the rounds cannot tell them apart");
     }
     (names.join(" or "), text)
 }
@@ -358,16 +390,16 @@ mod tests {
     #[test]
     fn crossover_is_where_the_path_stays_beyond_the_spread() {
         let r = results(vec![
-            row("copy", 1024, &[10.0, 10.5, 11.0]),
-            row("copy", 65536, &[20.0, 20.5, 21.0]),
-            row("copy", 1 << 20, &[20.0, 20.5, 21.0]),
-            row("gather", 1024, &[9.0, 9.5, 10.0]),
-            row("gather", 65536, &[21.5, 22.0, 22.5]),
-            row("gather", 1 << 20, &[23.0, 23.0, 23.5]),
+            row("copy", 1024, &[10.0, 10.5, 11.0, 10.0, 10.5]),
+            row("copy", 65536, &[20.0, 20.5, 21.0, 20.0, 20.5]),
+            row("copy", 1 << 20, &[20.0, 20.5, 21.0, 20.0, 20.5]),
+            row("gather", 1024, &[9.0, 9.5, 10.0, 9.0, 9.5]),
+            row("gather", 65536, &[21.5, 22.0, 22.5, 21.5, 22.0]),
+            row("gather", 1 << 20, &[23.0, 23.0, 23.5, 23.0, 23.0]),
             // Faster by median at 1 MiB but slower in round 2: does not beat copy there.
-            row("uring", 1024, &[12.0, 12.0, 12.0]),
-            row("uring", 65536, &[22.0, 22.0, 22.0]),
-            row("uring", 1 << 20, &[21.5, 20.0, 22.0]),
+            row("uring", 1024, &[12.0, 12.0, 12.0, 12.0, 12.0]),
+            row("uring", 65536, &[22.0, 22.0, 22.0, 22.0, 22.0]),
+            row("uring", 1 << 20, &[21.5, 20.0, 22.0, 21.5, 22.0]),
         ]);
         let a = analyse(&r);
         let g = a.crossovers.iter().find(|c| c.path == "gather").unwrap();
@@ -384,32 +416,75 @@ mod tests {
     fn pairing_by_round_sees_through_host_drift_and_ignores_tiny_gains() {
         // The host drifted 3x between rounds; the path was 10% faster in every round. Ranges
         // overlap completely, pairing shows the gain.
-        let base = row("copy", 4096, &[10.0, 20.0, 30.0, 15.0]);
-        let fast = row("uring", 4096, &[11.0, 22.0, 33.0, 16.5]);
+        let base = row("copy", 4096, &[10.0, 20.0, 30.0, 15.0, 25.0]);
+        let fast = row("uring", 4096, &[11.0, 22.0, 33.0, 16.5, 27.5]);
         let p = paired(&fast, &base).unwrap();
-        assert_eq!((p.rounds, p.wins), (4, 4));
+        assert_eq!((p.rounds, p.wins), (5, 5));
         assert!((p.median_ratio - 1.1).abs() < 1e-9);
         assert!(p.beats());
         assert!(!paired(&base, &fast).unwrap().beats());
         // 2% faster in every round: below the noise floor.
-        let tiny = row("gather", 4096, &[10.2, 20.4, 30.6, 15.3]);
+        let tiny = row("gather", 4096, &[10.2, 20.4, 30.6, 15.3, 25.5]);
         assert!(!paired(&tiny, &base).unwrap().beats());
-        // 3 wins of 4 is enough, 2 of 4 is not.
-        let three = row("x", 4096, &[12.0, 24.0, 29.0, 18.0]);
-        assert!(paired(&three, &base).unwrap().beats());
-        let two = row("y", 4096, &[12.0, 24.0, 29.0, 14.0]);
-        assert!(!paired(&two, &base).unwrap().beats());
-        // Two rounds are too few to say anything.
-        let short = row("z", 4096, &[20.0, 40.0]);
-        assert!(!paired(&short, &base).unwrap().beats());
+        // Four rounds are too few to say anything, however clear.
+        assert_eq!(clear_majority(4), None);
+        // 7 wins of 8 is a clear majority, 6 of 8 is not.
+        let base8 = row(
+            "copy",
+            4096,
+            &[10.0, 20.0, 30.0, 15.0, 10.0, 20.0, 30.0, 15.0],
+        );
+        let seven = row("x", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 36.0, 14.0]);
+        assert!(paired(&seven, &base8).unwrap().beats());
+        let six = row("y", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 29.0, 14.0]);
+        assert!(!paired(&six, &base8).unwrap().beats());
+    }
+
+    #[test]
+    fn clear_majority_is_a_one_sided_sign_test_at_5_percent() {
+        let k: Vec<Option<usize>> = (1..=10).map(clear_majority).collect();
+        assert_eq!(
+            k,
+            vec![
+                None,
+                None,
+                None,
+                None,
+                Some(5),
+                Some(6),
+                Some(7),
+                Some(7),
+                Some(8),
+                Some(9)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_path_the_rounds_cannot_tell_from_the_winner_is_named_with_it() {
+        // splice beat read-send in 5/5 rounds; sendfile in only 4/5, but splice does not beat
+        // sendfile either: both are named. uring-like "slow" loses to the winner and is not.
+        let r = results(vec![
+            row("read-send", 65536, &[10.0, 10.0, 10.0, 10.0, 10.0]),
+            row("splice", 65536, &[13.0, 13.0, 13.0, 13.0, 13.0]),
+            row("sendfile", 65536, &[13.0, 13.5, 9.0, 13.0, 12.5]),
+            row("mmap-send", 65536, &[10.0, 10.1, 9.9, 10.0, 10.1]),
+        ]);
+        let a = analyse(&r);
+        let f = a
+            .recommendations
+            .iter()
+            .find(|x| x.source == "file")
+            .unwrap();
+        assert_eq!(f.path, "sendfile or splice", "{}", f.why);
     }
 
     #[test]
     fn tied_winners_are_named_together() {
         let r = results(vec![
-            row("read-send", 65536, &[10.0, 10.0, 10.0]),
-            row("sendfile", 65536, &[20.0, 21.0, 20.0]),
-            row("splice", 65536, &[21.0, 20.0, 20.5]),
+            row("read-send", 65536, &[10.0, 10.0, 10.0, 10.0, 10.0]),
+            row("sendfile", 65536, &[20.0, 21.0, 20.0, 20.0, 21.0]),
+            row("splice", 65536, &[21.0, 20.0, 20.5, 21.0, 20.0]),
         ]);
         let a = analyse(&r);
         let f = a
@@ -423,14 +498,14 @@ mod tests {
     #[test]
     fn recommendation_keeps_copy_unless_clearly_beaten_and_merges_ranges() {
         let r = results(vec![
-            row("copy", 1024, &[10.0, 10.5, 11.0]),
-            row("copy", 4096, &[15.0, 15.5, 16.0]),
-            row("copy", 65536, &[20.0, 20.5, 21.0]),
-            row("copy", 1 << 20, &[20.0, 20.5, 21.0]),
-            row("gather", 1024, &[10.6, 10.8, 11.2]),
-            row("gather", 4096, &[15.0, 15.6, 16.0]),
-            row("gather", 65536, &[22.0, 22.5, 23.0]),
-            row("gather", 1 << 20, &[22.0, 22.5, 23.0]),
+            row("copy", 1024, &[10.0, 10.5, 11.0, 10.0, 10.5]),
+            row("copy", 4096, &[15.0, 15.5, 16.0, 15.0, 15.5]),
+            row("copy", 65536, &[20.0, 20.5, 21.0, 20.0, 20.5]),
+            row("copy", 1 << 20, &[20.0, 20.5, 21.0, 20.0, 20.5]),
+            row("gather", 1024, &[10.6, 10.8, 11.2, 10.6, 10.8]),
+            row("gather", 4096, &[15.0, 15.6, 16.0, 15.0, 15.6]),
+            row("gather", 65536, &[22.0, 22.5, 23.0, 22.0, 22.5]),
+            row("gather", 1 << 20, &[22.0, 22.5, 23.0, 22.0, 22.5]),
         ]);
         let a = analyse(&r);
         let rec: Vec<(usize, usize, &str)> = a
