@@ -66,7 +66,7 @@ fn rows<'a>(r: &'a Results, path: &str, threads: usize) -> Vec<&'a Row> {
 }
 
 /// The comparison rule, as the report states it.
-pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that none of them beats (the rounds cannot tell those apart).";
+pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that does not lose to the baseline, leaving out any path that one of the winners beats (the rounds cannot tell the named ones apart).";
 
 /// The rule in a few words, for the terminal.
 pub const RULE_SHORT: &str =
@@ -158,8 +158,8 @@ fn beats(a: &Row, b: &Row) -> bool {
 }
 
 /// The path to use at one size, and why. The baseline stays unless some path beats it
-/// ([`RULE`]); then the paths that beat it are named, with every path that none of them beats
-/// and that does not lose to the baseline, in name order, so a tie reads the same from one run
+/// ([`RULE`]); then the paths that beat it, and every path that does not lose to it, are named,
+/// less any that one of the winners beats; in name order, so a tie reads the same from one run
 /// to the next. Without a baseline of this source
 /// (file paths when `read-send` was not measured), the same is done against `copy` when it was
 /// measured, else among the paths themselves.
@@ -200,18 +200,22 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
             (None, None) => unreachable!("the pool is every row when there is no baseline"),
         };
     }
-    // The winners, and every path that no winner beats and that does not lose to the
-    // baseline: paths the rounds cannot tell apart from a winner are named with it, so which of
+    // The winners and every path that does not lose to the baseline, less any that a winner
+    // beats: paths the rounds cannot tell apart from the best are named with it, so which of
     // two close paths edged ahead in this run does not change the recommendation.
     let mut top: Vec<&Row> = here
         .iter()
         .copied()
         .filter(|x| {
-            pool.iter().any(|w| w.strategy == x.strategy)
-                || (base.is_none_or(|b| b.strategy != x.strategy && !beats(b, x))
-                    && !pool.iter().any(|w| beats(w, x)))
+            let winner = pool.iter().any(|w| w.strategy == x.strategy);
+            let close = base.is_none_or(|b| b.strategy != x.strategy && !beats(b, x));
+            (winner || close) && !pool.iter().any(|w| beats(w, x))
         })
         .collect();
+    if top.is_empty() {
+        // The winners beat each other in a cycle (possible with noisy rounds): name them all.
+        top = pool;
+    }
     top.sort_by(|a, b| a.strategy.cmp(&b.strategy));
     let why: Vec<String> = top
         .iter()
@@ -477,6 +481,22 @@ mod tests {
             .find(|x| x.source == "file")
             .unwrap();
         assert_eq!(f.path, "sendfile or splice", "{}", f.why);
+    }
+
+    #[test]
+    fn a_winner_that_another_winner_beats_is_left_out() {
+        let r = results(vec![
+            row("read-send", 4096, &[11.0, 11.0, 10.4, 10.9, 10.3]),
+            row("sendfile", 4096, &[14.0, 14.1, 14.3, 14.6, 14.2]),
+            row("splice", 4096, &[12.3, 12.2, 12.1, 11.9, 11.7]),
+        ]);
+        let a = analyse(&r);
+        let f = a
+            .recommendations
+            .iter()
+            .find(|x| x.source == "file")
+            .unwrap();
+        assert_eq!(f.path, "sendfile", "{}", f.why);
     }
 
     #[test]
