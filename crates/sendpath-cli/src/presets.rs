@@ -31,16 +31,16 @@ pub fn all() -> Vec<Preset> {
     vec![
         Preset {
             name: "quick",
-            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 5 rounds (about 3 minutes)",
+            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 8 rounds (about 3.5 minutes)",
             strategies: vec![
                 Copy, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
             ],
             sizes: vec![256, 4 * K, 64 * K, M],
             threads: vec![1],
             fields: 1,
-            duration: ms(800),
+            duration: ms(500),
             warmup: ms(200),
-            repeat: 5,
+            repeat: 8,
         },
         Preset {
             name: "pa02",
