@@ -155,6 +155,25 @@ impl Point {
     }
 }
 
+/// The stream points of every strategy x size x connection count, in that order, each made by
+/// `point` (rounds shuffle them).
+pub fn stream_matrix(
+    strategies: &[sendpath::Strategy],
+    sizes: &[usize],
+    threads: &[usize],
+    point: impl Fn(sendpath::Strategy, usize, usize) -> StreamPoint,
+) -> Vec<Point> {
+    let mut v = Vec::new();
+    for &strategy in strategies {
+        for &size in sizes {
+            for &t in threads {
+                v.push(Point::Stream(point(strategy, size, t)));
+            }
+        }
+    }
+    v
+}
+
 /// Collects windows into rows and keeps the outputs current.
 pub struct Recorder {
     pub results: Results,
@@ -410,27 +429,25 @@ pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
     } else {
         None
     };
-    let mut points = Vec::new();
-    for &strategy in &a.run.strategy {
-        for &size in &a.size {
-            for &threads in &a.threads {
-                points.push(Point::Stream(StreamPoint {
-                    strategy,
-                    size,
-                    threads,
-                    fields: usize::from(a.run.fields),
-                    recv: a.run.recv,
-                    recv_size: recv_size(&a.run, size),
-                    duration: a.run.duration,
-                    warmup: a.run.warmup,
-                    connect: a.connect,
-                    cpus: a.cpu,
-                    cold: a.cold,
-                    opts: a.run.options(),
-                }));
-            }
-        }
-    }
+    let points = stream_matrix(
+        &a.run.strategy,
+        &a.size,
+        &a.threads,
+        |strategy, size, threads| StreamPoint {
+            strategy,
+            size,
+            threads,
+            fields: usize::from(a.run.fields),
+            recv: a.run.recv,
+            recv_size: recv_size(&a.run, size),
+            duration: a.run.duration,
+            warmup: a.run.warmup,
+            connect: a.connect,
+            cpus: a.cpu,
+            cold: a.cold,
+            opts: a.run.options(),
+        },
+    );
     run_points(
         rec_with_order_note(&mut rec, &points),
         &points,

@@ -5,7 +5,7 @@ use crate::measure::Meter;
 use crate::presets::{self, Preset};
 use crate::report::{self, analysis};
 use crate::results::{Schedule, SweepInfo};
-use crate::run_cmd::{fresh_seed, source_file, Point, Recorder};
+use crate::run_cmd::{fresh_seed, source_file, stream_matrix, Point, Recorder};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{RecvMode, INTERRUPTED};
 use anyhow::{bail, Context};
@@ -47,28 +47,25 @@ fn list() {
 
 /// The points of a preset, in preset order (each round shuffles them).
 fn points(preset: &Preset) -> Vec<Point> {
-    let mut v = Vec::new();
-    for &strategy in &preset.strategies {
-        for &size in &preset.sizes {
-            for &threads in &preset.threads {
-                v.push(Point::Stream(StreamPoint {
-                    strategy,
-                    size,
-                    threads,
-                    fields: preset.fields,
-                    recv: RecvMode::Copy,
-                    recv_size: crate::workload::default_recv_size(size),
-                    duration: preset.duration,
-                    warmup: preset.warmup,
-                    connect: None,
-                    cpus: None,
-                    cold: false,
-                    opts: sendpath::Options::default(),
-                }));
-            }
-        }
-    }
-    v
+    stream_matrix(
+        &preset.strategies,
+        &preset.sizes,
+        &preset.threads,
+        |strategy, size, threads| StreamPoint {
+            strategy,
+            size,
+            threads,
+            fields: preset.fields,
+            recv: RecvMode::Copy,
+            recv_size: crate::workload::default_recv_size(size),
+            duration: preset.duration,
+            warmup: preset.warmup,
+            connect: None,
+            cpus: None,
+            cold: false,
+            opts: sendpath::Options::default(),
+        },
+    )
 }
 
 pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {

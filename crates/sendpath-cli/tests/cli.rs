@@ -197,12 +197,7 @@ fn rr_open_loop_with_verify() {
 
 #[test]
 fn sink_receives_from_stream_connect() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::free_loopback_addr();
     let bin = assert_cmd::cargo::cargo_bin("sendpath");
     let sink = std::process::Command::new(&bin)
         .args([
@@ -433,12 +428,7 @@ fn cold_sendfile_reads_a_file_that_is_not_in_the_page_cache() {
 fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
     use std::io::Write;
     use std::os::fd::AsRawFd;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::free_loopback_addr();
     let bin = assert_cmd::cargo::cargo_bin("sendpath");
     let sink = std::process::Command::new(&bin)
         .args(["sink", "--listen", &addr, "--timeout", "20s"])

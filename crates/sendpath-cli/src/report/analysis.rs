@@ -464,6 +464,18 @@ mod tests {
         );
     }
 
+    /// The one recommendation line for file messages.
+    fn file_line(r: &Results) -> Recommendation {
+        let a = analyse(r);
+        let mut v: Vec<Recommendation> = a
+            .recommendations
+            .into_iter()
+            .filter(|x| x.source == "file")
+            .collect();
+        assert_eq!(v.len(), 1, "{v:?}");
+        v.remove(0)
+    }
+
     #[test]
     fn a_path_the_rounds_cannot_tell_from_the_winner_is_named_with_it() {
         // splice beat read-send in 5/5 rounds; sendfile in only 4/5, but splice does not beat
@@ -474,12 +486,7 @@ mod tests {
             row("sendfile", 65536, &[13.0, 13.5, 9.0, 13.0, 12.5]),
             row("mmap-send", 65536, &[10.0, 10.1, 9.9, 10.0, 10.1]),
         ]);
-        let a = analyse(&r);
-        let f = a
-            .recommendations
-            .iter()
-            .find(|x| x.source == "file")
-            .unwrap();
+        let f = file_line(&r);
         assert_eq!(f.path, "sendfile or splice", "{}", f.why);
     }
 
@@ -490,12 +497,7 @@ mod tests {
             row("sendfile", 4096, &[14.0, 14.1, 14.3, 14.6, 14.2]),
             row("splice", 4096, &[12.3, 12.2, 12.1, 11.9, 11.7]),
         ]);
-        let a = analyse(&r);
-        let f = a
-            .recommendations
-            .iter()
-            .find(|x| x.source == "file")
-            .unwrap();
+        let f = file_line(&r);
         assert_eq!(f.path, "sendfile", "{}", f.why);
     }
 
@@ -506,12 +508,7 @@ mod tests {
             row("sendfile", 65536, &[20.0, 21.0, 20.0, 20.0, 21.0]),
             row("splice", 65536, &[21.0, 20.0, 20.5, 21.0, 20.0]),
         ]);
-        let a = analyse(&r);
-        let f = a
-            .recommendations
-            .iter()
-            .find(|x| x.source == "file")
-            .unwrap();
+        let f = file_line(&r);
         assert_eq!(f.path, "sendfile or splice", "{}", f.why);
     }
 

@@ -34,3 +34,13 @@ pub fn skip(reason: &str) {
     }
     println!("skipped: {reason}");
 }
+
+/// A loopback address with a port that was free a moment ago, for a `sendpath sink` to listen on.
+pub fn free_loopback_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
