@@ -381,12 +381,7 @@ fn points_run_in_shuffled_rounds_with_the_seed_recorded() {
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     for r in rows {
-        let rounds: Vec<u64> = r["repeats"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["round"].as_u64().unwrap())
-            .collect();
+        let rounds = common::rounds_of(r);
         assert_eq!(rounds, vec![0, 1], "{}", r["strategy"]);
     }
 }

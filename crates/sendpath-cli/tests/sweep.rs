@@ -137,12 +137,7 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
     let after = rows(&out);
     assert_eq!(after.len(), 32);
     for r in &after {
-        let rounds: Vec<u64> = r["repeats"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["round"].as_u64().unwrap())
-            .collect();
+        let rounds = common::rounds_of(r);
         assert_eq!(
             rounds,
             vec![0, 1],

@@ -44,3 +44,13 @@ pub fn free_loopback_addr() -> String {
         .port();
     format!("127.0.0.1:{port}")
 }
+
+/// The round numbers of a results row's repeats, in file order.
+pub fn rounds_of(row: &serde_json::Value) -> Vec<u64> {
+    row["repeats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["round"].as_u64().unwrap())
+        .collect()
+}
