@@ -11,13 +11,13 @@ use std::time::Duration;
 /// sendpath measures them side by side and says.
 #[derive(Debug, Parser)]
 #[command(name = "sendpath", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Check what this kernel and host can do (io_uring ops, MSG_ZEROCOPY, limits, counters)
     /// and predict what each send path will do here.
     Probe(ProbeArgs),
@@ -35,7 +35,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     /// Preset to run (see --list-presets).
     #[arg(long, short = 'p', default_value = "quick")]
     pub preset: String,
@@ -63,7 +63,7 @@ pub struct SweepArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// A results.json written by `sendpath sweep` or `sendpath stream --json`.
     pub results: PathBuf,
     /// Where to write summary.md and report.html (default: beside the results file).
@@ -72,7 +72,7 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ProbeArgs {
+pub(crate) struct ProbeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -87,7 +87,7 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Largest message, response or receive size: one GiB.
-pub const MAX_MESSAGE: usize = 1 << 30;
+pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 
 fn bounded_size(s: &str, what: &str, min: usize, max: usize) -> Result<usize, String> {
     let v = parse_size(s)?;
@@ -124,7 +124,11 @@ fn file_size(s: &str) -> Result<usize, String> {
 /// Refuses a run whose buffers cannot fit in memory: per connection, a sender keeps up to
 /// `uring_depth` + 2 messages (plus up to 8 MiB of zero-copy sends in flight) and the receiver
 /// one read buffer.
-pub fn check_memory(sizes: &[usize], threads: &[usize], run: &RunArgs) -> anyhow::Result<()> {
+pub(crate) fn check_memory(
+    sizes: &[usize],
+    threads: &[usize],
+    run: &RunArgs,
+) -> anyhow::Result<()> {
     let size = sizes.iter().copied().max().unwrap_or(0) as u128;
     let conns = threads.iter().copied().max().unwrap_or(1) as u128;
     let need = conns * (size * (u128::from(run.uring_depth) + 2) + size.min(1 << 20) + (8 << 20));
@@ -170,7 +174,7 @@ fn strategy_list(s: &str) -> Result<Vec<sendpath::Strategy>, String> {
 
 /// Settings shared by the measuring commands.
 #[derive(Debug, Args, Clone)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Send paths, comma-separated, or `all`: copy, serialize, gather, msg-zerocopy, uring,
     /// uring-zc, vmsplice, read-send, mmap-send, sendfile, splice.
     #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
@@ -180,10 +184,10 @@ pub struct RunArgs {
     /// paths differ only in how they send; the `pa02` preset uses 8, as its study did.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub fields: u16,
-    /// Measured time per repeat (e.g. 5, 2.5s, 500ms).
+    /// Measured time per window: one window per point per round (e.g. 5, 2.5s, 500ms).
     #[arg(long, short = 't', default_value = "3s", value_parser = positive_duration)]
     pub duration: Duration,
-    /// Unmeasured time before each repeat.
+    /// Unmeasured time before each window.
     #[arg(long, default_value = "0.5s", value_parser = parse_duration)]
     pub warmup: Duration,
     /// Rounds: each round measures every point once, in a shuffled order; the median over
@@ -227,7 +231,7 @@ pub struct RunArgs {
 
 /// How much is measured around each window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Metrics {
+pub(crate) enum Metrics {
     /// Throughput, CPU (process and system), hardware counters when present.
     Full,
     /// Throughput only.
@@ -235,7 +239,7 @@ pub enum Metrics {
 }
 
 impl RunArgs {
-    pub fn options(&self) -> sendpath::Options {
+    pub(crate) fn options(&self) -> sendpath::Options {
         sendpath::Options {
             inflight: sendpath::policy::InflightLimits {
                 max_sends: self.inflight as usize,
@@ -250,7 +254,7 @@ impl RunArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct StreamArgs {
+pub(crate) struct StreamArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
@@ -303,7 +307,7 @@ fn cpu_pair(s: &str) -> Result<(usize, usize), String> {
 }
 
 #[derive(Debug, Args)]
-pub struct RrArgs {
+pub(crate) struct RrArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Request size.
@@ -325,7 +329,7 @@ pub struct RrArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SinkArgs {
+pub(crate) struct SinkArgs {
     /// Address to listen on, e.g. 127.0.0.1:5201.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,

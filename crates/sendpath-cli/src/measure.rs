@@ -9,7 +9,7 @@ use std::time::Instant;
 /// kind) and hardware counters, opened once per run before the worker threads start (the
 /// counters follow threads created afterwards). With `minimal`, only time and bytes are taken:
 /// the baseline for showing what measuring costs.
-pub struct Meter {
+pub(crate) struct Meter {
     counters: Option<[PerfCounter; 3]>,
     minimal: bool,
 }
@@ -17,7 +17,7 @@ pub struct Meter {
 impl Meter {
     /// Opens cycles, instructions and LLC misses (or none if any is unavailable), unless
     /// `minimal`.
-    pub fn open(minimal: bool) -> Meter {
+    pub(crate) fn open(minimal: bool) -> Meter {
         if minimal {
             return Meter {
                 counters: None,
@@ -45,7 +45,7 @@ impl Meter {
 
 /// The thread ids of a window's roles (see [`CpuWindow`]).
 #[derive(Debug, Clone, Default)]
-pub struct Roles {
+pub(crate) struct Roles {
     /// Threads that run the send path.
     pub senders: Vec<i32>,
     /// Threads of our own receiving end; `None` when the receiver is another program.
@@ -58,7 +58,7 @@ fn threads_cpu(tids: &[i32]) -> Option<ThreadCpu> {
 }
 
 /// Readings at one instant.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     at: Instant,
     cpu: Option<CpuReading>,
     hw: Option<[u64; 3]>,
@@ -73,7 +73,7 @@ struct CpuReading {
 
 impl Snapshot {
     /// Reads everything now.
-    pub fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
+    pub(crate) fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
         if hw.minimal {
             return Snapshot {
                 at: Instant::now(),
@@ -101,7 +101,7 @@ impl Snapshot {
 
     /// The values of the window from `self` to `end`, for `bytes` payload bytes in `messages`
     /// messages over `conns` connections.
-    pub fn window(
+    pub(crate) fn window(
         &self,
         end: &Snapshot,
         bytes: u64,

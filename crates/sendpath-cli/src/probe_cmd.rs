@@ -17,7 +17,7 @@ fn bytes(b: Option<u64>) -> String {
     })
 }
 
-pub fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     let r = sendpath::probe::run();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

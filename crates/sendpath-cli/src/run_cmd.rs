@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 /// The environment block of a results file.
-pub fn environment() -> Environment {
+pub(crate) fn environment() -> Environment {
     let probe = sendpath::probe::run();
     Environment {
         kernel: probe.kernel_release.clone(),
@@ -34,7 +34,7 @@ pub fn environment() -> Environment {
 }
 
 /// A seed for the round order when none is given.
-pub fn fresh_seed() -> u64 {
+pub(crate) fn fresh_seed() -> u64 {
     fastrand::u64(..)
 }
 
@@ -44,7 +44,7 @@ pub fn fresh_seed() -> u64 {
 /// in a shuffled order, one block after the other, so the windows a comparison pairs are taken
 /// seconds apart, not a whole round apart. Shuffled from `seed` and the round number, so a
 /// resumed run repeats it.
-pub fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
+pub(crate) fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
     let mut rng =
         fastrand::Rng::with_seed(seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut keys: Vec<B> = blocks.to_vec();
@@ -62,7 +62,7 @@ pub fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<u
 
 /// One point to measure.
 #[derive(Debug, Clone)]
-pub enum Point {
+pub(crate) enum Point {
     Stream(StreamPoint),
     Rr(RrPoint),
 }
@@ -157,7 +157,7 @@ impl Point {
 
 /// The stream points of every strategy x size x connection count, in that order, each made by
 /// `point` (rounds shuffle them).
-pub fn stream_matrix(
+pub(crate) fn stream_matrix(
     strategies: &[sendpath::Strategy],
     sizes: &[usize],
     threads: &[usize],
@@ -175,7 +175,7 @@ pub fn stream_matrix(
 }
 
 /// Collects windows into rows and keeps the outputs current.
-pub struct Recorder {
+pub(crate) struct Recorder {
     pub results: Results,
     json: Option<PathBuf>,
     csv: Option<PathBuf>,
@@ -184,7 +184,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(json: Option<PathBuf>, csv: Option<PathBuf>, schedule: Schedule) -> Recorder {
+    pub(crate) fn new(json: Option<PathBuf>, csv: Option<PathBuf>, schedule: Schedule) -> Recorder {
         Recorder::with_results(
             Results {
                 schema_version: SCHEMA_VERSION,
@@ -198,7 +198,11 @@ impl Recorder {
         )
     }
 
-    pub fn with_results(results: Results, json: Option<PathBuf>, csv: Option<PathBuf>) -> Recorder {
+    pub(crate) fn with_results(
+        results: Results,
+        json: Option<PathBuf>,
+        csv: Option<PathBuf>,
+    ) -> Recorder {
         Recorder {
             results,
             json,
@@ -254,7 +258,7 @@ impl Recorder {
     }
 
     /// Prints a line where it does not mix with JSON or CSV on stdout.
-    pub fn say(&self, line: &str) {
+    pub(crate) fn say(&self, line: &str) {
         if let Some(pb) = &self.progress {
             pb.println(line);
         } else if self.stdout_taken() {
@@ -265,7 +269,7 @@ impl Recorder {
     }
 
     /// Rewrites the output files; documents for stdout only when `last`.
-    pub fn write(&self, last: bool) -> anyhow::Result<()> {
+    pub(crate) fn write(&self, last: bool) -> anyhow::Result<()> {
         let to_stdout = |p: &std::path::Path| p == std::path::Path::new("-");
         if let Some(p) = self.json.as_deref().filter(|p| last || !to_stdout(p)) {
             output::write_json(p, &self.results)?;
@@ -277,7 +281,7 @@ impl Recorder {
     }
 
     /// Prints the table of every row (medians over rounds) with its warnings.
-    pub fn print_table(&self) {
+    pub(crate) fn print_table(&self) {
         self.say("");
         self.say(&output::table_header());
         for row in &self.results.results {
@@ -290,7 +294,7 @@ impl Recorder {
 
     /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
     /// was corrupted.
-    pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(crate) fn finish(self) -> anyhow::Result<std::process::ExitCode> {
         self.write(true)?;
         if INTERRUPTED.load(Ordering::Relaxed) {
             eprintln!(
@@ -314,7 +318,7 @@ impl Recorder {
     /// Measures every point `rounds` times, one window per point per round, each round in the
     /// shuffled order of `round_order`, skipping windows already in the results (resume).
     /// Stops early on Ctrl-C; on an error, writes what was measured and returns it.
-    pub fn run_rounds(
+    pub(crate) fn run_rounds(
         &mut self,
         points: &[Point],
         file: Option<&PatternFile>,
@@ -371,7 +375,7 @@ impl Recorder {
 /// The one source file shared by every file-path point of a run: long enough for the largest
 /// message (8 messages, at least 64 MiB; 1 GiB for cold runs, which read each byte once), or
 /// `file_size`. Cold runs put it on a disk-backed filesystem, or warn that they cannot.
-pub fn source_file(
+pub(crate) fn source_file(
     sizes: &[usize],
     file_size: Option<usize>,
     verify: bool,
@@ -413,7 +417,7 @@ fn recv_size(a: &RunArgs, size: usize) -> usize {
         .unwrap_or_else(|| crate::workload::default_recv_size(size))
 }
 
-pub fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
     crate::cli::check_memory(&a.size, &a.threads, &a.run)?;
     let schedule = Schedule {
         rounds: a.run.repeat,
@@ -481,7 +485,7 @@ fn run_points(
     rec.run_rounds(points, file, &mut meter, &|| {})
 }
 
-pub fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
             bail!("--rate must be a positive number of requests per second");

@@ -68,7 +68,7 @@ fn points(preset: &Preset) -> Vec<Point> {
     )
 }
 
-pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
     if a.list_presets {
         list();
         return Ok(ExitCode::SUCCESS);
@@ -216,7 +216,7 @@ pub fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
     rec.finish()
 }
 
-pub fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
     let r = report::load(&a.results)?;
     let out: &Path = a
         .out

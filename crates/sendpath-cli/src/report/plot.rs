@@ -3,7 +3,7 @@
 use plotters::prelude::*;
 
 /// One line.
-pub struct Series {
+pub(super) struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
@@ -36,7 +36,7 @@ fn size_label(v: f64) -> String {
 
 /// A line chart. With `log_x` the x axis is a log scale labelled as byte sizes: x is plotted
 /// as log2(bytes) on a linear axis, so ticks fall on powers of two (256B, 1KiB, ...).
-pub fn line_chart(
+pub(super) fn line_chart(
     title: &str,
     x_desc: &str,
     y_desc: &str,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// One point of an rr run.
 #[derive(Debug, Clone)]
-pub struct RrPoint {
+pub(crate) struct RrPoint {
     pub strategy: Strategy,
     pub request: usize,
     pub response: usize,
@@ -133,7 +133,7 @@ fn client(
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
-pub fn run_once(
+pub(crate) fn run_once(
     pt: &RrPoint,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,

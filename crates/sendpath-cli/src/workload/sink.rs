@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Accepts `connections` connections on `listen` (within `timeout`), receives each to EOF,
 /// prints a line per connection. Fails if any byte mismatched in verify mode.
-pub fn run(
+pub(crate) fn run(
     listen: SocketAddr,
     mode: RecvMode,
     connections: usize,

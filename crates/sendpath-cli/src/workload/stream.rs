@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// One point of a stream run.
 #[derive(Debug, Clone)]
-pub struct StreamPoint {
+pub(crate) struct StreamPoint {
     pub strategy: Strategy,
     pub size: usize,
     pub threads: usize,
@@ -33,7 +33,7 @@ pub struct StreamPoint {
 }
 
 /// What one repeat produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The window's values, zero-copy counts and integrity (its round is set by the caller).
     pub repeat: Repeat,
     /// Why the path is not the one asked for, if it fell back at open time.
@@ -41,7 +41,7 @@ pub struct Outcome {
 }
 
 /// The zero-copy counts of a repeat from its merged sender statistics.
-pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     let s = stats.summary();
     ZerocopyCounts {
         attempts: s.zc_attempts,
@@ -56,7 +56,7 @@ pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
 
 /// Sleeps up to `d`, waking early on Ctrl-C or when `done()` holds. Returns false if
 /// interrupted.
-pub fn sleep_unless(d: Duration, done: impl Fn() -> bool) -> bool {
+pub(crate) fn sleep_unless(d: Duration, done: impl Fn() -> bool) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end && !done() {
         if INTERRUPTED.load(Ordering::Relaxed) {
@@ -68,11 +68,11 @@ pub fn sleep_unless(d: Duration, done: impl Fn() -> bool) -> bool {
 }
 
 /// Sleeps up to `d`, waking early on Ctrl-C. Returns false if interrupted.
-pub fn sleep_unless_interrupted(d: Duration) -> bool {
+pub(crate) fn sleep_unless_interrupted(d: Duration) -> bool {
     sleep_unless(d, || false)
 }
 
-pub fn pin(cpu: Option<usize>) {
+pub(crate) fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
         // The CPU was checked against the allowed set when the flag was parsed.
         let _ = sys::host::pin_current_thread(c);
@@ -91,7 +91,7 @@ fn file_part(file_len: u64, i: usize, n: usize, cold: bool) -> (u64, Option<u64>
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
-pub fn run_once(
+pub(crate) fn run_once(
     pt: &StreamPoint,
     file: Option<&PatternFile>,
     hw: &mut Meter,

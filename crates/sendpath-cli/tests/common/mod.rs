@@ -4,17 +4,17 @@
 use assert_cmd::Command;
 
 /// The `sendpath` binary under test.
-pub fn sendpath() -> Command {
+pub(crate) fn sendpath() -> Command {
     Command::cargo_bin("sendpath").unwrap()
 }
 
 /// What the command wrote to stderr.
-pub fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
+pub(crate) fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stderr).into_owned()
 }
 
 /// Runs `sendpath ARGS`, expects a non-zero exit, and checks that stderr contains every needle.
-pub fn fails_with(args: &[&str], needles: &[&str]) {
+pub(crate) fn fails_with(args: &[&str], needles: &[&str]) {
     let a = sendpath().args(args).assert().failure();
     let e = stderr_of(&a);
     for n in needles {
@@ -28,7 +28,7 @@ pub fn fails_with(args: &[&str], needles: &[&str]) {
 
 /// Skips a test that cannot run here: prints `skipped: REASON`, or fails when
 /// `SENDPATH_REQUIRE=all` (which `.ci/run` sets), so a skip never passes silently in CI.
-pub fn skip(reason: &str) {
+pub(crate) fn skip(reason: &str) {
     if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
         panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
     }
@@ -36,7 +36,7 @@ pub fn skip(reason: &str) {
 }
 
 /// A loopback address with a port that was free a moment ago, for a `sendpath sink` to listen on.
-pub fn free_loopback_addr() -> String {
+pub(crate) fn free_loopback_addr() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -46,7 +46,7 @@ pub fn free_loopback_addr() -> String {
 }
 
 /// The round numbers of a results row's repeats, in file order.
-pub fn rounds_of(row: &serde_json::Value) -> Vec<u64> {
+pub(crate) fn rounds_of(row: &serde_json::Value) -> Vec<u64> {
     row["repeats"]
         .as_array()
         .unwrap()

@@ -1,7 +1,7 @@
 //! Owned send buffers and the pool they return to.
 //!
 //! A [`Buf`] handed to a send path is moved in: the caller keeps no reference to it. The path
-//! hands it back (through [`crate::SendPath::reclaim`]) only when the kernel can no longer read
+//! hands it back (through [`crate::SendPath::take_buf`]) only when the kernel can no longer read
 //! it: right after the call for copying paths, after the completion notification for zero-copy
 //! paths. So no safe code can write to a buffer the kernel may still be reading.
 
@@ -156,7 +156,7 @@ impl From<Vec<u8>> for Buf {
 }
 
 /// A free list of buffers, so a steady send loop allocates nothing. Buffers come back from
-/// [`crate::SendPath::reclaim`] and are reused for any size up to their capacity.
+/// [`crate::SendPath::take_buf`] and are reused for any size up to their capacity.
 #[derive(Debug, Default)]
 pub struct BufPool {
     free: Vec<Buf>,

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// `send()` per field (one field per message is the intended use: one contiguous buffer).
-pub struct Copy {
+pub(super) struct Copy {
     sock: TcpStream,
     stats: SendStats,
     bufs: BufPool,

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// One `sendmsg()` per message.
-pub struct Gather {
+pub(super) struct Gather {
     sock: TcpStream,
     stats: SendStats,
     bufs: BufPool,

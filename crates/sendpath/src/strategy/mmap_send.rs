@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// Maps the whole file once, then sends slices of the mapping.
-pub struct MmapSend {
+pub(super) struct MmapSend {
     sock: TcpStream,
     map: FileMap,
     stats: SendStats,

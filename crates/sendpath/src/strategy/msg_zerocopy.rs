@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// The MSG_ZEROCOPY path.
-pub struct MsgZerocopy {
+pub(super) struct MsgZerocopy {
     sock: TcpStream,
     stats: SendStats,
     limits: InflightLimits,

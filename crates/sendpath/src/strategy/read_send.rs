@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 /// Reads into a reused buffer, then sends it.
-pub struct ReadSend {
+pub(super) struct ReadSend {
     sock: TcpStream,
     file: Arc<File>,
     buf: Vec<u8>,

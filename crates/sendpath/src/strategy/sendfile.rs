@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// `sendfile()` until the range is sent.
-pub struct Sendfile {
+pub(super) struct Sendfile {
     sock: TcpStream,
     file: Arc<File>,
     stats: SendStats,

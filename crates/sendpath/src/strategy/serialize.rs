@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// Copies fields into a reused staging buffer, then sends it.
-pub struct Serialize {
+pub(super) struct Serialize {
     sock: TcpStream,
     stats: SendStats,
     staging: Vec<u8>,

@@ -21,14 +21,14 @@ pub(super) struct Pipe {
 impl Pipe {
     /// A pipe of (up to) `want` bytes. The kernel may refuse to grow a pipe (unprivileged users
     /// past `/proc/sys/fs/pipe-max-size`); the default 64 KiB is used then.
-    pub fn new(want: usize) -> Result<Pipe> {
+    pub(super) fn new(want: usize) -> Result<Pipe> {
         let (r, w) = sys::file::pipe().map_err(Error::sys("pipe2"))?;
         let size = sys::file::set_pipe_size(w.as_fd(), want).unwrap_or(64 * 1024);
         Ok(Pipe { r, w, size })
     }
 
     /// Moves exactly `n` bytes from the pipe to `sock`.
-    pub fn drain_to(
+    pub(super) fn drain_to(
         &self,
         sock: BorrowedFd<'_>,
         mut n: usize,
@@ -56,7 +56,7 @@ impl Pipe {
 }
 
 /// `splice()` file -> pipe -> socket.
-pub struct Splice {
+pub(super) struct Splice {
     sock: TcpStream,
     file: Arc<File>,
     pipe: Pipe,

@@ -29,7 +29,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// vmsplice into a pipe, splice to the socket, unmap.
-pub struct Vmsplice {
+pub(super) struct Vmsplice {
     sock: TcpStream,
     pipe: Pipe,
     stats: SendStats,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Listens on 127.0.0.1:0; the returned thread reads to EOF (optionally after a pause),
 /// verifying every byte.
-pub fn receiver(pause: Duration) -> (std::net::SocketAddr, JoinHandle<Verifier>) {
+pub(crate) fn receiver(pause: Duration) -> (std::net::SocketAddr, JoinHandle<Verifier>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let h = std::thread::spawn(move || {
@@ -33,7 +33,7 @@ pub fn receiver(pause: Duration) -> (std::net::SocketAddr, JoinHandle<Verifier>)
 }
 
 /// A file holding `len` bytes of the pattern from offset 0.
-pub fn pattern_file(len: usize) -> Arc<std::fs::File> {
+pub(crate) fn pattern_file(len: usize) -> Arc<std::fs::File> {
     let mut f = tempfile::tempfile().unwrap();
     let mut b = vec![0u8; len];
     pattern::fill(&mut b, 0);
@@ -43,7 +43,7 @@ pub fn pattern_file(len: usize) -> Arc<std::fs::File> {
 }
 
 /// What a run produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub verifier: Verifier,
     pub stats: sendpath::metrics::SendStatsSummary,
     pub name: &'static str,
@@ -53,7 +53,7 @@ pub struct Outcome {
 
 /// Streams `count` messages of `size` bytes (split into `nfields` fields for memory paths)
 /// with `strategy`, then closes and returns the receiver's verdict and the sender's counters.
-pub fn stream(
+pub(crate) fn stream(
     strategy: Strategy,
     size: usize,
     nfields: usize,
@@ -111,7 +111,7 @@ pub fn stream(
 }
 
 /// Prints what a test saw, so the counters are visible in the test output.
-pub fn report(label: &str, o: &Outcome) {
+pub(crate) fn report(label: &str, o: &Outcome) {
     println!(
         "{label}: path={} sent={} verified={} mismatches={} sends={} zc_attempts={} completions={} copied={} copied_fraction={:?} fallbacks={:?} short={} leaked={} completion_p50={}ns note={:?}",
         o.name,
@@ -132,7 +132,7 @@ pub fn report(label: &str, o: &Outcome) {
 }
 
 /// Asserts the receiver got exactly what was sent.
-pub fn assert_intact(o: &Outcome) {
+pub(crate) fn assert_intact(o: &Outcome) {
     assert_eq!(o.verifier.mismatches, 0, "{}: corrupted bytes", o.name);
     assert_eq!(
         o.verifier.bytes_verified(),
@@ -145,7 +145,7 @@ pub fn assert_intact(o: &Outcome) {
 
 /// Skips a test that cannot run here: prints `skipped: REASON`, or fails when
 /// `SENDPATH_REQUIRE=all` (which `.ci/run` sets), so a skip never passes silently in CI.
-pub fn skip(reason: &str) {
+pub(crate) fn skip(reason: &str) {
     if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
         panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
     }
