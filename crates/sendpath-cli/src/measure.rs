@@ -52,6 +52,30 @@ pub(crate) struct Roles {
     pub receivers: Option<Vec<i32>>,
 }
 
+impl Roles {
+    /// Collects the thread ids the workers of a window send as they start: `(true, tid)` from
+    /// each of `senders` sender threads and `(false, tid)` from each of `receivers` receiver
+    /// threads (`None`: the receiver is another program).
+    pub(crate) fn gather(
+        rx: &std::sync::mpsc::Receiver<(bool, i32)>,
+        senders: usize,
+        receivers: Option<usize>,
+    ) -> Roles {
+        let mut roles = Roles {
+            senders: Vec::with_capacity(senders),
+            receivers: receivers.map(Vec::with_capacity),
+        };
+        for (is_sender, tid) in rx.iter().take(senders + receivers.unwrap_or(0)) {
+            match (is_sender, roles.receivers.as_mut()) {
+                (true, _) => roles.senders.push(tid),
+                (false, Some(r)) => r.push(tid),
+                (false, None) => {}
+            }
+        }
+        roles
+    }
+}
+
 fn threads_cpu(tids: &[i32]) -> Option<ThreadCpu> {
     let v: Option<Vec<ThreadCpu>> = tids.iter().map(|&t| ThreadCpu::read(t).ok()).collect();
     v.map(ThreadCpu::sum)

@@ -491,11 +491,7 @@ impl Row {
             z.attempts += c.attempts;
             z.completions += c.completions;
             z.copied += c.copied;
-            let f = &mut z.fallbacks;
-            f.enobufs += c.fallbacks.enobufs;
-            f.inflight_cap += c.fallbacks.inflight_cap;
-            f.unsupported += c.fallbacks.unsupported;
-            f.enomem += c.fallbacks.enomem;
+            z.fallbacks.add(&c.fallbacks);
             if c.copied_known {
                 known = true;
                 known_completions += c.completions;

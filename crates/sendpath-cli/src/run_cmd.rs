@@ -112,31 +112,34 @@ impl Point {
         }
     }
 
+    /// What identifies the point's row: workload, strategy, size, connections.
+    fn key(&self) -> (&'static str, &'static str, usize, usize) {
+        match self {
+            Point::Stream(p) => ("stream", p.strategy.name(), p.size, p.threads),
+            Point::Rr(p) => ("rr", p.strategy.name(), p.response, p.concurrency),
+        }
+    }
+
     /// Whether `row` is this point's row.
     fn matches(&self, row: &Row) -> bool {
-        let r = self.row(None);
-        (
-            r.workload.as_str(),
-            r.strategy.as_str(),
-            r.size_bytes,
-            r.threads,
-        ) == (
-            row.workload.as_str(),
-            row.strategy.as_str(),
-            row.size_bytes,
-            row.threads,
-        )
+        self.key()
+            == (
+                row.workload.as_str(),
+                row.strategy.as_str(),
+                row.size_bytes,
+                row.threads,
+            )
     }
 
     /// The points this one is compared with share its block: workload, size, connections.
-    fn block(&self) -> (String, usize, usize) {
-        let r = self.row(None);
-        (r.workload, r.size_bytes, r.threads)
+    fn block(&self) -> (&'static str, usize, usize) {
+        let (workload, _, size, threads) = self.key();
+        (workload, size, threads)
     }
 
     fn label(&self) -> String {
-        let r = self.row(None);
-        format!("{} {} x{}", r.strategy, fmt_size(r.size_bytes), r.threads)
+        let (_, strategy, size, threads) = self.key();
+        format!("{strategy} {} x{threads}", fmt_size(size))
     }
 
     fn measure(
@@ -419,11 +422,6 @@ fn recv_size(a: &RunArgs, size: usize) -> usize {
 
 pub(crate) fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
     crate::cli::check_memory(&a.size, &a.threads, &a.run)?;
-    let schedule = Schedule {
-        rounds: a.run.repeat,
-        seed: a.run.seed.unwrap_or_else(fresh_seed),
-    };
-    let mut rec = Recorder::new(a.run.json.clone(), a.run.csv.clone(), schedule);
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -452,37 +450,33 @@ pub(crate) fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
             opts: a.run.options(),
         },
     );
-    run_points(
-        rec_with_order_note(&mut rec, &points),
-        &points,
-        file.as_ref(),
-        &a.run,
-    )?;
-    rec.print_table();
-    rec.finish()
+    run_matrix(&a.run, &points, file.as_ref())
 }
 
-fn rec_with_order_note<'a>(rec: &'a mut Recorder, points: &[Point]) -> &'a mut Recorder {
-    let s = rec.results.schedule;
-    if points.len() > 1 && s.rounds > 1 {
+/// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
+/// every window, then prints the table and ends the run: what `stream` and `rr` share.
+fn run_matrix(
+    a: &RunArgs,
+    points: &[Point],
+    file: Option<&PatternFile>,
+) -> anyhow::Result<std::process::ExitCode> {
+    let schedule = Schedule {
+        rounds: a.repeat,
+        seed: a.seed.unwrap_or_else(fresh_seed),
+    };
+    let mut rec = Recorder::new(a.json.clone(), a.csv.clone(), schedule);
+    if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",
             points.len(),
-            s.rounds,
-            s.seed
+            schedule.rounds,
+            schedule.seed
         ));
     }
-    rec
-}
-
-fn run_points(
-    rec: &mut Recorder,
-    points: &[Point],
-    file: Option<&PatternFile>,
-    a: &RunArgs,
-) -> anyhow::Result<()> {
     let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
-    rec.run_rounds(points, file, &mut meter, &|| {})
+    rec.run_rounds(points, file, &mut meter, &|| {})?;
+    rec.print_table();
+    rec.finish()
 }
 
 pub(crate) fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -495,11 +489,6 @@ pub(crate) fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
     }
     crate::cli::check_memory(&a.response, &a.concurrency, &a.run)?;
-    let schedule = Schedule {
-        rounds: a.run.repeat,
-        seed: a.run.seed.unwrap_or_else(fresh_seed),
-    };
-    let mut rec = Recorder::new(a.run.json.clone(), a.run.csv.clone(), schedule);
     let mut points = Vec::new();
     for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
@@ -524,14 +513,7 @@ pub(crate) fn rr(a: &RrArgs) -> anyhow::Result<std::process::ExitCode> {
             }
         }
     }
-    run_points(
-        rec_with_order_note(&mut rec, &points),
-        &points,
-        None,
-        &a.run,
-    )?;
-    rec.print_table();
-    rec.finish()
+    run_matrix(&a.run, &points, None)
 }
 
 #[cfg(test)]

@@ -170,17 +170,7 @@ pub(crate) fn run_once(
         }));
     }
     drop(tid_tx);
-    let mut roles = Roles {
-        senders: Vec::new(),
-        receivers: Some(Vec::new()),
-    };
-    for (is_server, tid) in tid_rx.iter().take(2 * pt.concurrency) {
-        match (is_server, roles.receivers.as_mut()) {
-            (true, _) => roles.senders.push(tid),
-            (false, Some(r)) => r.push(tid),
-            (false, None) => {}
-        }
-    }
+    let roles = Roles::gather(&tid_rx, pt.concurrency, Some(pt.concurrency));
     let mut ok = sleep_unless_interrupted(pt.warmup);
     let mut window = None;
     if ok {

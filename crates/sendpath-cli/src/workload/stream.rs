@@ -176,18 +176,7 @@ pub(crate) fn run_once(
         ));
     }
     drop(tid_tx);
-    let expected = pt.threads * if listener.is_some() { 2 } else { 1 };
-    let mut roles = Roles {
-        senders: Vec::new(),
-        receivers: listener.as_ref().map(|_| Vec::new()),
-    };
-    for (is_sender, tid) in tid_rx.iter().take(expected) {
-        match (is_sender, roles.receivers.as_mut()) {
-            (true, _) => roles.senders.push(tid),
-            (false, Some(r)) => r.push(tid),
-            (false, None) => {}
-        }
-    }
+    let roles = Roles::gather(&tid_rx, pt.threads, listener.as_ref().map(|_| pt.threads));
     let resident = file.filter(|_| cold).and_then(|f| f.resident_fraction());
     start.wait();
     let bytes_now = || -> u64 {

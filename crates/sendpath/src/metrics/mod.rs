@@ -35,7 +35,8 @@ impl Fallbacks {
         self.enobufs + self.inflight_cap + self.unsupported + self.enomem
     }
 
-    fn add(&mut self, o: &Fallbacks) {
+    /// Adds another set of counts (of another connection or window).
+    pub fn add(&mut self, o: &Fallbacks) {
         self.enobufs += o.enobufs;
         self.inflight_cap += o.inflight_cap;
         self.unsupported += o.unsupported;
