@@ -39,6 +39,7 @@
 
 pub mod buffer;
 pub mod completion;
+pub mod engine;
 mod error;
 pub mod metrics;
 pub mod pattern;

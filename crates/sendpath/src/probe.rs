@@ -213,6 +213,7 @@ fn check_uring_zc() -> UringZcCheck {
             0..len,
             Op::SendZc { report_usage: true },
             false,
+            0,
         )?;
         let mut cqes = Vec::new();
         let mut result = None;

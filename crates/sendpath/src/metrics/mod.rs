@@ -113,6 +113,8 @@ pub struct SendStats {
     /// Buffers never handed back because the kernel had not released them when the path was
     /// closed (the drain timed out); they are leaked rather than reused.
     pub leaked_buffers: u64,
+    /// Zero-copy sends made from a registered (fixed) buffer.
+    pub registered_sends: u64,
     /// Send-call-to-completion latency of zero-copy sends, nanoseconds.
     pub completion_latency_ns: Histogram<u64>,
 }
@@ -131,6 +133,7 @@ impl Default for SendStats {
             fallbacks: Fallbacks::default(),
             short_sends: 0,
             leaked_buffers: 0,
+            registered_sends: 0,
             completion_latency_ns: new_histogram(),
         }
     }
@@ -157,6 +160,7 @@ impl SendStats {
         self.fallbacks.add(&o.fallbacks);
         self.short_sends += o.short_sends;
         self.leaked_buffers += o.leaked_buffers;
+        self.registered_sends += o.registered_sends;
         // Both histograms have the same bounds, so adding cannot fail for lack of range.
         let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
     }
@@ -174,6 +178,7 @@ impl SendStats {
             fallbacks: self.fallbacks,
             short_sends: self.short_sends,
             leaked_buffers: self.leaked_buffers,
+            registered_sends: self.registered_sends,
             completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
         }
     }
@@ -202,6 +207,9 @@ pub struct SendStatsSummary {
     pub short_sends: u64,
     /// Buffers leaked because the kernel never released them.
     pub leaked_buffers: u64,
+    /// Zero-copy sends from registered (fixed) buffers.
+    #[serde(default)]
+    pub registered_sends: u64,
     /// Send-to-completion latency.
     pub completion_latency: LatencySummaryNs,
 }

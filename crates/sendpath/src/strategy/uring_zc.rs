@@ -1,11 +1,12 @@
-//! `uring-zc`: io_uring SEND_ZC on the [`UringEngine`](super::uring::UringEngine), with usage
+//! `uring-zc`: io_uring SEND_ZC on the [`UringDriver`](crate::engine::UringDriver), with usage
 //! reporting (`IORING_SEND_ZC_REPORT_USAGE`) when the kernel has it, so a notification says
 //! whether the kernel copied after all. The ring is probed at open time: without SEND_ZC the
 //! path runs as `uring` (each send counted as an `unsupported` fallback); without io_uring at
 //! all, as `copy`.
 
-use super::uring::{UringEngine, ZcMode};
+use super::uring::UringPath;
 use super::SendPath;
+use crate::engine::Choice;
 use crate::sys::uring::{OpSupport, SendRing};
 use crate::{probe, Options, Result};
 use std::net::TcpStream;
@@ -59,23 +60,27 @@ pub(super) fn open(sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>>
             c.fallback_note(note);
             Box::new(c)
         }
-        Plan::Uring(note) => {
-            Box::new(UringEngine::new("uring", sock, opts, None)?.with_note(note, true))
-        }
+        // Without SEND_ZC the driver's state has no zero-copy settings, so each zero-copy
+        // choice is counted as an `unsupported` fallback.
+        Plan::Uring(note) => Box::new(UringPath::new(
+            "uring",
+            sock,
+            opts,
+            Choice::ZeroCopy,
+            Some(note),
+        )?),
         Plan::SendZc { report_usage, note } => {
-            let e = UringEngine::new(
+            let opts = Options {
+                uring_report_usage: report_usage,
+                ..opts.clone()
+            };
+            Box::new(UringPath::new(
                 "uring-zc",
                 sock,
-                opts,
-                Some(ZcMode {
-                    report_usage,
-                    limits: opts.inflight,
-                }),
-            )?;
-            Box::new(match note {
-                Some(n) => e.with_note(n, false),
-                None => e,
-            })
+                &opts,
+                Choice::ZeroCopy,
+                note,
+            )?)
         }
     })
 }

@@ -15,17 +15,7 @@ pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// the kernel copied the data after all.
 pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
-/// Which send opcode an SQE uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// `IORING_OP_SEND` with `MSG_WAITALL`.
-    Send,
-    /// `IORING_OP_SEND_ZC` with `MSG_WAITALL`, optionally asking for usage reporting.
-    SendZc {
-        /// Set `IORING_SEND_ZC_REPORT_USAGE`.
-        report_usage: bool,
-    },
-}
+pub use crate::engine::SendOp as Op;
 
 /// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -43,6 +33,8 @@ pub struct OpSupport {
 /// One completion, decoded.
 #[derive(Debug)]
 pub struct Cqe {
+    /// The tag the slot's buffer was pushed with (the driver's connection index).
+    pub tag: u32,
     /// The ring slot (one per buffer handed in).
     pub slot: u32,
     /// The request this completion belongs to (as returned by [`SendRing::push_slot`]); a
@@ -62,34 +54,127 @@ pub struct Cqe {
 
 struct Slot {
     buf: Buf,
+    tag: u32,
     /// Completions still expected for this slot.
     pending: u32,
+    /// The owner may still send from it (see [`SendRing::unhold`]).
+    held: bool,
     pushed_at: Instant,
+}
+
+/// How a ring was set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSetup {
+    /// `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN` (kernel 6.1): completion work
+    /// runs only when the one submitting thread asks for completions. With
+    /// `IORING_SETUP_TASKRUN_FLAG`, so the ring says when such work is waiting.
+    SingleIssuerDeferTaskrun,
+    /// `IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG` (kernel 5.19).
+    CoopTaskrun,
+    /// No setup flags.
+    Plain,
+}
+
+impl RingSetup {
+    /// A short name for notes and results.
+    pub fn name(self) -> &'static str {
+        match self {
+            RingSetup::SingleIssuerDeferTaskrun => "single_issuer+defer_taskrun",
+            RingSetup::CoopTaskrun => "coop_taskrun",
+            RingSetup::Plain => "plain",
+        }
+    }
 }
 
 /// A ring plus the buffers its in-flight sends point at.
 pub struct SendRing {
     ring: IoUring,
+    setup: RingSetup,
+    /// Created disabled (`IORING_SETUP_R_DISABLED`): the first thread that submits enables it
+    /// and becomes its single issuer.
+    enabled: bool,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     /// Registered-buffer table: (address, length) per index, when one was registered.
     fixed: Option<Vec<(usize, usize)>>,
+    /// Why registering buffers stopped, when the kernel refused (memlock, for one).
+    fixed_error: Option<io::Error>,
     /// Requests pushed so far: the high half of each request id.
     requests: u32,
 }
 
 impl SendRing {
-    /// `io_uring_setup(sq_entries, {cq_entries})`. See io_uring_setup(2).
+    /// `io_uring_setup(sq_entries, {cq_entries, flags})`, see io_uring_setup(2). Asks for
+    /// SINGLE_ISSUER and DEFER_TASKRUN (created disabled, enabled by the first thread that
+    /// submits), then COOP_TASKRUN, then no flags, taking the first the kernel accepts.
+    /// `SENDPATH_URING_SETUP=coop` or `=plain` starts further down that list, to compare.
     pub fn new(sq_entries: u32, cq_entries: u32) -> io::Result<SendRing> {
         let sq = sq_entries.next_power_of_two().max(8);
         let cq = cq_entries.next_power_of_two().max(2 * sq);
-        Ok(SendRing {
-            ring: IoUring::builder().setup_cqsize(cq).build(sq)?,
-            slots: Vec::new(),
-            free: Vec::new(),
-            fixed: None,
-            requests: 0,
-        })
+        let mut last = None;
+        let all = [
+            RingSetup::SingleIssuerDeferTaskrun,
+            RingSetup::CoopTaskrun,
+            RingSetup::Plain,
+        ];
+        let skip = match std::env::var("SENDPATH_URING_SETUP").as_deref() {
+            Ok("coop") => 1,
+            Ok("plain") => 2,
+            _ => 0,
+        };
+        for setup in all.into_iter().skip(skip) {
+            let mut b = IoUring::builder();
+            b.setup_cqsize(cq);
+            match setup {
+                RingSetup::SingleIssuerDeferTaskrun => {
+                    b.setup_single_issuer()
+                        .setup_defer_taskrun()
+                        .setup_taskrun_flag()
+                        .setup_r_disabled();
+                }
+                RingSetup::CoopTaskrun => {
+                    b.setup_coop_taskrun().setup_taskrun_flag();
+                }
+                RingSetup::Plain => {}
+            }
+            match b.build(sq) {
+                Ok(ring) => {
+                    return Ok(SendRing {
+                        ring,
+                        setup,
+                        enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
+                        slots: Vec::new(),
+                        free: Vec::new(),
+                        fixed: None,
+                        fixed_error: None,
+                        requests: 0,
+                    })
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
+    }
+
+    /// How the ring was set up.
+    pub fn setup(&self) -> RingSetup {
+        self.setup
+    }
+
+    /// `io_uring_register(IORING_REGISTER_ENABLE_RINGS)` the first time: the calling thread
+    /// becomes the ring's single issuer.
+    fn enable(&mut self) -> io::Result<()> {
+        if !self.enabled {
+            self.ring.submitter().register_enable_rings()?;
+            self.enabled = true;
+        }
+        Ok(())
+    }
+
+    /// Why registered buffers are not used, when the kernel refused them.
+    pub fn fixed_error(&self) -> Option<&io::Error> {
+        self.fixed_error.as_ref()
     }
 
     /// `io_uring_register(IORING_REGISTER_PROBE)`: which send opcodes exist here.
@@ -115,8 +200,21 @@ impl SendRing {
 
     /// `io_uring_register(IORING_REGISTER_BUFFERS_UPDATE)`: puts `buf` in the registered table
     /// (pinning its pages) unless it is already there. Returns `false` when the table is full or
-    /// fixed buffers are off; the buffer is then sent unregistered.
-    pub fn register_buf(&mut self, buf: &mut Buf) -> io::Result<bool> {
+    /// fixed buffers are off; the buffer is then sent unregistered. When the kernel refuses
+    /// (`ENOMEM` past the memlock limit, for one), fixed buffers are turned off for this ring
+    /// and the reason kept in [`SendRing::fixed_error`].
+    fn register_buf(&mut self, buf: &mut Buf) -> bool {
+        match self.try_register(buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fixed = None;
+                self.fixed_error = Some(e);
+                false
+            }
+        }
+    }
+
+    fn try_register(&mut self, buf: &mut Buf) -> io::Result<bool> {
         let Some(table) = self.fixed.as_mut() else {
             return Ok(false);
         };
@@ -147,9 +245,11 @@ impl SendRing {
         Ok(true)
     }
 
-    /// Hands `buf` to the ring and queues one send of `buf[range]` on `fd`. With `link`, the
-    /// next SQE pushed runs only after this one completes in full (`IOSQE_IO_LINK`); a chain is
-    /// how sends on one stream socket keep their order. Returns the slot and the request id.
+    /// Hands `buf` to the ring and queues one send of `buf[range]` on `fd`; `tag` comes back in
+    /// each of its completions. With `link`, the next SQE pushed runs only after this one
+    /// completes in full (`IOSQE_IO_LINK`); a chain is how sends on one stream socket keep their
+    /// order. The ring holds the buffer until [`SendRing::unhold`] and its last completion.
+    /// Returns the slot, the request id and whether the send uses a registered buffer.
     pub fn push(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -157,7 +257,8 @@ impl SendRing {
         range: std::ops::Range<usize>,
         op: Op,
         link: bool,
-    ) -> io::Result<(u32, u64)> {
+        tag: u32,
+    ) -> io::Result<(u32, u64, bool)> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -167,16 +268,19 @@ impl SendRing {
         };
         self.slots[slot as usize] = Some(Slot {
             buf,
+            tag,
             pending: 0,
+            held: true,
             pushed_at: Instant::now(),
         });
-        let req = self.push_slot(fd, slot, range, op, link)?;
-        Ok((slot, req))
+        let (req, registered) = self.push_slot(fd, slot, range, op, link)?;
+        Ok((slot, req, registered))
     }
 
-    /// Queues another send from a buffer the ring already holds (the rest of a short send, or
-    /// a retry after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of
-    /// this request carry in [`Cqe::req`].
+    /// Queues another send from a buffer the ring holds (the rest of a short send, or a retry
+    /// after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of this
+    /// request carry in [`Cqe::req`], and whether it sends from a registered buffer. A slot
+    /// that is not held is an error (`EBADSLT`), never a send from freed memory.
     pub fn push_slot(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -184,10 +288,24 @@ impl SendRing {
         range: std::ops::Range<usize>,
         op: Op,
         link: bool,
-    ) -> io::Result<u64> {
+    ) -> io::Result<(u64, bool)> {
+        let live = self
+            .slots
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .is_some_and(|s| s.held && range.end <= s.buf.len() && range.start <= range.end);
+        if !live {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        }
+        if matches!(op, Op::SendZc { .. }) && self.fixed.is_some() {
+            let mut buf =
+                std::mem::take(&mut self.slots[slot as usize].as_mut().expect("live").buf);
+            self.register_buf(&mut buf);
+            self.slots[slot as usize].as_mut().expect("live").buf = buf;
+        }
         let s = self.slots[slot as usize]
             .as_mut()
-            .expect("push_slot on a live slot");
+            .expect("checked live above");
         let bytes = &s.buf.as_slice()[range];
         let fixed = s.buf.fixed.filter(|i| {
             self.fixed
@@ -222,6 +340,7 @@ impl SendRing {
             entry
         };
         s.pending += 1;
+        let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
         loop {
             // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
             // That buffer is only moved out (released) once `pending` drops to zero, which
@@ -229,14 +348,27 @@ impl SendRing {
             // stopped reading the memory. Moving the `Buf` value does not move its heap bytes.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
-                return Ok(req);
+                return Ok((req, registered));
             }
-            self.ring.submit()?;
+            self.submit()?;
         }
+    }
+
+    /// The owner will send no more from `slot`: the ring lets the buffer go once its last
+    /// completion is in, returning it now if that has already happened.
+    pub fn unhold(&mut self, slot: u32) -> Option<Buf> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.held = false;
+        if s.pending > 0 {
+            return None;
+        }
+        self.free.push(slot);
+        self.slots[slot as usize].take().map(|s| s.buf)
     }
 
     /// `io_uring_enter(to_submit, min_complete = want, IORING_ENTER_GETEVENTS)`.
     pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        self.enable()?;
         loop {
             match self.ring.submit_and_wait(want) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -245,9 +377,45 @@ impl SendRing {
         }
     }
 
-    /// `io_uring_enter(to_submit)` without waiting.
+    /// `io_uring_enter(to_submit)` without waiting (with GETEVENTS when deferred completion
+    /// work is pending, so completions keep coming on a DEFER_TASKRUN ring).
     pub fn submit(&mut self) -> io::Result<usize> {
-        self.ring.submit()
+        self.enable()?;
+        loop {
+            match self.ring.submit() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether entering the kernel would do anything: SQEs to submit, deferred completion work
+    /// to run (`IORING_SQ_TASKRUN`), or completions held back by a full CQ.
+    pub fn needs_enter(&mut self) -> bool {
+        let mut sq = self.ring.submission();
+        sq.sync();
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow() || !self.enabled
+    }
+
+    /// Whether deferred completion work is waiting for the next enter with GETEVENTS.
+    pub fn taskrun_pending(&mut self) -> bool {
+        let mut sq = self.ring.submission();
+        sq.sync();
+        sq.taskrun()
+    }
+
+    /// Waits up to `timeout` for at least one completion (submitting what is queued first).
+    /// Returns false when the time ran out.
+    pub fn wait_for(&mut self, timeout: Duration) -> io::Result<bool> {
+        self.enable()?;
+        let ts = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e),
+        }
     }
 
     /// Moves every available completion into `out`, releasing buffers whose last completion
@@ -263,18 +431,20 @@ impl SendRing {
             let Some(s) = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()) else {
                 continue;
             };
-            s.pending -= 1;
+            s.pending = s.pending.saturating_sub(1);
             if more {
                 s.pending += 1;
             }
             let age_ns = now.duration_since(s.pushed_at).as_nanos() as u64;
-            let released = if s.pending == 0 {
+            let tag = s.tag;
+            let released = if s.pending == 0 && !s.held {
                 self.free.push(slot);
                 self.slots[slot as usize].take().map(|s| s.buf)
             } else {
                 None
             };
             out.push(Cqe {
+                tag,
                 slot,
                 req,
                 notif,
@@ -286,34 +456,35 @@ impl SendRing {
         }
     }
 
-    /// Number of buffers the ring still holds.
-    pub fn held(&self) -> usize {
-        self.slots.len() - self.free.len()
+    /// Number of buffers the kernel may still read (completions outstanding).
+    pub fn in_kernel(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.pending > 0)
+            .count()
     }
 
-    /// Bytes of the buffer in `slot` (for resending part of it).
-    pub fn slot_len(&self, slot: u32) -> usize {
-        self.slots[slot as usize]
-            .as_ref()
-            .map_or(0, |s| s.buf.len())
+    /// Number of buffers with completions outstanding that carry `tag`.
+    pub fn in_kernel_for(&self, tag: u32) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.pending > 0 && s.tag == tag)
+            .count()
     }
 
-    /// Waits up to `timeout` for every held buffer to be released, moving completions into
-    /// `out`. Returns how many buffers are still held afterwards.
+    /// Waits up to `timeout` until the kernel holds no buffer, moving completions into `out`.
+    /// Returns how many buffers it still holds afterwards.
     pub fn drain(&mut self, timeout: Duration, out: &mut Vec<Cqe>) -> usize {
         let deadline = Instant::now() + timeout;
-        while self.held() > 0 && Instant::now() < deadline {
-            let ts = types::Timespec::from(Duration::from_millis(10));
-            let args = types::SubmitArgs::new().timespec(&ts);
-            match self.ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+        while self.in_kernel() > 0 && Instant::now() < deadline {
+            if self.wait_for(Duration::from_millis(10)).is_err() {
+                break;
             }
             self.reap(out);
         }
-        self.held()
+        self.in_kernel()
     }
 }
 
@@ -323,7 +494,9 @@ impl Drop for SendRing {
         if self.drain(Duration::from_secs(2), &mut sink) > 0 {
             // The kernel may still read these buffers; never free memory it may read.
             for s in self.slots.drain(..).flatten() {
-                std::mem::forget(s.buf);
+                if s.pending > 0 {
+                    std::mem::forget(s.buf);
+                }
             }
         }
     }

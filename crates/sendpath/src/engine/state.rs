@@ -1,0 +1,592 @@
+//! The I/O-free send state of one connection on io_uring.
+//!
+//! [`ConnState`] holds everything that decides how a connection's bytes reach the kernel, and
+//! nothing that talks to it: the queue of buffers the application handed in, which buffers the
+//! kernel holds, the chain of requests in flight, the SEND_ZC ledger (results and notifications
+//! per request), the in-flight limits and the counters. A driver asks it what to submit
+//! ([`ConnState::submit_chain`]) and feeds it what the kernel answered ([`ConnState::on_result`],
+//! [`ConnState::on_notification`], [`ConnState::on_released`]); it is unit-tested on simulated
+//! completions.
+//!
+//! Byte order on a stream socket: io_uring may let a later SEND overtake an earlier one that
+//! had to wait for socket space, and a chain (`IOSQE_IO_LINK`) cannot be extended once
+//! submitted. So each connection has at most one chain in the kernel, and while it runs the
+//! application fills the next one (up to `depth` queued buffers). When the chain's last result
+//! arrives, the next chain goes in at once, before the application is asked for more.
+
+use super::choose::{Choice, Choose, SendContext};
+use crate::buffer::{Buf, BufPool};
+use crate::completion::{settle_chain, ChainEntry, NotifOutcome, SendZcLedger};
+use crate::metrics::SendStats;
+use crate::policy::{self, InflightLimits, ZcDecision};
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// The send operation of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// `IORING_OP_SEND` with `MSG_WAITALL`.
+    Send,
+    /// `IORING_OP_SEND_ZC` with `MSG_WAITALL`, optionally asking for usage reporting.
+    SendZc {
+        /// Set `IORING_SEND_ZC_REPORT_USAGE`, so notifications say whether the kernel copied.
+        report_usage: bool,
+    },
+}
+
+/// How a connection may use SEND_ZC; absent when the kernel lacks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZcConfig {
+    /// Cap on SEND_ZC requests (and bytes) awaiting their notification.
+    pub limits: InflightLimits,
+    /// Ask for usage reporting.
+    pub report_usage: bool,
+}
+
+/// Settings of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateConfig {
+    /// Requests per chain, and buffers queued behind the chain in flight.
+    pub depth: usize,
+    /// SEND_ZC settings; `None` when the kernel has no SEND_ZC (a zero-copy choice is then an
+    /// `unsupported` fallback).
+    pub zc: Option<ZcConfig>,
+}
+
+/// The buffer of a request to submit.
+#[derive(Debug)]
+pub enum Payload {
+    /// A buffer the kernel does not hold yet: the driver hands it to the ring.
+    New(Buf),
+    /// The buffer in this ring slot, which the ring still holds (the rest of a short send, or a
+    /// link the kernel cancelled).
+    Held(u32),
+}
+
+/// One request the driver must push, in order.
+#[derive(Debug)]
+pub struct Submit {
+    /// The bytes' buffer.
+    pub payload: Payload,
+    /// Which bytes of it.
+    pub range: Range<usize>,
+    /// SEND or SEND_ZC.
+    pub op: SendOp,
+    /// Link to the next request (`IOSQE_IO_LINK`); false on the chain's last.
+    pub link: bool,
+}
+
+/// What the driver did with a [`Submit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pushed {
+    /// The ring slot holding the buffer.
+    pub slot: u32,
+    /// The request id its completions carry.
+    pub req: u64,
+    /// The request sends from a registered (fixed) buffer.
+    pub registered: bool,
+}
+
+/// The I/O-free state of one connection. See the module docs.
+#[derive(Debug)]
+pub struct ConnState {
+    cfg: StateConfig,
+    chooser: Box<dyn Choose>,
+    /// Buffers handed in and not yet submitted.
+    queue: VecDeque<Buf>,
+    /// What the last chain left to send, first in line.
+    resend: Vec<ChainEntry>,
+    /// The chain in the kernel, and each link's result once it has come.
+    chain: Vec<ChainEntry>,
+    results: Vec<Option<i32>>,
+    ledger: SendZcLedger,
+    pool: BufPool,
+    stats: SendStats,
+    /// Slots the state no longer needs (sent in full, or abandoned after an error); the ring
+    /// releases each once its last completion is in. Drained by the driver.
+    unheld: Vec<u32>,
+    error: Option<i32>,
+}
+
+impl ConnState {
+    /// A new connection state choosing its operation per send with `chooser`.
+    pub fn new(cfg: StateConfig, chooser: Box<dyn Choose>) -> ConnState {
+        let stats = SendStats {
+            copied_known: cfg.zc.is_none_or(|z| z.report_usage),
+            ..SendStats::default()
+        };
+        ConnState {
+            cfg: StateConfig {
+                depth: cfg.depth.max(1),
+                ..cfg
+            },
+            chooser,
+            queue: VecDeque::new(),
+            resend: Vec::new(),
+            chain: Vec::new(),
+            results: Vec::new(),
+            ledger: SendZcLedger::new(),
+            pool: BufPool::new(),
+            stats,
+            unheld: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> StateConfig {
+        self.cfg
+    }
+
+    /// How many more buffers [`ConnState::push`] takes now (0 after an error).
+    pub fn room(&self) -> usize {
+        if self.error.is_some() {
+            return 0;
+        }
+        self.cfg.depth.saturating_sub(self.queue.len())
+    }
+
+    /// Queues `buf` to send after everything before it; `end_of_message` counts a message.
+    /// Gives the buffer back when there is no room.
+    pub fn push(&mut self, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
+        if self.room() == 0 {
+            return Err(buf);
+        }
+        if end_of_message {
+            self.stats.sends += 1;
+        }
+        self.queue.push_back(buf);
+        Ok(())
+    }
+
+    /// A buffer of `len` bytes to fill: one the kernel has released, or a new one.
+    pub fn take_buf(&mut self, len: usize) -> Buf {
+        self.pool.take(len)
+    }
+
+    /// Buffers ready for reuse.
+    pub fn free_bufs(&self) -> usize {
+        self.pool.free_len()
+    }
+
+    /// Whether a chain is in the kernel.
+    pub fn chain_in_flight(&self) -> bool {
+        !self.chain.is_empty()
+    }
+
+    /// Whether every byte handed in has been accepted by the socket (nothing queued, nothing
+    /// in flight, nothing to resend). Notifications may still be due.
+    pub fn is_flushed(&self) -> bool {
+        self.queue.is_empty() && self.resend.is_empty() && self.chain.is_empty()
+    }
+
+    /// SEND_ZC requests awaiting their result or notification.
+    pub fn zc_inflight(&self) -> usize {
+        self.ledger.inflight()
+    }
+
+    /// The errno that ended the connection, if one did.
+    pub fn error(&self) -> Option<i32> {
+        self.error
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    /// Ends the connection with `errno` (the driver could not submit): queued buffers go back
+    /// to the pool; what the kernel holds is let go of as its completions come in.
+    pub fn fail(&mut self, errno: i32) {
+        self.error.get_or_insert(errno);
+        self.pool.put_all(self.queue.drain(..));
+        self.unheld.extend(self.resend.drain(..).map(|e| e.slot));
+    }
+
+    /// Counts a buffer the driver could not get back from the kernel in time.
+    pub fn count_leaked(&mut self, n: u64) {
+        self.stats.leaked_buffers += n;
+    }
+
+    /// Slots the state let go of since the last call.
+    pub fn drain_unheld(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.unheld);
+    }
+
+    /// Submits the next chain, when no chain is in flight: first what the last chain left,
+    /// then queued buffers, at most `depth` requests. Call it after absorbing every completion
+    /// that is ready: a zero-copy choice that finds the in-flight cap full then goes by copy
+    /// (an `inflight_cap` fallback). `push` puts one request in the ring; an error from it ends
+    /// the chain early (the driver treats it as fatal for the connection). Returns how many
+    /// requests were pushed.
+    pub fn submit_chain<E>(
+        &mut self,
+        mut push: impl FnMut(Submit) -> Result<Pushed, E>,
+    ) -> Result<usize, E> {
+        if self.chain_in_flight() || self.error.is_some() {
+            return Ok(0);
+        }
+        let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
+        for i in 0..n {
+            let link = i + 1 < n;
+            let (payload, range, zc) = if i < self.resend.len() {
+                let e = self.resend[i];
+                (Payload::Held(e.slot), e.start..e.end, e.zc)
+            } else {
+                let buf = self.queue.pop_front().expect("counted above");
+                let len = buf.len();
+                let zc = self.decide(len);
+                (Payload::New(buf), 0..len, zc)
+            };
+            let len = range.len();
+            let op = match (zc, self.cfg.zc) {
+                (true, Some(z)) => SendOp::SendZc {
+                    report_usage: z.report_usage,
+                },
+                _ => SendOp::Send,
+            };
+            let p = push(Submit {
+                payload,
+                range: range.clone(),
+                op,
+                link,
+            })?;
+            if zc {
+                self.stats.zc_attempts += 1;
+                self.stats.registered_sends += u64::from(p.registered);
+                self.ledger.submitted(p.req, len);
+            }
+            self.chain.push(ChainEntry {
+                slot: p.slot,
+                start: range.start,
+                end: range.end,
+                zc,
+            });
+            self.results.push(None);
+        }
+        self.resend.clear();
+        Ok(n)
+    }
+
+    /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
+    /// asked for zero-copy and it cannot be.
+    /// The ledger already holds the zero-copy links pushed earlier in this chain.
+    fn decide(&mut self, len: usize) -> bool {
+        let cx = SendContext {
+            len,
+            zc_inflight: self.ledger.inflight(),
+            zc_inflight_bytes: self.ledger.inflight_bytes(),
+        };
+        if self.chooser.choose(&cx) == Choice::Copy {
+            return false;
+        }
+        let limits = self
+            .cfg
+            .zc
+            .map_or_else(InflightLimits::default, |z| z.limits);
+        match policy::admit(
+            self.cfg.zc.is_some(),
+            limits,
+            cx.zc_inflight,
+            cx.zc_inflight_bytes,
+            len,
+            true,
+        ) {
+            ZcDecision::ZeroCopy => true,
+            ZcDecision::Copy(r) => {
+                self.stats.fallbacks.count(r);
+                false
+            }
+            ZcDecision::ReapThenRetry => unreachable!("admit with reaped=true never asks to reap"),
+        }
+    }
+
+    /// The result CQE of request `req` on `slot`: `res` bytes or `-errno`, `more` when a
+    /// notification follows. `age_ns` is the time since the slot's first request.
+    pub fn on_result(&mut self, slot: u32, req: u64, res: i32, more: bool, age_ns: u64) {
+        let early = self.ledger.on_result(req, res, more);
+        self.count_notif(early, age_ns);
+        let Some(i) = (0..self.chain.len())
+            .find(|&i| self.chain[i].slot == slot && self.results[i].is_none())
+        else {
+            self.stats.unexpected_completions += 1;
+            return;
+        };
+        self.results[i] = Some(res);
+        if self.results.iter().all(Option::is_some) {
+            self.settle();
+        }
+    }
+
+    /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED`.
+    pub fn on_notification(&mut self, req: u64, copied: bool, age_ns: u64) {
+        self.stats.notifications += 1;
+        let outcome = self.ledger.on_notification(req, copied);
+        self.count_notif(Some(outcome), age_ns);
+    }
+
+    /// A buffer the ring released (its last completion is in): back to the pool.
+    pub fn on_released(&mut self, buf: Buf) {
+        self.pool.put(buf);
+    }
+
+    fn count_notif(&mut self, outcome: Option<NotifOutcome>, age_ns: u64) {
+        match outcome {
+            Some(NotifOutcome::Completion { copied }) => {
+                self.stats.zc_completions += 1;
+                self.stats.zc_copied += u64::from(copied);
+                self.stats.completion_latency_ns.saturating_record(age_ns);
+            }
+            Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
+            Some(NotifOutcome::NoData) | None => {}
+        }
+    }
+
+    /// Every link of the chain has its result: count, and keep what must be resent.
+    fn settle(&mut self) {
+        let results: Vec<i32> = self.results.drain(..).map(|r| r.unwrap_or(0)).collect();
+        let chain = std::mem::take(&mut self.chain);
+        let s = settle_chain(&chain, &results);
+        self.stats.bytes += s.bytes_done;
+        self.stats.short_sends += s.short;
+        self.stats.fallbacks.enomem += s.enomem;
+        if let Some(errno) = s.error {
+            self.error = Some(errno);
+            self.unheld.extend(chain.iter().map(|e| e.slot));
+            self.pool.put_all(self.queue.drain(..));
+            return;
+        }
+        for e in &chain {
+            if !s.resend.iter().any(|r| r.slot == e.slot) {
+                self.unheld.push(e.slot);
+            }
+        }
+        self.resend = s.resend;
+        if self.error.is_some() {
+            // Failed while the chain ran: nothing more goes on this connection.
+            self.unheld.extend(self.resend.drain(..).map(|e| e.slot));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::choose::Fixed;
+    use super::*;
+
+    /// A simulated ring: slots hold buffers, request ids count up from `first_req` (to cross
+    /// the 32-bit wrap), and every push is recorded.
+    struct Kernel {
+        next_slot: u32,
+        next_req: u64,
+        log: Vec<(u32, u64, Range<usize>, SendOp, bool)>,
+    }
+
+    impl Kernel {
+        fn new(first_req: u64) -> Kernel {
+            Kernel {
+                next_slot: 0,
+                next_req: first_req,
+                log: Vec::new(),
+            }
+        }
+
+        fn push(&mut self, s: Submit) -> Result<Pushed, ()> {
+            let slot = match s.payload {
+                Payload::New(_) => {
+                    self.next_slot += 1;
+                    self.next_slot - 1
+                }
+                Payload::Held(slot) => slot,
+            };
+            let req = self.next_req;
+            self.next_req = self.next_req.wrapping_add(1 << 32) | u64::from(slot);
+            self.log.push((slot, req, s.range, s.op, s.link));
+            Ok(Pushed {
+                slot,
+                req,
+                registered: false,
+            })
+        }
+
+        fn submit(&mut self, st: &mut ConnState) -> Vec<(u32, u64, Range<usize>, SendOp, bool)> {
+            let from = self.log.len();
+            st.submit_chain(|s| self.push(s)).unwrap();
+            self.log[from..].to_vec()
+        }
+    }
+
+    fn state(depth: usize, zc: bool, choice: Choice) -> ConnState {
+        ConnState::new(
+            StateConfig {
+                depth,
+                zc: zc.then_some(ZcConfig {
+                    limits: InflightLimits {
+                        max_sends: 4,
+                        max_bytes: 1 << 20,
+                    },
+                    report_usage: true,
+                }),
+            },
+            Box::new(Fixed(choice)),
+        )
+    }
+
+    fn fill(st: &mut ConnState, n: usize, len: usize) {
+        for _ in 0..n {
+            let b = st.take_buf(len);
+            st.push(b, true).unwrap();
+        }
+    }
+
+    #[test]
+    fn one_chain_at_a_time_and_the_queue_refills_behind_it() {
+        let mut k = Kernel::new(1);
+        let mut st = state(3, false, Choice::Copy);
+        fill(&mut st, 3, 10);
+        assert_eq!(st.room(), 0);
+        let c = k.submit(&mut st);
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            c.iter().map(|x| x.4).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        // While the chain runs, the application fills the next one; no second chain goes in.
+        fill(&mut st, 3, 10);
+        assert!(k.submit(&mut st).is_empty());
+        // Results in any order settle the chain once all are in.
+        for i in [2, 0, 1] {
+            st.on_result(c[i].0, c[i].1, 10, false, 0);
+        }
+        assert!(!st.chain_in_flight());
+        assert_eq!(st.stats().bytes, 30);
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        un.sort();
+        assert_eq!(un, [0, 1, 2]);
+        assert_eq!(k.submit(&mut st).len(), 3);
+        assert_eq!(st.stats().sends, 6);
+    }
+
+    #[test]
+    fn a_short_send_resends_its_rest_and_the_cancelled_links_first() {
+        let mut k = Kernel::new(1);
+        let mut st = state(3, false, Choice::Copy);
+        fill(&mut st, 3, 10);
+        let c = k.submit(&mut st);
+        fill(&mut st, 1, 10);
+        st.on_result(c[0].0, c[0].1, 4, false, 0);
+        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[2].0, c[2].1, -libc::ECANCELED, false, 0);
+        assert_eq!(st.stats().short_sends, 1);
+        assert_eq!(st.stats().bytes, 4);
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        assert!(un.is_empty(), "every slot is resent, none let go");
+        let r = k.submit(&mut st);
+        // Same slots, in the same order, the rest of the first; the queued buffer waits for
+        // the next chain since depth is 3.
+        assert_eq!(
+            r.iter().map(|x| (x.0, x.2.clone())).collect::<Vec<_>>(),
+            [(0, 4..10), (1, 0..10), (2, 0..10)]
+        );
+        assert!(st.room() < 3);
+    }
+
+    #[test]
+    fn enomem_resends_by_copy_and_counts_once() {
+        let mut k = Kernel::new(1);
+        let mut st = state(2, true, Choice::ZeroCopy);
+        fill(&mut st, 2, 100);
+        let c = k.submit(&mut st);
+        assert!(c
+            .iter()
+            .all(|x| x.3 == SendOp::SendZc { report_usage: true }));
+        st.on_result(c[0].0, c[0].1, -libc::ENOMEM, true, 0);
+        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, true, 0);
+        st.on_notification(c[0].1, false, 0);
+        st.on_notification(c[1].1, false, 0);
+        assert_eq!(st.stats().fallbacks.enomem, 1);
+        assert_eq!(st.stats().zc_completions, 0, "nothing was sent zero-copy");
+        let r = k.submit(&mut st);
+        assert_eq!(r[0].3, SendOp::Send);
+        assert_eq!(r[1].3, SendOp::SendZc { report_usage: true });
+        st.on_result(r[0].0, r[0].1, 100, false, 0);
+        st.on_result(r[1].0, r[1].1, 100, true, 0);
+        st.on_notification(r[1].1, true, 5);
+        assert_eq!(st.stats().bytes, 200);
+        assert_eq!((st.stats().zc_completions, st.stats().zc_copied), (1, 1));
+        assert_eq!(st.zc_inflight(), 0);
+    }
+
+    #[test]
+    fn copied_flags_and_late_notifications_in_any_order_across_the_id_wrap() {
+        // Request ids start just below the 32-bit wrap of their high half.
+        let mut k = Kernel::new(u64::from(u32::MAX) << 32);
+        let mut st = state(4, true, Choice::ZeroCopy);
+        fill(&mut st, 4, 8);
+        let c = k.submit(&mut st);
+        assert!(c.iter().any(|x| x.1 >> 32 == 0), "the ids wrapped");
+        for x in &c {
+            st.on_result(x.0, x.1, 8, true, 0);
+        }
+        assert_eq!(st.zc_inflight(), 4, "notifications still due");
+        for (i, x) in c.iter().enumerate().rev() {
+            st.on_notification(x.1, i % 2 == 0, 0);
+        }
+        assert_eq!(st.zc_inflight(), 0);
+        assert_eq!((st.stats().zc_completions, st.stats().zc_copied), (4, 2));
+        assert_eq!(st.stats().unexpected_completions, 0);
+        st.on_notification(c[0].1, true, 0);
+        assert_eq!(st.stats().unexpected_completions, 1);
+    }
+
+    #[test]
+    fn the_inflight_cap_sends_by_copy_and_counts_it() {
+        let mut k = Kernel::new(1);
+        let mut st = state(6, true, Choice::ZeroCopy);
+        fill(&mut st, 6, 8);
+        let c = k.submit(&mut st);
+        let zc = c.iter().filter(|x| x.3 != SendOp::Send).count();
+        assert_eq!(zc, 4, "max_sends is 4");
+        assert_eq!(st.stats().fallbacks.inflight_cap, 2);
+    }
+
+    #[test]
+    fn zero_copy_without_send_zc_is_an_unsupported_fallback() {
+        let mut k = Kernel::new(1);
+        let mut st = state(2, false, Choice::ZeroCopy);
+        fill(&mut st, 2, 8);
+        let c = k.submit(&mut st);
+        assert!(c.iter().all(|x| x.3 == SendOp::Send));
+        assert_eq!(st.stats().fallbacks.unsupported, 2);
+        assert_eq!(st.stats().zc_attempts, 0);
+    }
+
+    #[test]
+    fn a_reset_ends_the_connection_and_lets_every_buffer_go() {
+        let mut k = Kernel::new(1);
+        let mut st = state(2, false, Choice::Copy);
+        fill(&mut st, 2, 8);
+        let c = k.submit(&mut st);
+        fill(&mut st, 1, 8);
+        st.on_result(c[0].0, c[0].1, -libc::ECONNRESET, false, 0);
+        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
+        assert_eq!(st.error(), Some(libc::ECONNRESET));
+        assert_eq!(st.room(), 0);
+        assert!(st.push(Buf::zeroed(1), true).is_err());
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        assert_eq!(un.len(), 2);
+        assert_eq!(st.free_bufs(), 1, "the queued buffer is back in the pool");
+        assert!(k.submit(&mut st).is_empty());
+    }
+
+    #[test]
+    fn a_result_for_no_link_is_counted_not_trusted() {
+        let mut st = state(2, false, Choice::Copy);
+        st.on_result(9, 9, 10, false, 0);
+        assert_eq!(st.stats().unexpected_completions, 1);
+        assert_eq!(st.stats().bytes, 0);
+    }
+}

@@ -1,0 +1,371 @@
+//! The io_uring driver: one ring serving many connections, each with its own
+//! [`ConnState`]. The driver does the I/O (pushing SQEs, entering the kernel, reaping CQEs) and
+//! routes each completion to its connection's state by the tag its buffer was pushed with.
+//!
+//! A connection's next chain goes in as soon as its previous chain's last result is reaped, in
+//! the same pass, so the kernel always has work while the application fills buffers. One
+//! `io_uring_enter` submits the chains of every connection that is ready.
+
+use super::state::{ConnState, Payload, Pushed, StateConfig, ZcConfig};
+use super::{Choice, Fixed};
+use crate::policy::InflightLimits;
+use crate::sys::uring::{Cqe, OpSupport, RingSetup, SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
+use crate::{Buf, Error, Result, SendStats};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// A connection's index in its driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(u32);
+
+impl ConnId {
+    /// The index (connections are numbered from 0 in the order they were added).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Settings of a driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverConfig {
+    /// Connections the ring is sized for (more can be added; the queues then wrap sooner).
+    pub connections: usize,
+    /// Requests per chain per connection (`--uring-depth`).
+    pub depth: usize,
+    /// Cap on SEND_ZC requests awaiting notification, per connection.
+    pub inflight: InflightLimits,
+    /// Register zero-copy buffers with the ring (fixed buffers).
+    pub fixed_buffers: bool,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            connections: 1,
+            depth: 8,
+            inflight: InflightLimits::default(),
+            fixed_buffers: false,
+        }
+    }
+}
+
+struct Conn {
+    sock: TcpStream,
+    state: ConnState,
+}
+
+/// One ring, many connections. See the module docs.
+pub struct UringDriver {
+    ring: SendRing,
+    cfg: DriverConfig,
+    conns: Vec<Conn>,
+    cqes: Vec<Cqe>,
+    unheld: Vec<u32>,
+    /// Connections with a chain that may be ready to go.
+    dirty: Vec<u32>,
+    ops: OpSupport,
+    usage_reporting: bool,
+    note: Option<String>,
+}
+
+impl std::fmt::Debug for UringDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringDriver")
+            .field("connections", &self.conns.len())
+            .field("setup", &self.ring.setup())
+            .finish()
+    }
+}
+
+impl UringDriver {
+    /// A ring for `cfg.connections` connections. Probes which send operations the kernel has.
+    pub fn new(cfg: DriverConfig) -> Result<UringDriver> {
+        let depth = cfg.depth.max(1);
+        let conns = cfg.connections.max(1);
+        let sq = (depth * conns).clamp(8, 4096);
+        let cq = (depth + cfg.inflight.max_sends) * conns * 2;
+        let mut ring = SendRing::new(sq as u32, cq.clamp(16, 1 << 16) as u32)
+            .map_err(Error::sys("io_uring_setup"))?;
+        let ops = ring
+            .probe()
+            .map_err(Error::sys("io_uring_register(PROBE)"))?;
+        let usage_reporting = ops.send_zc && crate::probe::send_zc_report_usage_supported();
+        let mut note = None;
+        if cfg.fixed_buffers {
+            let table = ((cfg.inflight.max_sends + 2 * depth) * conns).min(1 << 14) as u32;
+            if let Err(e) = ring.enable_fixed_buffers(table) {
+                note = Some(format!(
+                    "registering fixed buffers failed ({e}): sending from unregistered buffers"
+                ));
+            }
+        }
+        Ok(UringDriver {
+            ring,
+            cfg: DriverConfig { depth, ..cfg },
+            conns: Vec::new(),
+            cqes: Vec::new(),
+            unheld: Vec::new(),
+            dirty: Vec::new(),
+            ops,
+            usage_reporting,
+            note,
+        })
+    }
+
+    /// Which send operations the kernel has.
+    pub fn ops(&self) -> OpSupport {
+        self.ops
+    }
+
+    /// How the ring was set up (SINGLE_ISSUER and DEFER_TASKRUN where the kernel has them).
+    pub fn setup(&self) -> RingSetup {
+        self.ring.setup()
+    }
+
+    /// Why the driver runs other than asked (fixed buffers refused), if it does.
+    pub fn note(&self) -> Option<String> {
+        match (self.ring.fixed_error(), &self.note) {
+            (Some(e), None) => Some(format!(
+                "the kernel refused to register a buffer ({e}): the rest are sent unregistered"
+            )),
+            (_, n) => n.clone(),
+        }
+    }
+
+    /// The state settings for a connection sending by copy (`Choice::Copy`) or zero-copy,
+    /// with usage reporting when `report_usage` and the kernel has it.
+    pub fn state_config(&self, report_usage: bool) -> StateConfig {
+        StateConfig {
+            depth: self.cfg.depth,
+            zc: self.ops.send_zc.then_some(ZcConfig {
+                limits: self.cfg.inflight,
+                report_usage: report_usage && self.usage_reporting,
+            }),
+        }
+    }
+
+    /// Adds a connection with a fixed choice of operation. The socket is put in blocking mode
+    /// (io_uring waits for socket space itself).
+    pub fn add(&mut self, sock: TcpStream, choice: Choice, report_usage: bool) -> Result<ConnId> {
+        let state = ConnState::new(self.state_config(report_usage), Box::new(Fixed(choice)));
+        self.add_with(sock, state)
+    }
+
+    /// Adds a connection with a state of the caller's making (its own chooser).
+    pub fn add_with(&mut self, sock: TcpStream, state: ConnState) -> Result<ConnId> {
+        sock.set_nonblocking(false)
+            .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
+        let id = u32::try_from(self.conns.len())
+            .map_err(|_| Error::Config("more than 2^32 connections on one ring".into()))?;
+        self.conns.push(Conn { sock, state });
+        Ok(ConnId(id))
+    }
+
+    /// Connections added so far.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether no connection was added.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// The socket of `id`.
+    pub fn socket(&self, id: ConnId) -> &TcpStream {
+        &self.conns[id.index()].sock
+    }
+
+    /// The state of `id`.
+    pub fn state(&self, id: ConnId) -> &ConnState {
+        &self.conns[id.index()].state
+    }
+
+    /// The counters of `id`.
+    pub fn stats(&self, id: ConnId) -> &SendStats {
+        self.conns[id.index()].state.stats()
+    }
+
+    /// A buffer of `len` bytes for `id` to fill: one the kernel has released, or a new one.
+    pub fn take_buf(&mut self, id: ConnId, len: usize) -> Buf {
+        self.conns[id.index()].state.take_buf(len)
+    }
+
+    /// How many buffers `id` takes now.
+    pub fn room(&self, id: ConnId) -> usize {
+        self.conns[id.index()].state.room()
+    }
+
+    /// Queues `buf` on `id`, after everything queued before it; starts a chain when the
+    /// connection has none in flight (submitted at the next [`UringDriver::run`]). Gives the
+    /// buffer back when the queue is full.
+    pub fn push(&mut self, id: ConnId, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
+        self.conns[id.index()].state.push(buf, end_of_message)?;
+        if !self.conns[id.index()].state.chain_in_flight() {
+            self.dirty.push(id.0);
+        }
+        Ok(())
+    }
+
+    /// Pushes the next chain of every connection that has one ready.
+    fn start_chains(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for id in dirty.drain(..) {
+            let Conn { sock, state } = &mut self.conns[id as usize];
+            let ring = &mut self.ring;
+            let fd = sock.as_fd();
+            let pushed = state.submit_chain(|s| {
+                let (slot, req, registered) = match s.payload {
+                    Payload::New(buf) => ring.push(fd, buf, s.range, s.op, s.link, id)?,
+                    Payload::Held(slot) => {
+                        let (req, registered) = ring.push_slot(fd, slot, s.range, s.op, s.link)?;
+                        (slot, req, registered)
+                    }
+                };
+                Ok::<_, std::io::Error>(Pushed {
+                    slot,
+                    req,
+                    registered,
+                })
+            });
+            if let Err(e) = pushed {
+                // The ring refused the SQE (it is full of work that cannot be submitted):
+                // nothing more can go on this connection.
+                let _ = e;
+                state.fail(libc::EBUSY);
+            }
+        }
+        self.dirty = dirty;
+    }
+
+    /// Routes the reaped completions to their connections.
+    fn dispatch(&mut self) {
+        for c in self.cqes.drain(..) {
+            let Some(conn) = self.conns.get_mut(c.tag as usize) else {
+                continue;
+            };
+            let st = &mut conn.state;
+            if c.notif {
+                let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
+                st.on_notification(c.req, copied, c.age_ns);
+            } else {
+                let was = st.chain_in_flight();
+                st.on_result(c.slot, c.req, c.res, c.more, c.age_ns);
+                if was && !st.chain_in_flight() {
+                    self.dirty.push(c.tag);
+                }
+            }
+            if let Some(b) = c.released {
+                st.on_released(b);
+            }
+            st.drain_unheld(&mut self.unheld);
+            for slot in self.unheld.drain(..) {
+                if let Some(b) = self.ring.unhold(slot) {
+                    st.on_released(b);
+                }
+            }
+        }
+    }
+
+    /// One pass: enters the kernel (waiting for at least one completion when `wait` and
+    /// anything is in the kernel; otherwise only when there is something to submit or deferred
+    /// work to run), reaps and routes every ready completion, then pushes and submits the
+    /// chains that are ready. Chains are built only right after reaping, so zero-copy
+    /// decisions see the latest notifications. Connection errors are left in each state
+    /// ([`ConnState::error`]); an error here is the ring's own.
+    pub fn run(&mut self, wait: bool) -> Result<()> {
+        if wait && self.ring.in_kernel() > 0 {
+            self.ring
+                .submit_and_wait(1)
+                .map_err(Error::sys("io_uring_enter"))?;
+        } else if self.ring.needs_enter() {
+            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+        }
+        self.ring.reap(&mut self.cqes);
+        self.dispatch();
+        // A DEFER_TASKRUN ring runs a bounded batch of deferred completions per enter; run the
+        // rest before deciding, or lagging notifications fill the zero-copy in-flight cap.
+        for _ in 0..8 {
+            if !self.ring.taskrun_pending() {
+                break;
+            }
+            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+            self.ring.reap(&mut self.cqes);
+            self.dispatch();
+        }
+        if !self.dirty.is_empty() {
+            self.start_chains();
+            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+        }
+        Ok(())
+    }
+
+    /// Runs until `id` has room for a buffer or has failed.
+    pub fn wait_room(&mut self, id: ConnId) -> Result<()> {
+        while self.room(id) == 0 && self.conns[id.index()].state.error().is_none() {
+            self.run(true)?;
+        }
+        self.conn_error(id)
+    }
+
+    /// Runs until every byte queued on `id` is on the socket.
+    pub fn flush(&mut self, id: ConnId) -> Result<()> {
+        while !self.conns[id.index()].state.is_flushed()
+            && self.conns[id.index()].state.error().is_none()
+        {
+            self.run(true)?;
+        }
+        self.conn_error(id)
+    }
+
+    /// The error that ended `id`, as a library error.
+    pub fn conn_error(&self, id: ConnId) -> Result<()> {
+        let st = &self.conns[id.index()].state;
+        match st.error() {
+            None => Ok(()),
+            Some(errno) => {
+                let e = std::io::Error::from_raw_os_error(errno);
+                Err(if errno == libc::EIO {
+                    Error::Chain(e)
+                } else if st.config().zc.is_some() && st.stats().zc_attempts > 0 {
+                    Error::sys("io_uring SEND_ZC")(e)
+                } else {
+                    Error::sys("io_uring SEND")(e)
+                })
+            }
+        }
+    }
+
+    /// Flushes every connection (those that failed are skipped), then waits up to `timeout`
+    /// for every notification. Buffers the kernel still holds after that are leaked, never
+    /// reused, and counted in each connection's [`SendStats::leaked_buffers`].
+    pub fn finish(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pending = self
+                .conns
+                .iter()
+                .any(|c| c.state.error().is_none() && !c.state.is_flushed());
+            if !pending || Instant::now() >= deadline {
+                break;
+            }
+            self.run(true)?;
+        }
+        while self.ring.in_kernel() > 0 && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.ring
+                .wait_for(left.min(Duration::from_millis(10)))
+                .map_err(Error::sys("io_uring_enter"))?;
+            self.ring.reap(&mut self.cqes);
+            self.dispatch();
+        }
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            let left = self.ring.in_kernel_for(i as u32);
+            c.state.count_leaked(left as u64);
+        }
+        Ok(())
+    }
+}
