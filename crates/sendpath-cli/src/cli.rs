@@ -146,6 +146,27 @@ pub(crate) fn check_memory(
     Ok(())
 }
 
+/// Raises the soft limit on open files (`RLIMIT_NOFILE`) to at least `need`, up to the hard
+/// limit, as wrk and nginx do; an error when the hard limit is lower.
+pub(crate) fn raise_nofile(need: usize) -> anyhow::Result<()> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    let need = need as u64;
+    if lim.current.is_none_or(|c| c >= need) {
+        return Ok(());
+    }
+    if lim.maximum.is_some_and(|m| m < need) {
+        anyhow::bail!(
+            "this run needs {need} open files and the hard limit (ulimit -Hn) is {}: raise it, or use fewer connections",
+            lim.maximum.unwrap_or(0)
+        );
+    }
+    lim.current = Some(need);
+    setrlimit(Resource::Nofile, lim)
+        .map_err(std::io::Error::from)
+        .map_err(|e| anyhow::anyhow!("setrlimit(RLIMIT_NOFILE): {e}"))
+}
+
 /// `MemAvailable` from `/proc/meminfo`, bytes.
 fn mem_available() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -260,9 +281,14 @@ pub(crate) struct StreamArgs {
     /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
     #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
     pub size: std::vec::Vec<usize>,
-    /// Connections, comma-separated; each has its own sender and receiver thread.
+    /// Sender threads, comma-separated; each has its own connection(s) and receiver thread.
     #[arg(long, short = 'P', default_value = "1", value_parser = count_list)]
     pub threads: std::vec::Vec<usize>,
+    /// Connections per sender thread, multiplexed on the thread's one io_uring ring (uring and
+    /// uring-zc only; above 1 a receiver thread reads its sender's connections with epoll and
+    /// the table shows bytes per connection: min, median, max).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub connections: u32,
     /// Send to a receiver elsewhere (e.g. `sendpath sink` or `nc -l`) instead of our own.
     #[arg(long, short = 'c', value_name = "ADDR")]
     pub connect: Option<SocketAddr>,
@@ -285,7 +311,7 @@ fn cpu_pair(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("`{s}`: give two CPUs, sender then receiver, e.g. 0,1"))?;
-    let allowed = sendpath::sys::host::allowed_cpus().unwrap_or_default();
+    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
     let p = |x: &str| {
         let c = x
             .trim()

@@ -2,7 +2,7 @@
 
 use crate::results::{CpuNsPerByte, CpuWindow, Repeat};
 use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
-use sendpath::sys::perf::{HwEvent, PerfCounter};
+use sendpath::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
 
 /// What is read at the edges of each window: CPU time (per thread by role, and system-wide by

@@ -1,6 +1,6 @@
 //! Exporters: JSON, CSV and the terminal table, all from [`Results`].
 
-use crate::results::{CpuNsPerByte, Results, Row};
+use crate::results::{ConnectionBytes, CpuNsPerByte, Results, Row};
 use crate::units::fmt_size;
 use anyhow::Context;
 use std::io::Write;
@@ -31,12 +31,13 @@ pub(crate) fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 46] = [
+pub(crate) const CSV_HEADER: [&str; 50] = [
     "workload",
     "strategy",
     "size_bytes",
     "request_bytes",
     "threads",
+    "connections_per_thread",
     "fields",
     "recv_mode",
     "recv_size_bytes",
@@ -78,6 +79,9 @@ pub(crate) const CSV_HEADER: [&str; 46] = [
     "latency_p99_us",
     "latency_p999_us",
     "latency_max_us",
+    "conn_bytes_min",
+    "conn_bytes_median",
+    "conn_bytes_max",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -94,12 +98,18 @@ pub(crate) fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
         let c = row.cpu_ns_per_byte;
         let cpu = |g: fn(&CpuNsPerByte) -> f64| opt(c.as_ref().map(g));
         let cpu_o = |g: fn(&CpuNsPerByte) -> Option<f64>| opt(c.as_ref().and_then(g));
+        let cb = |g: fn(&ConnectionBytes) -> u64| {
+            row.connection_bytes
+                .as_ref()
+                .map_or(String::new(), |c| g(c).to_string())
+        };
         w.write_record([
             row.workload.clone(),
             row.strategy.clone(),
             row.size_bytes.to_string(),
             row.request_bytes.map_or(String::new(), |b| b.to_string()),
             row.threads.to_string(),
+            row.connections_per_thread.to_string(),
             row.fields.to_string(),
             row.recv_mode.clone(),
             row.recv_size_bytes.map_or(String::new(), |b| b.to_string()),
@@ -143,6 +153,9 @@ pub(crate) fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             opt(l.map(|l| l.p99)),
             opt(l.map(|l| l.p999)),
             opt(l.map(|l| l.max)),
+            cb(|c| c.min),
+            cb(|c| c.median),
+            cb(|c| c.max),
         ])?;
     }
     w.flush()?;
@@ -197,6 +210,19 @@ pub(crate) fn table_line(row: &Row) -> String {
 }
 
 /// The header printed above table lines.
+/// The bytes-per-connection line of a row with several connections per thread.
+pub(crate) fn fairness_line(row: &Row) -> Option<String> {
+    let c = row.connection_bytes?;
+    Some(format!(
+        "    {} connections, bytes per connection in the window: min {}, median {}, max {} (min/max {})",
+        c.connections,
+        crate::units::fmt_size(c.min as usize),
+        crate::units::fmt_size(c.median as usize),
+        crate::units::fmt_size(c.max as usize),
+        c.min_over_max().map_or("-".into(), |f| format!("{f:.2}")),
+    ))
+}
+
 pub(crate) fn table_header() -> String {
     format!(
         "{:<13}{:>8}{:>4}  {:>8} (median [min..max] over rounds)  cpu sender/receiver/softirq   copied   fallbacks",

@@ -146,6 +146,42 @@ pub(crate) struct Repeat {
     pub zerocopy: ZerocopyCounts,
     /// Bytes sent, received and verified over the whole repeat (warmup included).
     pub integrity: Integrity,
+    /// Bytes each connection moved in the window (min, median, max over connections), with
+    /// several connections per sender thread (`--connections`); null otherwise.
+    #[serde(default)]
+    pub connection_bytes: Option<ConnectionBytes>,
+}
+
+/// How evenly the connections shared one window: bytes per connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ConnectionBytes {
+    /// Connections counted.
+    pub connections: usize,
+    /// The connection that moved least.
+    pub min: u64,
+    /// The median connection.
+    pub median: u64,
+    /// The connection that moved most.
+    pub max: u64,
+}
+
+impl ConnectionBytes {
+    /// Min, median (lower middle) and max of `v`.
+    pub(crate) fn of(v: &[u64]) -> ConnectionBytes {
+        let mut s = v.to_vec();
+        s.sort_unstable();
+        ConnectionBytes {
+            connections: s.len(),
+            min: s.first().copied().unwrap_or(0),
+            median: s.get(s.len().saturating_sub(1) / 2).copied().unwrap_or(0),
+            max: s.last().copied().unwrap_or(0),
+        }
+    }
+
+    /// min / max: 1 when every connection moved the same; null when none moved anything.
+    pub(crate) fn min_over_max(&self) -> Option<f64> {
+        (self.max > 0).then(|| self.min as f64 / self.max as f64)
+    }
 }
 
 /// CPU time in one window, nanoseconds, by role (threads of this process) and by kind
@@ -355,8 +391,12 @@ pub(crate) struct Row {
     pub size_bytes: usize,
     /// Request size (rr), bytes.
     pub request_bytes: Option<usize>,
-    /// Connections, each with its own sender (and receiver) thread.
+    /// Sender threads (and receiver threads); with `connections_per_thread` 1, the number of
+    /// connections.
     pub threads: usize,
+    /// Connections per sender thread, multiplexed on one io_uring ring (`--connections`).
+    #[serde(default = "one")]
+    pub connections_per_thread: usize,
     /// Buffers per message (memory paths; 1 unless `--fields`).
     pub fields: usize,
     /// `copy`, `discard`, `verify`, or `remote`.
@@ -383,8 +423,16 @@ pub(crate) struct Row {
     pub latency_us: Option<LatencyUs>,
     /// Per-repeat spread of p50 and p99 (rr).
     pub latency_spread_us: Option<LatencySpreadUs>,
+    /// Bytes per connection in the window, the repeat with the median min/max ratio
+    /// (`--connections` above 1); null otherwise.
+    #[serde(default)]
+    pub connection_bytes: Option<ConnectionBytes>,
     /// Warnings about this row (wide spread, fallbacks).
     pub warnings: Vec<String>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Row {
@@ -413,6 +461,16 @@ impl Row {
         self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
         self.summarise_latency();
         self.summarise_counts();
+        let mut fair: Vec<ConnectionBytes> = self
+            .repeats
+            .iter()
+            .filter_map(|r| r.connection_bytes)
+            .collect();
+        fair.sort_by(|a, b| {
+            let k = |c: &ConnectionBytes| c.min_over_max().unwrap_or(0.0);
+            k(a).total_cmp(&k(b))
+        });
+        self.connection_bytes = fair.get(fair.len().saturating_sub(1) / 2).copied();
         self.warnings = self.zerocopy.note.iter().cloned().collect();
         if let Some(f) = self.zerocopy.copied_fraction.filter(|f| *f > 0.5) {
             self.warnings.push(format!(

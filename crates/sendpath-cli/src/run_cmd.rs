@@ -76,6 +76,7 @@ impl Point {
                 strategy: p.strategy.name().into(),
                 size_bytes: p.size,
                 threads: p.threads,
+                connections_per_thread: p.connections,
                 fields: if p.strategy.source() == Source::Memory {
                     p.fields
                 } else {
@@ -103,6 +104,7 @@ impl Point {
                 size_bytes: p.response,
                 request_bytes: Some(p.request),
                 threads: p.concurrency,
+                connections_per_thread: 1,
                 fields: p.fields,
                 recv_mode: p.recv.name().into(),
                 recv_size_bytes: Some(p.response),
@@ -112,11 +114,18 @@ impl Point {
         }
     }
 
-    /// What identifies the point's row: workload, strategy, size, connections.
-    fn key(&self) -> (&'static str, &'static str, usize, usize) {
+    /// What identifies the point's row: workload, strategy, size, threads, connections per
+    /// thread.
+    fn key(&self) -> (&'static str, &'static str, usize, usize, usize) {
         match self {
-            Point::Stream(p) => ("stream", p.strategy.name(), p.size, p.threads),
-            Point::Rr(p) => ("rr", p.strategy.name(), p.response, p.concurrency),
+            Point::Stream(p) => (
+                "stream",
+                p.strategy.name(),
+                p.size,
+                p.threads,
+                p.connections,
+            ),
+            Point::Rr(p) => ("rr", p.strategy.name(), p.response, p.concurrency, 1),
         }
     }
 
@@ -128,18 +137,22 @@ impl Point {
                 row.strategy.as_str(),
                 row.size_bytes,
                 row.threads,
+                row.connections_per_thread,
             )
     }
 
     /// The points this one is compared with share its block: workload, size, connections.
-    fn block(&self) -> (&'static str, usize, usize) {
-        let (workload, _, size, threads) = self.key();
-        (workload, size, threads)
+    fn block(&self) -> (&'static str, usize, usize, usize) {
+        let (workload, _, size, threads, per_thread) = self.key();
+        (workload, size, threads, per_thread)
     }
 
     fn label(&self) -> String {
-        let (_, strategy, size, threads) = self.key();
-        format!("{strategy} {} x{threads}", fmt_size(size))
+        let (_, strategy, size, threads, per_thread) = self.key();
+        match per_thread {
+            1 => format!("{strategy} {} x{threads}", fmt_size(size)),
+            n => format!("{strategy} {} x{threads}x{n}conn", fmt_size(size)),
+        }
     }
 
     fn measure(
@@ -289,6 +302,9 @@ impl Recorder {
         self.say(&output::table_header());
         for row in &self.results.results {
             self.say(&output::table_line(row));
+            if let Some(line) = output::fairness_line(row) {
+                self.say(&line);
+            }
             for w in &row.warnings {
                 self.say(&format!("    warning: {w}"));
             }
@@ -421,7 +437,27 @@ fn recv_size(a: &RunArgs, size: usize) -> usize {
 }
 
 pub(crate) fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
-    crate::cli::check_memory(&a.size, &a.threads, &a.run)?;
+    let per_thread = a.connections as usize;
+    let most_threads = a.threads.iter().copied().max().unwrap_or(1);
+    let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();
+    crate::cli::check_memory(&a.size, &conns, &a.run)?;
+    if per_thread > 1 {
+        let other: Vec<&str> = a
+            .run
+            .strategy
+            .iter()
+            .filter(|s| !matches!(s, sendpath::Strategy::Uring | sendpath::Strategy::UringZc))
+            .map(|s| s.name())
+            .collect();
+        if !other.is_empty() {
+            bail!(
+                "--connections {per_thread} puts each sender thread's connections on one io_uring ring, which only uring and uring-zc use: drop {} from --strategy, or use -P for one thread per connection",
+                other.join(", ")
+            );
+        }
+        // Both ends of every connection, plus rings, files and the listener.
+        crate::cli::raise_nofile(2 * most_threads * per_thread + 64)?;
+    }
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -439,6 +475,7 @@ pub(crate) fn stream(a: &StreamArgs) -> anyhow::Result<std::process::ExitCode> {
             strategy,
             size,
             threads,
+            connections: a.connections as usize,
             fields: usize::from(a.run.fields),
             recv: a.run.recv,
             recv_size: recv_size(&a.run, size),

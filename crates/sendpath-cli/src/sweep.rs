@@ -55,6 +55,7 @@ fn points(preset: &Preset) -> Vec<Point> {
             strategy,
             size,
             threads,
+            connections: 1,
             fields: preset.fields,
             recv: RecvMode::Copy,
             recv_size: crate::workload::default_recv_size(size),

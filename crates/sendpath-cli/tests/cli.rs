@@ -469,3 +469,52 @@ fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
     assert!(so.contains("byte offset 1000"), "{so}");
     assert!(se.contains("ended with an error"), "{se}");
 }
+
+#[test]
+fn many_connections_per_thread_are_verified_and_fairness_is_shown() {
+    let out = sendpath()
+        .args([
+            "stream",
+            "--strategy",
+            "uring,uring-zc",
+            "--connections",
+            "200",
+            "--size",
+            "16K",
+            "--recv",
+            "verify",
+        ])
+        .args(["-t", "0.4", "--warmup", "0.2", "-n", "1", "--json", "-"])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let json = &text[text.find('{').expect("json on stdout")..];
+    let v: Value = serde_json::from_str(json.trim()).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row["connections_per_thread"], 200);
+        let i = &row["integrity"];
+        assert_eq!(i["mismatches"], 0);
+        let sent = i["bytes_sent"].as_u64().unwrap();
+        assert!(sent > 0);
+        assert_eq!(i["bytes_verified"].as_u64(), Some(sent), "{row}");
+        let c = &row["connection_bytes"];
+        assert_eq!(c["connections"], 200);
+        assert!(c["min"].as_u64() <= c["median"].as_u64());
+        assert!(c["median"].as_u64() <= c["max"].as_u64());
+        assert!(c["max"].as_u64().unwrap() > 0, "{c}");
+    }
+}
+
+#[test]
+fn many_connections_need_an_io_uring_path() {
+    fails_with(
+        &["stream", "--strategy", "copy,uring", "--connections", "4"],
+        &["--connections 4", "uring and uring-zc", "drop copy"],
+    );
+    fails_with(
+        &["stream", "--strategy", "uring", "--connections", "0"],
+        &["--connections"],
+    );
+}

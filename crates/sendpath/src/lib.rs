@@ -49,6 +49,22 @@ pub mod strategy;
 #[allow(unsafe_code)]
 pub mod sys;
 
+/// Threads and CPUs: safe wrappers the measuring tools need.
+pub mod host {
+    pub use crate::sys::host::{allowed_cpus, enter_netns, euid, gettid, pin_current_thread};
+}
+
+/// Files and the page cache.
+pub mod file {
+    pub use crate::sys::file::{drop_page_cache, fs_is_memory_backed, fs_type};
+    pub use crate::sys::mem::resident_fraction;
+}
+
+/// Hardware performance counters (`perf_event_open`), where the CPU exposes them.
+pub mod perf {
+    pub use crate::sys::perf::{HwEvent, PerfCounter};
+}
+
 pub use buffer::Buf;
 pub use error::Error;
 pub use metrics::SendStats;

@@ -6,7 +6,7 @@ pub(crate) mod stream;
 
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
-use sendpath::{sys, Msg, SendPath, Source, Strategy};
+use sendpath::{Msg, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -59,7 +59,9 @@ pub(crate) fn receive(
     let mut total = 0u64;
     loop {
         let n = match mode {
-            RecvMode::Discard => sys::socket::recv(s.as_fd(), &mut buf, libc::MSG_TRUNC),
+            RecvMode::Discard => rustix::net::recv(&s, &mut buf[..], rustix::net::RecvFlags::TRUNC)
+                .map(|(_, n)| n)
+                .map_err(std::io::Error::from),
             _ => s.read(&mut buf),
         };
         let n = match n {
@@ -78,6 +80,72 @@ pub(crate) fn receive(
         total += n as u64;
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// Reads every connection in `socks` to EOF on one thread (epoll, level-triggered, one read
+/// per ready connection per pass so that none starves the others), as [`receive`] does for one.
+/// `per_conn[i]` counts connection `i`'s bytes and `c` their sum. Returns one verifier per
+/// connection. An error on any connection is an error naming it and its offset.
+pub(crate) fn receive_many(
+    socks: Vec<TcpStream>,
+    mode: RecvMode,
+    c: &RecvCounters,
+    per_conn: &[AtomicU64],
+    read_size: usize,
+) -> anyhow::Result<Vec<Verifier>> {
+    use rustix::event::epoll;
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).context("epoll_create1")?;
+    for (i, s) in socks.iter().enumerate() {
+        s.set_nonblocking(true).context("fcntl(O_NONBLOCK)")?;
+        epoll::add(
+            &ep,
+            s,
+            epoll::EventData::new_u64(i as u64),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        )
+        .context("epoll_ctl(ADD)")?;
+    }
+    let mut verifiers: Vec<Verifier> = socks.iter().map(|_| Verifier::new()).collect();
+    let mut totals = vec![0u64; socks.len()];
+    let mut open = socks.len();
+    let mut buf = vec![0u8; read_size.max(1)];
+    let mut events = Vec::with_capacity(socks.len().min(4096));
+    let flags = match mode {
+        RecvMode::Discard => rustix::net::RecvFlags::TRUNC,
+        _ => rustix::net::RecvFlags::empty(),
+    };
+    while open > 0 {
+        events.clear();
+        match epoll::wait(&ep, rustix::buffer::spare_capacity(&mut events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e).context("epoll_wait"),
+        }
+        for ev in &events {
+            let i = ev.data.u64() as usize;
+            let n = match rustix::net::recv(&socks[i], &mut buf[..], flags) {
+                Ok((_, 0)) => {
+                    epoll::delete(&ep, &socks[i]).context("epoll_ctl(DEL)")?;
+                    open -= 1;
+                    continue;
+                }
+                Ok((_, n)) => n,
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    return Err(std::io::Error::from(e)).with_context(|| {
+                        format!("receiver: connection {i} broke at byte offset {} (before a clean end of stream)", totals[i])
+                    })
+                }
+            };
+            if mode == RecvMode::Verify {
+                verifiers[i].check(&buf[..n]);
+            }
+            totals[i] += n as u64;
+            per_conn[i].fetch_add(n as u64, Ordering::Relaxed);
+            c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+    Ok(verifiers)
 }
 
 /// The default receiver read size for messages of `size` bytes: the message size clamped to
@@ -131,7 +199,7 @@ impl PatternFile {
             off += n as u64;
         }
         f.sync_all().context("fsync of the source file")?;
-        let filesystem = sys::file::fs_type(f.as_fd()).unwrap_or_else(|_| "unknown".into());
+        let filesystem = sendpath::file::fs_type(f.as_fd()).unwrap_or_else(|_| "unknown".into());
         Ok(PatternFile {
             file: Arc::new(f),
             len,
@@ -141,12 +209,12 @@ impl PatternFile {
 
     /// Drops the file's pages from the page cache (`posix_fadvise(DONTNEED)`), for a cold run.
     pub(crate) fn make_cold(&self) -> anyhow::Result<()> {
-        sys::file::drop_page_cache(self.file.as_fd()).context("posix_fadvise(DONTNEED)")
+        sendpath::file::drop_page_cache(self.file.as_fd()).context("posix_fadvise(DONTNEED)")
     }
 
     /// Fraction of the file in the page cache now (`mincore`).
     pub(crate) fn resident_fraction(&self) -> Option<f64> {
-        sys::mem::resident_fraction(self.file.as_fd(), self.len as usize).ok()
+        sendpath::file::resident_fraction(self.file.as_fd(), self.len as usize).ok()
     }
 }
 
@@ -156,14 +224,14 @@ impl PatternFile {
 pub(crate) fn cold_file_dir() -> Result<Option<PathBuf>, String> {
     let fs_of = |d: &Path| -> Option<String> {
         let f = tempfile::tempfile_in(d).ok()?;
-        sys::file::fs_type(f.as_fd()).ok()
+        sendpath::file::fs_type(f.as_fd()).ok()
     };
     let tmp = std::env::temp_dir();
     match fs_of(&tmp) {
-        Some(fs) if sys::file::fs_is_memory_backed(&fs) => {
+        Some(fs) if sendpath::file::fs_is_memory_backed(&fs) => {
             let var = PathBuf::from("/var/tmp");
             match fs_of(&var) {
-                Some(v) if !sys::file::fs_is_memory_backed(&v) => Ok(Some(var)),
+                Some(v) if !sendpath::file::fs_is_memory_backed(&v) => Ok(Some(var)),
                 _ => Err(fs),
             }
         }

@@ -156,14 +156,14 @@ pub(crate) fn run_once(
         let tids = tid_tx.clone();
         servers.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.0));
-            let _ = tids.send((true, sendpath::sys::host::gettid()));
+            let _ = tids.send((true, sendpath::host::gettid()));
             serve(sv, &p, fill)
         }));
         let (p, rec, st, dn) = (pt.clone(), recording.clone(), stop.clone(), done.clone());
         let tids = tid_tx.clone();
         clients.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.1));
-            let _ = tids.send((false, sendpath::sys::host::gettid()));
+            let _ = tids.send((false, sendpath::host::gettid()));
             let r = client(c.try_clone()?, &p, &rec, &st, &dn);
             let _ = c.shutdown(std::net::Shutdown::Both);
             r

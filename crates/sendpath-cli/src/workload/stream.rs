@@ -1,11 +1,15 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
-use super::{receive, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED, PART_ALIGN};
+use super::{
+    receive, receive_many, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED,
+    PART_ALIGN,
+};
 use crate::measure::{Meter, Roles, Snapshot};
-use crate::results::{Integrity, Repeat, ZerocopyCounts};
+use crate::results::{ConnectionBytes, Integrity, Repeat, ZerocopyCounts};
 use anyhow::{anyhow, bail, Context};
+use sendpath::engine::{Choice, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
-use sendpath::{sys, Options, Strategy};
+use sendpath::{Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -17,6 +21,9 @@ pub(crate) struct StreamPoint {
     pub strategy: Strategy,
     pub size: usize,
     pub threads: usize,
+    /// Connections per sender thread: above 1, multiplexed on one io_uring ring per thread
+    /// (uring and uring-zc only) and read by one receiver thread per sender thread.
+    pub connections: usize,
     pub fields: usize,
     pub recv: RecvMode,
     /// Bytes the receiver asks for per read.
@@ -75,7 +82,7 @@ pub(crate) fn sleep_unless_interrupted(d: Duration) -> bool {
 pub(crate) fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
         // The CPU was checked against the allowed set when the flag was parsed.
-        let _ = sys::host::pin_current_thread(c);
+        let _ = sendpath::host::pin_current_thread(c);
     }
 }
 
@@ -88,6 +95,106 @@ fn file_part(file_len: u64, i: usize, n: usize, cold: bool) -> (u64, Option<u64>
     let part = (file_len / n as u64 / PART_ALIGN).max(1) * PART_ALIGN;
     let start = (part * i as u64).min(file_len);
     (start, Some((start + part).min(file_len)))
+}
+
+/// One sender thread's many connections on one io_uring ring.
+struct Multiplexed<'a> {
+    strategy: Strategy,
+    size: usize,
+    fill: bool,
+    opts: &'a Options,
+}
+
+impl Multiplexed<'_> {
+    /// Keeps every connection's queue full, round-robin, until `stop`; then flushes, waits for
+    /// the notifications and half-closes every connection.
+    fn send(
+        &self,
+        txs: Vec<TcpStream>,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+        finished: &AtomicUsize,
+        start: &Barrier,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        let opened = self.open(txs);
+        start.wait();
+        let result = opened.and_then(|(mut d, ids)| {
+            let r = self.pump(&mut d, &ids, stop, sent);
+            let fin = d.finish(Duration::from_secs(2));
+            for &id in &ids {
+                let _ = d.socket(id).shutdown(std::net::Shutdown::Write);
+            }
+            r?;
+            fin?;
+            let mut stats = SendStats::default();
+            for &id in &ids {
+                stats.merge(d.stats(id));
+            }
+            Ok((stats, d.note()))
+        });
+        finished.fetch_add(1, Ordering::Relaxed);
+        result.with_context(|| format!("{} sender", self.strategy))
+    }
+
+    fn open(
+        &self,
+        txs: Vec<TcpStream>,
+    ) -> anyhow::Result<(UringDriver, Vec<sendpath::engine::ConnId>)> {
+        let choice = match self.strategy {
+            Strategy::Uring => Choice::Copy,
+            Strategy::UringZc => Choice::ZeroCopy,
+            s => bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring or uring-zc (not {s})"),
+        };
+        let mut d = UringDriver::new(DriverConfig {
+            connections: txs.len(),
+            depth: self.opts.uring_depth,
+            inflight: self.opts.inflight,
+            fixed_buffers: self.opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
+        })?;
+        let ids = txs
+            .into_iter()
+            .map(|s| d.add(s, choice, self.opts.uring_report_usage))
+            .collect::<sendpath::Result<Vec<_>>>()?;
+        Ok((d, ids))
+    }
+
+    fn pump(
+        &self,
+        d: &mut UringDriver,
+        ids: &[sendpath::engine::ConnId],
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        let mut offsets = vec![0u64; ids.len()];
+        let mut writable = Vec::with_capacity(ids.len());
+        while !stop.load(Ordering::Relaxed) {
+            let mut queued = false;
+            d.take_writable(&mut writable);
+            for id in writable.drain(..) {
+                let c = id.index();
+                d.conn_error(id)
+                    .with_context(|| format!("connection {c} of this thread"))?;
+                while d.room(id) > 0 {
+                    let mut b = d.take_buf(id, self.size);
+                    if self.fill {
+                        sendpath::pattern::fill(b.as_mut_slice(), offsets[c]);
+                    }
+                    offsets[c] += self.size as u64;
+                    if d.push(id, b, true).is_err() {
+                        break;
+                    }
+                    sent.fetch_add(self.size as u64, Ordering::Relaxed);
+                    queued = true;
+                }
+            }
+            if queued {
+                d.run(false)?;
+            } else {
+                d.run_for(Duration::from_millis(50))?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
@@ -119,20 +226,35 @@ pub(crate) fn run_once(
     let recv_counters: Vec<Arc<RecvCounters>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let sent: Vec<Arc<AtomicU64>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let file_len = file.map_or(0, |f| f.len);
+    let per_thread = pt.connections.max(1);
+    let conn_bytes: Vec<Arc<[AtomicU64]>> = (0..pt.threads)
+        .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
+        .collect();
     for i in 0..pt.threads {
-        let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3))
-            .with_context(|| format!("--connect {target}: cannot connect"))?;
-        tx.set_nodelay(false).ok();
-        if let Some(l) = &listener {
-            let (rx, _) = l.accept().context("accepting the loopback connection")?;
+        let mut txs = Vec::with_capacity(per_thread);
+        let mut rxs = Vec::with_capacity(per_thread);
+        for _ in 0..per_thread {
+            let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3))
+                .with_context(|| format!("--connect {target}: cannot connect"))?;
+            tx.set_nodelay(false).ok();
+            txs.push(tx);
+            if let Some(l) = &listener {
+                rxs.push(l.accept().context("accepting the loopback connection")?.0);
+            }
+        }
+        if listener.is_some() {
             let c = recv_counters[i].clone();
+            let per_conn = conn_bytes[i].clone();
             let (mode, size) = (pt.recv, pt.recv_size);
             let cpu = pt.cpus.map(|c| c.1);
             let tids = tid_tx.clone();
             receivers.push(std::thread::spawn(move || {
                 pin(cpu);
-                let _ = tids.send((false, sys::host::gettid()));
-                receive(rx, mode, &c, size)
+                let _ = tids.send((false, sendpath::host::gettid()));
+                match rxs.len() {
+                    1 => receive(rxs.remove(0), mode, &c, size).map(|v| vec![v]),
+                    _ => receive_many(rxs, mode, &c, &per_conn, size),
+                }
             }));
         }
         let mut opts = pt.opts.clone();
@@ -151,7 +273,17 @@ pub(crate) fn run_once(
         senders.push(std::thread::spawn(
             move || -> anyhow::Result<(SendStats, Option<String>)> {
                 pin(cpu);
-                let _ = tids.send((true, sys::host::gettid()));
+                let _ = tids.send((true, sendpath::host::gettid()));
+                if txs.len() > 1 {
+                    let run = Multiplexed {
+                        strategy,
+                        size,
+                        fill,
+                        opts: &opts,
+                    };
+                    return run.send(txs, &stop, &sent, &finished, &start);
+                }
+                let tx = txs.remove(0);
                 let opened = sendpath::open(strategy, tx, &opts);
                 start.wait();
                 let mut p = opened?;
@@ -198,11 +330,21 @@ pub(crate) fn run_once(
             (Some(f), false) => f.resident_fraction(),
             _ => resident,
         };
-        let (s0, b0) = (Snapshot::take(hw, &roles), bytes_now());
+        let per_conn_now = || -> Vec<u64> {
+            conn_bytes
+                .iter()
+                .flat_map(|t| t.iter().map(|c| c.load(Ordering::Relaxed)))
+                .collect()
+        };
+        let (s0, b0, c0) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
         completed = sleep_unless(pt.duration, all_done);
-        let (s1, b1) = (Snapshot::take(hw, &roles), bytes_now());
-        window = Some((s0, s1, b1 - b0, resident));
+        let (s1, b1, c1) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
+        let fairness = (per_thread > 1 && listener.is_some()).then(|| {
+            let moved: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();
+            ConnectionBytes::of(&moved)
+        });
+        window = Some((s0, s1, b1 - b0, resident, fairness));
     }
     stop.store(true, Ordering::Relaxed);
     let mut stats = SendStats::default();
@@ -228,9 +370,11 @@ pub(crate) fn run_once(
             .join()
             .map_err(|_| anyhow!("a receiver thread panicked"))?
         {
-            Ok(v) if pt.recv == RecvMode::Verify => {
-                integrity.bytes_verified += v.bytes_verified();
-                integrity.mismatches += v.mismatches;
+            Ok(vs) if pt.recv == RecvMode::Verify => {
+                for v in vs {
+                    integrity.bytes_verified += v.bytes_verified();
+                    integrity.mismatches += v.mismatches;
+                }
             }
             Ok(_) => {}
             Err(e) => {
@@ -254,11 +398,12 @@ pub(crate) fn run_once(
             );
         }
     }
-    let (Some((s0, s1, bytes, resident)), true) = (window, completed) else {
+    let (Some((s0, s1, bytes, resident, fairness)), true) = (window, completed) else {
         return Ok(None);
     };
     let messages = bytes / pt.size as u64;
-    let mut repeat = s0.window(&s1, bytes, messages, pt.threads, cpu_mhz);
+    let mut repeat = s0.window(&s1, bytes, messages, pt.threads * per_thread, cpu_mhz);
+    repeat.connection_bytes = fairness;
     repeat.file_resident_fraction = resident;
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;

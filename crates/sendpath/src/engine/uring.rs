@@ -64,6 +64,8 @@ pub struct UringDriver {
     unheld: Vec<u32>,
     /// Connections with a chain that may be ready to go.
     dirty: Vec<u32>,
+    /// Connections whose queue gained room since [`UringDriver::take_writable`] last ran.
+    writable: Vec<ConnId>,
     ops: OpSupport,
     usage_reporting: bool,
     note: Option<String>,
@@ -107,6 +109,7 @@ impl UringDriver {
             cqes: Vec::new(),
             unheld: Vec::new(),
             dirty: Vec::new(),
+            writable: Vec::new(),
             ops,
             usage_reporting,
             note,
@@ -159,6 +162,7 @@ impl UringDriver {
         let id = u32::try_from(self.conns.len())
             .map_err(|_| Error::Config("more than 2^32 connections on one ring".into()))?;
         self.conns.push(Conn { sock, state });
+        self.writable.push(ConnId(id));
         Ok(ConnId(id))
     }
 
@@ -231,11 +235,15 @@ impl UringDriver {
                     registered,
                 })
             });
-            if let Err(e) = pushed {
-                // The ring refused the SQE (it is full of work that cannot be submitted):
-                // nothing more can go on this connection.
-                let _ = e;
-                state.fail(libc::EBUSY);
+            match pushed {
+                Ok(0) => {}
+                Ok(_) => self.writable.push(ConnId(id)),
+                Err(_) => {
+                    // The ring refused the SQE (it is full of work that cannot be submitted):
+                    // nothing more can go on this connection.
+                    state.fail(libc::EBUSY);
+                    self.writable.push(ConnId(id));
+                }
             }
         }
         self.dirty = dirty;
@@ -277,9 +285,25 @@ impl UringDriver {
     /// decisions see the latest notifications. Connection errors are left in each state
     /// ([`ConnState::error`]); an error here is the ring's own.
     pub fn run(&mut self, wait: bool) -> Result<()> {
-        if wait && self.ring.in_kernel() > 0 {
+        self.pass(wait.then_some(None))
+    }
+
+    /// [`UringDriver::run`], waiting at most `timeout` for a completion: for loops that must
+    /// also check a clock or a stop flag.
+    pub fn run_for(&mut self, timeout: Duration) -> Result<()> {
+        self.pass(Some(Some(timeout)))
+    }
+
+    /// `wait`: `None` no wait, `Some(None)` until a completion, `Some(Some(t))` at most `t`.
+    fn pass(&mut self, wait: Option<Option<Duration>>) -> Result<()> {
+        let busy = self.ring.in_kernel() > 0;
+        if let (Some(None), true) = (wait, busy) {
             self.ring
                 .submit_and_wait(1)
+                .map_err(Error::sys("io_uring_enter"))?;
+        } else if let (Some(Some(t)), true) = (wait, busy) {
+            self.ring
+                .wait_for(t)
                 .map_err(Error::sys("io_uring_enter"))?;
         } else if self.ring.needs_enter() {
             self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
@@ -301,6 +325,12 @@ impl UringDriver {
             self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
         }
         Ok(())
+    }
+
+    /// Moves into `out` the connections whose queue gained room (or that failed) since the last
+    /// call, so a loop over thousands of connections visits only those.
+    pub fn take_writable(&mut self, out: &mut Vec<ConnId>) {
+        out.append(&mut self.writable);
     }
 
     /// Runs until `id` has room for a buffer or has failed.

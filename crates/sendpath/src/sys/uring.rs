@@ -101,6 +101,8 @@ pub struct SendRing {
     fixed_error: Option<io::Error>,
     /// Requests pushed so far: the high half of each request id.
     requests: u32,
+    /// Slots with completions outstanding.
+    busy: usize,
 }
 
 impl SendRing {
@@ -148,6 +150,7 @@ impl SendRing {
                         fixed: None,
                         fixed_error: None,
                         requests: 0,
+                        busy: 0,
                     })
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
@@ -339,6 +342,9 @@ impl SendRing {
         } else {
             entry
         };
+        if s.pending == 0 {
+            self.busy += 1;
+        }
         s.pending += 1;
         let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
         loop {
@@ -431,9 +437,13 @@ impl SendRing {
             let Some(s) = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()) else {
                 continue;
             };
+            let was = s.pending;
             s.pending = s.pending.saturating_sub(1);
             if more {
                 s.pending += 1;
+            }
+            if was > 0 && s.pending == 0 {
+                self.busy -= 1;
             }
             let age_ns = now.duration_since(s.pushed_at).as_nanos() as u64;
             let tag = s.tag;

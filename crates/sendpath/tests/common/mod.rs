@@ -151,3 +151,23 @@ pub(crate) fn skip(reason: &str) {
     }
     println!("skipped: {reason}");
 }
+
+/// Sets SO_LINGER with a zero timeout, so closing `s` sends a reset instead of a FIN.
+pub(crate) fn reset_on_close(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let lg = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger struct of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&lg as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt(SO_LINGER)");
+}
