@@ -47,7 +47,19 @@ pub mod policy;
 pub mod probe;
 pub mod strategy;
 #[allow(unsafe_code)]
-pub mod sys;
+mod sys;
+
+#[cfg(test)]
+mod test_support {
+    /// Skips a test that cannot run here: prints `skipped: REASON`, or fails when
+    /// `SENDPATH_REQUIRE=all` (which `.ci/run` sets), as the integration tests' `skip` does.
+    pub(crate) fn skip(reason: &str) {
+        if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
+            panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
+        }
+        println!("skipped: {reason}");
+    }
+}
 
 /// Threads and CPUs: safe wrappers the measuring tools need.
 pub mod host {

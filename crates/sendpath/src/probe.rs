@@ -167,7 +167,7 @@ fn probe_msg_zerocopy() -> MsgZerocopyProbe {
         sys::socket::enable_zerocopy(tx.as_fd())
             .map_err(|e| format!("setsockopt(SO_ZEROCOPY): {e} ({})", errno_name(&e)))?;
         let buf = vec![7u8; 64 * 1024];
-        sys::socket::sendmsg(tx.as_fd(), &[&buf], libc::MSG_ZEROCOPY)
+        sys::socket::sendmsg(tx.as_fd(), &[&buf], sys::SendFlags::ZEROCOPY)
             .map_err(|e| format!("sendmsg(MSG_ZEROCOPY): {e} ({})", errno_name(&e)))?;
         let deadline = Instant::now() + Duration::from_secs(1);
         let mut out: Vec<ZcNotification> = Vec::new();

@@ -7,14 +7,13 @@ mod common;
 
 use sendpath::pattern;
 use sendpath::policy::InflightLimits;
-use sendpath::{open, sys, Msg, Options, Strategy};
+use sendpath::{open, Msg, Options, Strategy};
 use std::net::TcpStream;
-use std::os::fd::AsFd;
 use std::time::Duration;
 
 #[test]
 fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
-    if sys::host::euid() != 0 {
+    if sendpath::host::euid() != 0 {
         common::skip("needs root for SO_SNDBUFFORCE (a send buffer past wmem_max)");
         return;
     }
@@ -32,13 +31,7 @@ fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
     }
     let (addr, rx) = common::receiver(Duration::from_millis(1500));
     let sock = TcpStream::connect(addr).unwrap();
-    sys::socket::set_int_opt(
-        sock.as_fd(),
-        libc::SOL_SOCKET,
-        libc::SO_SNDBUFFORCE,
-        1 << 30,
-    )
-    .unwrap();
+    common::set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 1 << 30);
     let opts = Options {
         inflight: InflightLimits {
             max_sends: 1 << 20,

@@ -32,9 +32,14 @@ impl SendPath for Gather {
     fn send(&mut self, msg: Msg) -> Result<()> {
         let f = fields(self.name(), msg)?;
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-        sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats)
-            .1
-            .map_err(Error::sys("sendmsg"))?;
+        sendmsg_all(
+            self.sock.as_fd(),
+            &iov,
+            crate::sys::SendFlags::default(),
+            &mut self.stats,
+        )
+        .1
+        .map_err(Error::sys("sendmsg"))?;
         self.stats.sends += 1;
         self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
         self.bufs.put_all(f);

@@ -1,7 +1,7 @@
 //! `mmap-send`: `send()` straight from a read-only mapping of the file: no copy into a user
 //! buffer, one copy from the page cache into the socket.
 
-use super::{file_range, send_all, SendPath};
+use super::{file_range, SendPath};
 use crate::buffer::BufPool;
 use crate::sys::mem::FileMap;
 use crate::{Buf, Error, Msg, Result, SendStats};
@@ -38,16 +38,27 @@ impl SendPath for MmapSend {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let (offset, len) = file_range(self.name(), msg)?;
-        let bytes = self
-            .map
-            .as_slice()
-            .get(offset as usize..offset as usize + len)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "file range {offset}+{len} is past the end of the mapped file"
-                ))
-            })?;
-        send_all(self.sock.as_fd(), bytes, &mut self.stats)?;
+        let (mut at, end) = (offset as usize, offset as usize + len);
+        if end > self.map.len() {
+            return Err(Error::Config(format!(
+                "file range {offset}+{len} is past the end of the mapped file"
+            )));
+        }
+        while at < end {
+            match self
+                .map
+                .send(self.sock.as_fd(), at..end, crate::sys::SendFlags::NOSIGNAL)
+            {
+                Ok(n) => {
+                    if at + n < end {
+                        self.stats.short_sends += 1;
+                    }
+                    at += n;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::sys("send")(e)),
+            }
+        }
         self.stats.sends += 1;
         self.stats.bytes += len as u64;
         Ok(())

@@ -14,6 +14,7 @@ mod vmsplice;
 
 use crate::buffer::Buf;
 use crate::policy::InflightLimits;
+use crate::sys::SendFlags;
 use crate::{sys, Error, Result, SendStats};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -294,7 +295,7 @@ pub fn open(strategy: Strategy, sock: TcpStream, opts: &Options) -> Result<Box<d
 /// `send()` until every byte of `buf` is on the socket.
 fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result<()> {
     while !buf.is_empty() {
-        match sys::socket::send(fd, buf, libc::MSG_NOSIGNAL) {
+        match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
             Ok(n) => {
                 if n < buf.len() {
                     stats.short_sends += 1;
@@ -317,7 +318,7 @@ fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result
 fn sendmsg_all(
     fd: BorrowedFd<'_>,
     bufs: &[&[u8]],
-    flags: i32,
+    flags: SendFlags,
     stats: &mut SendStats,
 ) -> (u32, io::Result<()>) {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
@@ -327,7 +328,7 @@ fn sendmsg_all(
     while done < total {
         scratch.clear();
         scratch.extend(rest(bufs, done));
-        match sys::socket::sendmsg(fd, &scratch, flags | libc::MSG_NOSIGNAL) {
+        match sys::socket::sendmsg(fd, &scratch, flags | SendFlags::NOSIGNAL) {
             Ok(n) => {
                 done += n;
                 calls += 1;
@@ -339,7 +340,7 @@ fn sendmsg_all(
             Err(e) if calls > 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
                 stats.fallbacks.enobufs += 1;
                 let left: Vec<&[u8]> = rest(bufs, done).collect();
-                return (calls, sendmsg_all(fd, &left, 0, stats).1);
+                return (calls, sendmsg_all(fd, &left, SendFlags::default(), stats).1);
             }
             Err(e) => return (calls, Err(e)),
         }

@@ -81,7 +81,12 @@ impl MsgZerocopy {
     /// Sends by copy (`sendmsg` without `MSG_ZEROCOPY`); the buffers are free at once.
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-        let (_, sent) = sendmsg_all(self.sock.as_fd(), &iov, 0, &mut self.stats);
+        let (_, sent) = sendmsg_all(
+            self.sock.as_fd(),
+            &iov,
+            crate::sys::SendFlags::default(),
+            &mut self.stats,
+        );
         self.pool.put_all(f);
         sent.map_err(Error::sys("sendmsg"))?;
         Ok(())
@@ -128,8 +133,12 @@ impl SendPath for MsgZerocopy {
             match decision {
                 ZcDecision::ZeroCopy => {
                     let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-                    let (calls, sent) =
-                        sendmsg_all(self.sock.as_fd(), &iov, libc::MSG_ZEROCOPY, &mut self.stats);
+                    let (calls, sent) = sendmsg_all(
+                        self.sock.as_fd(),
+                        &iov,
+                        crate::sys::SendFlags::ZEROCOPY,
+                        &mut self.stats,
+                    );
                     drop(iov);
                     self.stats.zc_attempts += calls as u64;
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to

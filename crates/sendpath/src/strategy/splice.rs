@@ -35,7 +35,7 @@ impl Pipe {
         stats: &mut SendStats,
     ) -> Result<()> {
         while n > 0 {
-            match sys::file::splice(self.r.as_fd(), None, sock, n, libc::SPLICE_F_MOVE) {
+            match sys::file::splice(self.r.as_fd(), None, sock, n, sys::SpliceFlags::MOVE) {
                 Ok(0) => {
                     return Err(Error::sys("splice(pipe -> socket)")(
                         io::ErrorKind::WriteZero.into(),
@@ -91,7 +91,7 @@ impl SendPath for Splice {
                 Some(&mut offset),
                 self.pipe.w.as_fd(),
                 want,
-                libc::SPLICE_F_MOVE,
+                sys::SpliceFlags::MOVE,
             ) {
                 Ok(0) => {
                     return Err(Error::Config(format!(

@@ -24,6 +24,7 @@
 use super::splice::Pipe;
 use super::{fields, SendPath};
 use crate::sys::mem::PageBuf;
+use crate::sys::SpliceFlags;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -57,7 +58,7 @@ impl Vmsplice {
         let mut off = 0;
         while off < len {
             let end = len.min(off + self.pipe.size);
-            let n = match sealed.vmsplice(self.pipe.w.as_fd(), off..end, 0) {
+            let n = match sealed.vmsplice(self.pipe.w.as_fd(), off..end, SpliceFlags::default()) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::sys("vmsplice")(e)),

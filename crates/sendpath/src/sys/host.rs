@@ -4,7 +4,7 @@
 use std::io;
 
 /// `uname(&buf)`: the kernel release string (`uname -r`). See uname(2).
-pub fn kernel_release() -> io::Result<String> {
+pub(crate) fn kernel_release() -> io::Result<String> {
     // SAFETY: utsname is plain bytes; all-zero is valid.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `u` is a live utsname the kernel fills in.
@@ -16,7 +16,7 @@ pub fn kernel_release() -> io::Result<String> {
 
 /// `getrlimit(RLIMIT_MEMLOCK)`: (soft, hard) in bytes, `None` meaning unlimited.
 /// See getrlimit(2).
-pub fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
+pub(crate) fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -34,7 +34,7 @@ pub fn euid() -> u32 {
 }
 
 /// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/stat` times, in ticks per second.
-pub fn clock_ticks_per_sec() -> u64 {
+pub(crate) fn clock_ticks_per_sec() -> u64 {
     // SAFETY: no memory effects.
     let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if n > 0 {
@@ -46,19 +46,19 @@ pub fn clock_ticks_per_sec() -> u64 {
 
 /// What `getrusage` reports, converted to plain numbers.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Rusage {
+pub(crate) struct Rusage {
     /// User CPU time, nanoseconds.
-    pub user_ns: u64,
+    pub(crate) user_ns: u64,
     /// System CPU time, nanoseconds.
-    pub system_ns: u64,
+    pub(crate) system_ns: u64,
     /// Voluntary context switches.
-    pub voluntary_csw: u64,
+    pub(crate) voluntary_csw: u64,
     /// Involuntary context switches.
-    pub involuntary_csw: u64,
+    pub(crate) involuntary_csw: u64,
 }
 
 /// `getrusage(RUSAGE_SELF)` (all threads of the process) or `RUSAGE_THREAD`. See getrusage(2).
-pub fn rusage(thread: bool) -> io::Result<Rusage> {
+pub(crate) fn rusage(thread: bool) -> io::Result<Rusage> {
     // SAFETY: rusage is plain data; all-zero is valid.
     let mut r: libc::rusage = unsafe { std::mem::zeroed() };
     let who = if thread {

@@ -25,7 +25,7 @@ fn map(len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<*mut u8> {
 
 /// Private anonymous pages, page aligned, writable until sealed. The fill-then-seal life cycle
 /// is what makes `vmsplice` safe: see [`SealedPages`].
-pub struct PageBuf {
+pub(crate) struct PageBuf {
     ptr: *mut u8,
     len: usize,
     map_len: usize,
@@ -36,7 +36,7 @@ unsafe impl Send for PageBuf {}
 
 impl PageBuf {
     /// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS)`: `len` zeroed bytes.
-    pub fn new(len: usize) -> io::Result<PageBuf> {
+    pub(crate) fn new(len: usize) -> io::Result<PageBuf> {
         let ps = page_size();
         let map_len = len.max(1).div_ceil(ps) * ps;
         let ptr = map(
@@ -49,30 +49,25 @@ impl PageBuf {
     }
 
     /// Number of bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the buffer holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Read-only view of the bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is `map_len >= len` readable bytes owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     /// Writable view of the bytes.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is `map_len >= len` bytes, readable and writable, owned by self,
         // and `&mut self` makes this the only reference.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
     /// Gives up write access for good: the pages can now be handed to the kernel by reference.
-    pub fn seal(self) -> SealedPages {
+    pub(crate) fn seal(self) -> SealedPages {
         let s = SealedPages {
             ptr: self.ptr,
             len: self.len,
@@ -94,7 +89,7 @@ impl Drop for PageBuf {
 /// value is dropped the mapping is removed (`munmap`). Pages spliced into a pipe or socket stay
 /// referenced by the kernel after the unmap and are freed only when the last reader has consumed
 /// them; they are never given back to this process's allocator, so nothing can rewrite them.
-pub struct SealedPages {
+pub(crate) struct SealedPages {
     ptr: *mut u8,
     len: usize,
     map_len: usize,
@@ -105,17 +100,17 @@ unsafe impl Send for SealedPages {}
 
 impl SealedPages {
     /// Read-only view of the bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is valid for `len` bytes while self lives; no writer exists.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     /// `vmsplice(pipe_w, {self[range]}, 1, flags)`: see [`super::file::vmsplice`].
-    pub fn vmsplice(
+    pub(crate) fn vmsplice(
         &self,
         pipe_w: BorrowedFd<'_>,
         range: std::ops::Range<usize>,
-        flags: u32,
+        flags: super::SpliceFlags,
     ) -> io::Result<usize> {
         // SAFETY: the contract of vmsplice is that nothing rewrites the pages until the reader
         // has consumed them. SealedPages has no write access, and its drop unmaps the pages
@@ -127,7 +122,7 @@ impl SealedPages {
     /// receiver that has not read them yet will see. Exists only so a test can prove that the
     /// byte verifier catches a too-early rewrite.
     #[cfg(test)]
-    pub fn scribble_for_test(&self, byte: u8) {
+    pub(crate) fn scribble_for_test(&self, byte: u8) {
         // SAFETY: the mapping is valid and writable (PROT_WRITE) for `len` bytes; this is
         // deliberately a data race with the kernel's readers, which only observe wrong bytes.
         unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
@@ -143,7 +138,12 @@ impl Drop for SealedPages {
 }
 
 /// A read-only shared mapping of a whole file, for `send()` straight from the page cache.
-pub struct FileMap {
+///
+/// The mapping is never exposed as a Rust slice: another process may write or truncate the file
+/// while it is mapped, and a `&[u8]` over bytes that change (or vanish, raising SIGBUS) would be
+/// unsound. Only the kernel reads it, in [`FileMap::send`], where a truncated range is an
+/// `EFAULT`, not a signal.
+pub(crate) struct FileMap {
     ptr: *mut u8,
     len: usize,
 }
@@ -152,9 +152,8 @@ pub struct FileMap {
 unsafe impl Send for FileMap {}
 
 impl FileMap {
-    /// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)`. The file must not be truncated while
-    /// mapped (that raises SIGBUS on access); sendpath maps only files its workloads create.
-    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<FileMap> {
+    /// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)`. See mmap(2).
+    pub(crate) fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<FileMap> {
         if len == 0 {
             return Ok(FileMap {
                 ptr: std::ptr::NonNull::dangling().as_ptr(),
@@ -165,11 +164,34 @@ impl FileMap {
         Ok(FileMap { ptr, len })
     }
 
-    /// The mapped bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: valid read-only mapping of `len` bytes for self's lifetime (dangling and
-        // zero-length when len == 0, which from_raw_parts allows).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    /// Mapped bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `send(sock, map + range.start, range.len(), flags)`: the kernel copies straight from the
+    /// mapping. A range outside the mapping is `EINVAL`. See send(2).
+    pub(crate) fn send(
+        &self,
+        sock: BorrowedFd<'_>,
+        range: std::ops::Range<usize>,
+        flags: super::SendFlags,
+    ) -> io::Result<usize> {
+        if range.start > range.end || range.end > self.len {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `range` lies inside the live mapping of `len` bytes, so the pointer and length
+        // describe mapped memory for the duration of the call. No Rust reference to the bytes is
+        // made; the kernel reads them with fault handling (EFAULT if the file shrank).
+        let ret = unsafe {
+            libc::send(
+                sock.as_raw_fd(),
+                self.ptr.add(range.start).cast(),
+                range.len(),
+                flags.bits(),
+            )
+        };
+        super::cvt_size(ret)
     }
 }
 

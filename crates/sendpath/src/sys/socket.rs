@@ -1,7 +1,7 @@
 //! Socket calls: options, `send`, `sendmsg` (with and without `MSG_ZEROCOPY`), the error queue,
 //! `recv` and `poll`.
 
-use super::{cvt, cvt_size};
+use super::{cvt, cvt_size, SendFlags};
 use crate::completion::ZcNotification;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -13,7 +13,7 @@ const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
 /// `setsockopt(fd, level, name, &value, sizeof(int))`: sets an integer socket option.
 /// See setsockopt(2), socket(7), tcp(7).
-pub fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
+pub(crate) fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `value` is a live c_int and the length passed is its size.
     let ret = unsafe {
         libc::setsockopt(
@@ -27,41 +27,23 @@ pub fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32) -> io:
     cvt(ret).map(drop)
 }
 
-/// `getsockopt(fd, level, name, &value, &len)`: reads an integer socket option.
-/// See getsockopt(2).
-pub fn get_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<i32> {
-    let mut value: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are live locals; the kernel writes at most `len` bytes.
-    let ret = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut value as *mut i32).cast(),
-            &mut len,
-        )
-    };
-    cvt(ret).map(|_| value)
-}
-
 /// `setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, 1)`: allows `MSG_ZEROCOPY` on this socket.
 /// See msg_zerocopy.rst in the kernel documentation.
-pub fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_int_opt(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1)
 }
 
 /// `send(fd, buf, len, flags)`. See send(2).
-pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
+pub(crate) fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Result<usize> {
     // SAFETY: `buf` is a valid readable slice for the duration of the call.
-    cvt_size(unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) })
+    cvt_size(unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags.bits()) })
 }
 
 /// `sendmsg(fd, {iov = bufs}, flags)` on a connected socket. With `MSG_ZEROCOPY` in `flags` the
 /// kernel may keep references to the pages of `bufs` after the call returns; the caller must not
 /// reuse them until the matching completion arrives on the error queue ([`recv_zc_notifications`]).
 /// See sendmsg(2), msg_zerocopy.rst.
-pub fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: i32) -> io::Result<usize> {
+pub(crate) fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: SendFlags) -> io::Result<usize> {
     const MAX_IOV: usize = 64;
     let n = bufs.len().min(MAX_IOV);
     let mut iov = [libc::iovec {
@@ -78,22 +60,14 @@ pub fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: i32) -> io::Result<usi
     msg.msg_iovlen = n as _;
     // SAFETY: `msg` points at `n` iovecs that reference live slices borrowed for this call; the
     // kernel only reads them.
-    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) })
-}
-
-/// `recv(fd, buf, len, flags)`. With `MSG_TRUNC` on TCP the kernel discards up to `len` bytes
-/// without copying them and returns how many it discarded. See recv(2), tcp(7).
-pub fn recv(fd: BorrowedFd<'_>, buf: &mut [u8], flags: i32) -> io::Result<usize> {
-    // SAFETY: `buf` is a valid writable slice; the kernel writes at most `buf.len()` bytes (none
-    // with MSG_TRUNC on TCP).
-    cvt_size(unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) })
+    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags.bits()) })
 }
 
 /// `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)` until the queue is empty: collects the zero-copy
 /// completions (`sock_extended_err` with `ee_origin == SO_EE_ORIGIN_ZEROCOPY`) into `out`.
 /// Returns how many messages were read. Other error-queue entries (for example ICMP errors on
 /// UDP) are returned as `Err` with their errno. See recvmsg(2), msg_zerocopy.rst, ip(7).
-pub fn recv_zc_notifications(
+pub(crate) fn recv_zc_notifications(
     fd: BorrowedFd<'_>,
     out: &mut Vec<ZcNotification>,
 ) -> io::Result<usize> {
@@ -153,7 +127,7 @@ pub fn recv_zc_notifications(
 /// `poll({fd, events}, 1, timeout_ms)`: waits until `fd` is ready for `events` (`POLLIN`,
 /// `POLLOUT`, or 0 for only `POLLERR`, which is how the error queue signals). Returns the
 /// `revents`, 0 on timeout. See poll(2).
-pub fn poll(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16> {
+pub(crate) fn poll(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::Result<i16> {
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
         events,

@@ -10,12 +10,12 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 /// `IORING_SEND_ZC_REPORT_USAGE` from `<linux/io_uring.h>` (kernel 6.2).
-pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+pub(crate) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED` from `<linux/io_uring.h>`: set in a notification's `res` when
 /// the kernel copied the data after all.
-pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
-pub use crate::engine::SendOp as Op;
+pub(crate) use crate::engine::SendOp as Op;
 
 /// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,24 +32,24 @@ pub struct OpSupport {
 
 /// One completion, decoded.
 #[derive(Debug)]
-pub struct Cqe {
+pub(crate) struct Cqe {
     /// The tag the slot's buffer was pushed with (the driver's connection index).
-    pub tag: u32,
+    pub(crate) tag: u32,
     /// The ring slot (one per buffer handed in).
-    pub slot: u32,
+    pub(crate) slot: u32,
     /// The request this completion belongs to (as returned by [`SendRing::push_slot`]); a
     /// buffer can carry several requests (a short send's remainder is a new one).
-    pub req: u64,
+    pub(crate) req: u64,
     /// `true` for a SEND_ZC notification (`IORING_CQE_F_NOTIF`), `false` for a request result.
-    pub notif: bool,
+    pub(crate) notif: bool,
     /// The CQE's `res`: bytes sent or `-errno` for a result; usage bits for a notification.
-    pub res: i32,
+    pub(crate) res: i32,
     /// `IORING_CQE_F_MORE` on a result: a notification will follow.
-    pub more: bool,
+    pub(crate) more: bool,
     /// Nanoseconds since the slot's first SQE was pushed.
-    pub age_ns: u64,
+    pub(crate) age_ns: u64,
     /// The buffer, when this was the last completion that referred to it.
-    pub released: Option<Buf>,
+    pub(crate) released: Option<Buf>,
 }
 
 struct Slot {
@@ -87,7 +87,7 @@ impl RingSetup {
 }
 
 /// A ring plus the buffers its in-flight sends point at.
-pub struct SendRing {
+pub(crate) struct SendRing {
     ring: IoUring,
     setup: RingSetup,
     /// Created disabled (`IORING_SETUP_R_DISABLED`): the first thread that submits enables it
@@ -110,7 +110,7 @@ impl SendRing {
     /// SINGLE_ISSUER and DEFER_TASKRUN (created disabled, enabled by the first thread that
     /// submits), then COOP_TASKRUN, then no flags, taking the first the kernel accepts.
     /// `SENDPATH_URING_SETUP=coop` or `=plain` starts further down that list, to compare.
-    pub fn new(sq_entries: u32, cq_entries: u32) -> io::Result<SendRing> {
+    pub(crate) fn new(sq_entries: u32, cq_entries: u32) -> io::Result<SendRing> {
         let sq = sq_entries.next_power_of_two().max(8);
         let cq = cq_entries.next_power_of_two().max(2 * sq);
         let mut last = None;
@@ -161,7 +161,7 @@ impl SendRing {
     }
 
     /// How the ring was set up.
-    pub fn setup(&self) -> RingSetup {
+    pub(crate) fn setup(&self) -> RingSetup {
         self.setup
     }
 
@@ -176,13 +176,13 @@ impl SendRing {
     }
 
     /// Why registered buffers are not used, when the kernel refused them.
-    pub fn fixed_error(&self) -> Option<&io::Error> {
+    pub(crate) fn fixed_error(&self) -> Option<&io::Error> {
         self.fixed_error.as_ref()
     }
 
     /// `io_uring_register(IORING_REGISTER_PROBE)`: which send opcodes exist here.
     /// See io_uring_register(2).
-    pub fn probe(&self) -> io::Result<OpSupport> {
+    pub(crate) fn probe(&self) -> io::Result<OpSupport> {
         let mut p = Probe::new();
         self.ring.submitter().register_probe(&mut p)?;
         Ok(OpSupport {
@@ -195,7 +195,7 @@ impl SendRing {
 
     /// `io_uring_register(IORING_REGISTER_BUFFERS2)` with a sparse table of `n` entries, to be
     /// filled by [`SendRing::register_buf`].
-    pub fn enable_fixed_buffers(&mut self, n: u32) -> io::Result<()> {
+    pub(crate) fn enable_fixed_buffers(&mut self, n: u32) -> io::Result<()> {
         self.ring.submitter().register_buffers_sparse(n)?;
         self.fixed = Some(vec![(0, 0); n as usize]);
         Ok(())
@@ -253,7 +253,7 @@ impl SendRing {
     /// completes in full (`IOSQE_IO_LINK`); a chain is how sends on one stream socket keep their
     /// order. The ring holds the buffer until [`SendRing::unhold`] and its last completion.
     /// Returns the slot, the request id and whether the send uses a registered buffer.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         fd: BorrowedFd<'_>,
         buf: Buf,
@@ -284,7 +284,7 @@ impl SendRing {
     /// after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of this
     /// request carry in [`Cqe::req`], and whether it sends from a registered buffer. A slot
     /// that is not held is an error (`EBADSLT`), never a send from freed memory.
-    pub fn push_slot(
+    pub(crate) fn push_slot(
         &mut self,
         fd: BorrowedFd<'_>,
         slot: u32,
@@ -362,7 +362,7 @@ impl SendRing {
 
     /// The owner will send no more from `slot`: the ring lets the buffer go once its last
     /// completion is in, returning it now if that has already happened.
-    pub fn unhold(&mut self, slot: u32) -> Option<Buf> {
+    pub(crate) fn unhold(&mut self, slot: u32) -> Option<Buf> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         s.held = false;
         if s.pending > 0 {
@@ -373,7 +373,7 @@ impl SendRing {
     }
 
     /// `io_uring_enter(to_submit, min_complete = want, IORING_ENTER_GETEVENTS)`.
-    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+    pub(crate) fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
         self.enable()?;
         loop {
             match self.ring.submit_and_wait(want) {
@@ -385,7 +385,7 @@ impl SendRing {
 
     /// `io_uring_enter(to_submit)` without waiting (with GETEVENTS when deferred completion
     /// work is pending, so completions keep coming on a DEFER_TASKRUN ring).
-    pub fn submit(&mut self) -> io::Result<usize> {
+    pub(crate) fn submit(&mut self) -> io::Result<usize> {
         self.enable()?;
         loop {
             match self.ring.submit() {
@@ -397,14 +397,14 @@ impl SendRing {
 
     /// Whether entering the kernel would do anything: SQEs to submit, deferred completion work
     /// to run (`IORING_SQ_TASKRUN`), or completions held back by a full CQ.
-    pub fn needs_enter(&mut self) -> bool {
+    pub(crate) fn needs_enter(&mut self) -> bool {
         let mut sq = self.ring.submission();
         sq.sync();
         !sq.is_empty() || sq.taskrun() || sq.cq_overflow() || !self.enabled
     }
 
     /// Whether deferred completion work is waiting for the next enter with GETEVENTS.
-    pub fn taskrun_pending(&mut self) -> bool {
+    pub(crate) fn taskrun_pending(&mut self) -> bool {
         let mut sq = self.ring.submission();
         sq.sync();
         sq.taskrun()
@@ -412,7 +412,7 @@ impl SendRing {
 
     /// Waits up to `timeout` for at least one completion (submitting what is queued first).
     /// Returns false when the time ran out.
-    pub fn wait_for(&mut self, timeout: Duration) -> io::Result<bool> {
+    pub(crate) fn wait_for(&mut self, timeout: Duration) -> io::Result<bool> {
         self.enable()?;
         let ts = types::Timespec::from(timeout);
         let args = types::SubmitArgs::new().timespec(&ts);
@@ -426,7 +426,7 @@ impl SendRing {
 
     /// Moves every available completion into `out`, releasing buffers whose last completion
     /// has arrived.
-    pub fn reap(&mut self, out: &mut Vec<Cqe>) {
+    pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) {
         let now = Instant::now();
         for cqe in self.ring.completion() {
             let req = cqe.user_data();
@@ -467,7 +467,7 @@ impl SendRing {
     }
 
     /// Number of buffers the kernel may still read (completions outstanding).
-    pub fn in_kernel(&self) -> usize {
+    pub(crate) fn in_kernel(&self) -> usize {
         self.slots
             .iter()
             .flatten()
@@ -476,7 +476,7 @@ impl SendRing {
     }
 
     /// Number of buffers with completions outstanding that carry `tag`.
-    pub fn in_kernel_for(&self, tag: u32) -> usize {
+    pub(crate) fn in_kernel_for(&self, tag: u32) -> usize {
         self.slots
             .iter()
             .flatten()
@@ -486,7 +486,7 @@ impl SendRing {
 
     /// Waits up to `timeout` until the kernel holds no buffer, moving completions into `out`.
     /// Returns how many buffers it still holds afterwards.
-    pub fn drain(&mut self, timeout: Duration, out: &mut Vec<Cqe>) -> usize {
+    pub(crate) fn drain(&mut self, timeout: Duration, out: &mut Vec<Cqe>) -> usize {
         let deadline = Instant::now() + timeout;
         while self.in_kernel() > 0 && Instant::now() < deadline {
             if self.wait_for(Duration::from_millis(10)).is_err() {

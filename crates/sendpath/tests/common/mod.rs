@@ -152,22 +152,32 @@ pub(crate) fn skip(reason: &str) {
     println!("skipped: {reason}");
 }
 
+/// `setsockopt(level, name, &value)` on `s`, failing the test on an error.
+fn set_opt<T>(s: &TcpStream, level: i32, name: i32, value: &T) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket, and a pointer to a live value of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt({level}, {name})");
+}
+
+/// An integer socket option.
+pub(crate) fn set_int_opt(s: &TcpStream, level: i32, name: i32, value: i32) {
+    set_opt(s, level, name, &value);
+}
+
 /// Sets SO_LINGER with a zero timeout, so closing `s` sends a reset instead of a FIN.
 pub(crate) fn reset_on_close(s: &TcpStream) {
-    use std::os::fd::AsRawFd;
     let lg = libc::linger {
         l_onoff: 1,
         l_linger: 0,
     };
-    // SAFETY: a valid socket and a linger struct of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&lg as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "setsockopt(SO_LINGER)");
+    set_opt(s, libc::SOL_SOCKET, libc::SO_LINGER, &lg);
 }

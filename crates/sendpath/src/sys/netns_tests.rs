@@ -2,10 +2,8 @@
 //! MSG_ZEROCOPY sent out of a veth whose peer is down, inside a network namespace this test
 //! creates (the frames are dropped before any local stack, so the kernel never copies them).
 
-mod common;
-
-use sendpath::completion::{ZcNotification, ZcTracker};
-use sendpath::sys;
+use crate::completion::{ZcNotification, ZcTracker};
+use crate::sys;
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::process::Command;
@@ -69,7 +67,7 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
     let ns = match Netns::create() {
         Ok(ns) => ns,
         Err(reason) => {
-            common::skip(&reason);
+            crate::test_support::skip(&reason);
             return;
         }
     };
@@ -84,7 +82,7 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
         // Below the MTU: a datagram that must be fragmented is copied by the fragmenter.
         let payload = vec![0x5au8; 1400];
         for i in 0..200u32 {
-            sys::socket::sendmsg(s.as_fd(), &[&payload], libc::MSG_ZEROCOPY).unwrap();
+            sys::socket::sendmsg(s.as_fd(), &[&payload], sys::SendFlags::ZEROCOPY).unwrap();
             t.on_send(i, payload.len(), 0);
         }
         let mut copied = 0u64;
