@@ -1,8 +1,8 @@
 //! Command-line interface.
 
-use crate::units::{parse_duration, parse_size};
-use crate::workload::RecvMode;
 use clap::{Args, Parser, Subcommand};
+use sendpath_lab::units::{parse_duration, parse_size};
+use sendpath_lab::workload::RecvMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -94,8 +94,8 @@ fn bounded_size(s: &str, what: &str, min: usize, max: usize) -> Result<usize, St
     if v < min || v > max {
         return Err(format!(
             "`{s}`: {what} must be between {} and {}",
-            crate::units::fmt_size(min),
-            crate::units::fmt_size(max)
+            sendpath_lab::units::fmt_size(min),
+            sendpath_lab::units::fmt_size(max)
         ));
     }
     Ok(v)
@@ -138,7 +138,7 @@ pub(crate) fn check_memory(
     if need > u128::from(avail) {
         anyhow::bail!(
             "{} messages over {conns} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
-            crate::units::fmt_size(size as usize),
+            sendpath_lab::units::fmt_size(size as usize),
             need >> 20,
             avail >> 20
         );
@@ -173,6 +173,13 @@ fn mem_available() -> Option<u64> {
     let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib.saturating_mul(1024))
+}
+
+/// `--recv`: the modes' names, listed in `--help` and in the error for any other value.
+fn recv_mode() -> impl clap::builder::TypedValueParser<Value = RecvMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(RecvMode::ALL.map(RecvMode::name))
+        .try_map(|s| s.parse::<RecvMode>())
 }
 
 fn count_list(s: &str) -> Result<Vec<usize>, String> {
@@ -223,8 +230,10 @@ pub(crate) struct RunArgs {
     /// 16 KiB..1 MiB, as iperf3 reads its -l block).
     #[arg(long, value_parser = recv_size)]
     pub recv_size: Option<usize>,
-    /// What the receiver does with the bytes.
-    #[arg(long, value_enum, default_value = "copy")]
+    /// What the receiver does with the bytes: copy (read() into a buffer, what an application
+    /// does), discard (recv(MSG_TRUNC): the kernel drops them without copying out), verify
+    /// (read() and check every byte against the pattern).
+    #[arg(long, default_value = "copy", value_parser = recv_mode())]
     pub recv: RecvMode,
     /// Write results as JSON to FILE (`-` for stdout).
     #[arg(long, value_name = "FILE")]
@@ -359,8 +368,8 @@ pub(crate) struct SinkArgs {
     /// Address to listen on, e.g. 127.0.0.1:5201.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// What to do with the bytes.
-    #[arg(long, value_enum, default_value = "copy")]
+    /// What to do with the bytes: copy, discard (MSG_TRUNC) or verify.
+    #[arg(long, default_value = "copy", value_parser = recv_mode())]
     pub recv: RecvMode,
     /// Connections to accept before exiting.
     #[arg(long, default_value_t = 1)]

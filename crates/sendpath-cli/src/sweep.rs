@@ -1,17 +1,15 @@
 //! `sendpath sweep` and `sendpath report`.
 
 use crate::cli::{ReportArgs, SweepArgs};
-use crate::measure::Meter;
-use crate::presets::{self, Preset};
-use crate::report::{self, analysis};
-use crate::results::{Schedule, SweepInfo};
-use crate::run_cmd::{fresh_seed, source_file, stream_matrix, Point, Recorder};
-use crate::workload::stream::StreamPoint;
-use crate::workload::{RecvMode, INTERRUPTED};
 use anyhow::{bail, Context};
+use sendpath_lab::cancel::Cancel;
+use sendpath_lab::measure::Meter;
+use sendpath_lab::plan::{self, Overrides};
+use sendpath_lab::presets;
+use sendpath_lab::report::{self, analysis};
+use sendpath_lab::runner::{fresh_seed, source_file, Recorder};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 
 /// `YYYYmmdd-HHMMSS` in UTC, for result directory names.
 fn timestamp() -> String {
@@ -45,122 +43,54 @@ fn list() {
     }
 }
 
-/// The points of a preset, in preset order (each round shuffles them).
-fn points(preset: &Preset) -> Vec<Point> {
-    stream_matrix(
-        &preset.strategies,
-        &preset.sizes,
-        &preset.threads,
-        |strategy, size, threads| StreamPoint {
-            strategy,
-            size,
-            threads,
-            connections: 1,
-            fields: preset.fields,
-            recv: RecvMode::Copy,
-            recv_size: crate::workload::default_recv_size(size),
-            duration: preset.duration,
-            warmup: preset.warmup,
-            connect: None,
-            cpus: None,
-            cold: false,
-            opts: sendpath::Options::default(),
-        },
-    )
-}
-
-pub(crate) fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
+pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     if a.list_presets {
         list();
         return Ok(ExitCode::SUCCESS);
     }
-    let (dir, mut rec, preset) = match &a.resume {
+    let (dir, mut rec, plan) = match &a.resume {
         Some(dir) => {
             let path = dir.join("results.json");
             let results = report::load(&path)
                 .context("--resume needs a sweep directory holding its results.json")?;
-            let Some(info) = results.sweep.clone() else {
-                bail!(
-                    "{} was not written by `sendpath sweep`; --resume continues sweeps only",
-                    path.display()
-                );
-            };
-            let mut preset = presets::find(&info.preset).map_err(anyhow::Error::msg)?;
-            preset.duration = std::time::Duration::from_secs_f64(info.duration_s);
-            preset.warmup = std::time::Duration::from_secs_f64(info.warmup_s);
-            preset.repeat = info.repeat;
+            let plan = plan::resume(&results)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("cannot resume from {}", path.display()))?;
             let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
-            (dir.clone(), rec, preset)
+            (dir.clone(), rec, plan)
         }
         None => {
-            let mut preset: Preset = presets::find(&a.preset).map_err(anyhow::Error::msg)?;
-            if let Some(d) = a.duration {
-                preset.duration = d;
-            }
-            if let Some(w) = a.warmup {
-                preset.warmup = w;
-            }
-            if let Some(n) = a.repeat {
-                preset.repeat = n;
-            }
-            let dir = match &a.out {
-                Some(d) => d.clone(),
-                None => {
-                    let base = PathBuf::from("sendpath-results");
-                    let d = base.join(format!("{}-{}", preset.name, timestamp()));
-                    std::fs::create_dir_all(&d)
-                        .with_context(|| format!("cannot create {}", d.display()))?;
-                    let latest = base.join("latest");
-                    let _ = std::fs::remove_file(&latest);
-                    let _ = std::os::unix::fs::symlink(d.file_name().expect("dir name"), &latest);
-                    d
-                }
+            let overrides = Overrides {
+                duration: a.duration,
+                warmup: a.warmup,
+                repeat: a.repeat,
+                seed: a.seed,
             };
-            if dir.join("results.json").exists() {
-                bail!(
-                    "{} already holds results; continue it with --resume {} or choose another --out",
-                    dir.display(),
-                    dir.display()
-                );
-            }
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            let schedule = Schedule {
-                rounds: preset.repeat,
-                seed: a.seed.unwrap_or_else(fresh_seed),
-            };
+            let plan =
+                plan::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
+            let dir = out_dir(a.out.as_deref(), plan.preset.name)?;
             let mut rec = Recorder::new(
                 Some(dir.join("results.json")),
                 Some(dir.join("results.csv")),
-                schedule,
+                plan.schedule,
             );
-            rec.results.sweep = Some(SweepInfo {
-                preset: preset.name.into(),
-                duration_s: preset.duration.as_secs_f64(),
-                warmup_s: preset.warmup.as_secs_f64(),
-                repeat: preset.repeat,
-                points_total: preset.strategies.len() * preset.sizes.len() * preset.threads.len(),
-            });
-            (dir, rec, preset)
+            rec.results.sweep = Some(plan.info());
+            (dir, rec, plan)
         }
     };
-    let points = points(&preset);
-    let rounds = rec.results.schedule.rounds;
-    let windows_total = points.len() * rounds as usize;
-    let windows_done: usize = rec.results.results.iter().map(|r| r.repeats.len()).sum();
-    let todo = windows_total.saturating_sub(windows_done);
+    rec.cancel = cancel.clone();
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
-        preset.name,
-        points.len(),
-        rounds,
-        todo,
-        windows_done,
-        preset.duration.as_secs_f64(),
-        rec.results.schedule.seed,
+        plan.preset.name,
+        plan.points.len(),
+        plan.schedule.rounds,
+        plan.windows_left(),
+        plan.windows_done,
+        plan.preset.duration.as_secs_f64(),
+        plan.schedule.seed,
         dir.display()
     );
-    let pb = indicatif::ProgressBar::new(todo as u64);
+    let pb = indicatif::ProgressBar::new(plan.windows_left() as u64);
     pb.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} windows, ETA {eta}")
             .expect("valid template"),
@@ -170,17 +100,13 @@ pub(crate) fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
     } else {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let has_file_paths = preset
-        .strategies
-        .iter()
-        .any(|s| s.source() == sendpath::Source::File);
-    let file = if has_file_paths {
-        Some(source_file(&preset.sizes, None, false, false)?)
+    let file = if plan.needs_file() {
+        Some(source_file(&plan.preset.sizes, None, false, false)?)
     } else {
         None
     };
     let mut meter = Meter::open(false);
-    let ran = rec.run_rounds(&points, file.as_ref(), &mut meter, &|| pb.inc(1));
+    let ran = rec.run_rounds(&plan.points, file.as_ref(), &mut meter, &|| pb.inc(1));
     pb.finish_and_clear();
     if let Err(e) = ran {
         report::write(&dir, &rec.results)?;
@@ -196,7 +122,7 @@ pub(crate) fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         "wrote {}/results.json, results.csv, summary.md, report.html",
         dir.display()
     );
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if cancel.is_cancelled() {
         eprintln!("continue with: sendpath sweep --resume {}", dir.display());
     } else {
         if let Some(n) = &a.copied_notice {
@@ -215,6 +141,33 @@ pub(crate) fn sweep(a: &SweepArgs) -> anyhow::Result<ExitCode> {
         }
     }
     rec.finish()
+}
+
+/// The sweep's directory: `--out`, or a new timestamped one under `sendpath-results/` (with a
+/// `latest` link). Refuses a directory that already holds results.
+fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<PathBuf> {
+    let dir = match out {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let base = PathBuf::from("sendpath-results");
+            let d = base.join(format!("{preset}-{}", timestamp()));
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
+            let latest = base.join("latest");
+            let _ = std::fs::remove_file(&latest);
+            let _ = std::os::unix::fs::symlink(d.file_name().expect("dir name"), &latest);
+            d
+        }
+    };
+    if dir.join("results.json").exists() {
+        bail!(
+            "{} already holds results; continue it with --resume {} or choose another --out",
+            dir.display(),
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
 }
 
 pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {

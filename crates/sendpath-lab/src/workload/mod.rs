@@ -1,8 +1,8 @@
 //! Workloads: what runs on the connections while a window is measured.
 
-pub(crate) mod rr;
-pub(crate) mod sink;
-pub(crate) mod stream;
+pub mod rr;
+pub mod sink;
+pub mod stream;
 
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
@@ -12,15 +12,13 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Set by Ctrl-C: every loop stops at its next check and the finished repeats are written.
-pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
 /// How the receiver treats bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum RecvMode {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecvMode {
     /// `read()` into a buffer (what a real application does).
     Copy,
     /// `recv(MSG_TRUNC)`: the kernel drops the bytes without copying them out.
@@ -30,7 +28,11 @@ pub(crate) enum RecvMode {
 }
 
 impl RecvMode {
-    pub(crate) fn name(self) -> &'static str {
+    /// Every mode.
+    pub const ALL: [RecvMode; 3] = [RecvMode::Copy, RecvMode::Discard, RecvMode::Verify];
+
+    /// The stable name, as in results files.
+    pub fn name(self) -> &'static str {
         match self {
             RecvMode::Copy => "copy",
             RecvMode::Discard => "discard",
@@ -39,16 +41,26 @@ impl RecvMode {
     }
 }
 
+impl std::str::FromStr for RecvMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RecvMode, String> {
+        RecvMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("`{s}` is not a receive mode: use copy, discard or verify"))
+    }
+}
+
 /// Counters a receiver publishes while it runs.
 #[derive(Default)]
-pub(crate) struct RecvCounters {
+pub struct RecvCounters {
     pub bytes: AtomicU64,
 }
 
 /// Reads from `s` until EOF, counting bytes into `c`, `read_size` bytes per call (as iperf3
 /// reads its `-l` size); returns the verifier (meaningful in verify mode). A reset or any other
 /// error before EOF is an error that names the stream offset it happened at.
-pub(crate) fn receive(
+pub fn receive(
     mut s: TcpStream,
     mode: RecvMode,
     c: &RecvCounters,
@@ -86,7 +98,7 @@ pub(crate) fn receive(
 /// per ready connection per pass so that none starves the others), as [`receive`] does for one.
 /// `per_conn[i]` counts connection `i`'s bytes and `c` their sum. Returns one verifier per
 /// connection. An error on any connection is an error naming it and its offset.
-pub(crate) fn receive_many(
+pub fn receive_many(
     socks: Vec<TcpStream>,
     mode: RecvMode,
     c: &RecvCounters,
@@ -150,13 +162,13 @@ pub(crate) fn receive_many(
 
 /// The default receiver read size for messages of `size` bytes: the message size clamped to
 /// 16 KiB..1 MiB, iperf3's convention for its `-l` block.
-pub(crate) fn default_recv_size(size: usize) -> usize {
+pub fn default_recv_size(size: usize) -> usize {
     size.clamp(16 << 10, 1 << 20)
 }
 
 /// A file of the pattern for the file paths, long enough to stream from in a loop. Its length
 /// is a multiple of the pattern period, so wrapping around keeps the stream verifiable.
-pub(crate) struct PatternFile {
+pub struct PatternFile {
     pub file: Arc<File>,
     pub len: u64,
     /// The filesystem holding it (`ext4`, `tmpfs`, ...).
@@ -165,17 +177,13 @@ pub(crate) struct PatternFile {
 
 /// `lcm(pattern period, 4096)`: a file part of a multiple of this many bytes starts on a page
 /// and continues the pattern as if from offset 0.
-pub(crate) const PART_ALIGN: u64 = pattern::PERIOD * 4096;
+pub const PART_ALIGN: u64 = pattern::PERIOD * 4096;
 
 impl PatternFile {
     /// Creates the file (unlinked, in `dir` or the temp dir) of `len` bytes, rounded up to a
     /// multiple of the pattern period when `verifiable`; its pages are in the page cache
     /// afterwards (warm).
-    pub(crate) fn create(
-        len: u64,
-        verifiable: bool,
-        dir: Option<&Path>,
-    ) -> anyhow::Result<PatternFile> {
+    pub fn create(len: u64, verifiable: bool, dir: Option<&Path>) -> anyhow::Result<PatternFile> {
         let period = pattern::PERIOD;
         let len = if verifiable {
             len.div_ceil(period) * period
@@ -208,12 +216,12 @@ impl PatternFile {
     }
 
     /// Drops the file's pages from the page cache (`posix_fadvise(DONTNEED)`), for a cold run.
-    pub(crate) fn make_cold(&self) -> anyhow::Result<()> {
+    pub fn make_cold(&self) -> anyhow::Result<()> {
         sendpath::file::drop_page_cache(self.file.as_fd()).context("posix_fadvise(DONTNEED)")
     }
 
     /// Fraction of the file in the page cache now (`mincore`).
-    pub(crate) fn resident_fraction(&self) -> Option<f64> {
+    pub fn resident_fraction(&self) -> Option<f64> {
         sendpath::file::resident_fraction(self.file.as_fd(), self.len as usize).ok()
     }
 }
@@ -221,7 +229,7 @@ impl PatternFile {
 /// Where a cold run's file goes: the temp dir when it is on a disk, else `/var/tmp` when that
 /// is; `None` (with the name of the memory filesystem) when neither is, so `--cold` cannot be
 /// honoured.
-pub(crate) fn cold_file_dir() -> Result<Option<PathBuf>, String> {
+pub fn cold_file_dir() -> Result<Option<PathBuf>, String> {
     let fs_of = |d: &Path| -> Option<String> {
         let f = tempfile::tempfile_in(d).ok()?;
         sendpath::file::fs_type(f.as_fd()).ok()
@@ -243,7 +251,7 @@ pub(crate) fn cold_file_dir() -> Result<Option<PathBuf>, String> {
 /// buffers (filled with the pattern when `fill`; otherwise they hold bytes written earlier, see
 /// [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file length, split
 /// in two where it wraps.
-pub(crate) fn send_message(
+pub fn send_message(
     p: &mut dyn SendPath,
     strategy: Strategy,
     size: usize,

@@ -9,7 +9,7 @@ use std::time::Instant;
 /// kind) and hardware counters, opened once per run before the worker threads start (the
 /// counters follow threads created afterwards). With `minimal`, only time and bytes are taken:
 /// the baseline for showing what measuring costs.
-pub(crate) struct Meter {
+pub struct Meter {
     counters: Option<[PerfCounter; 3]>,
     minimal: bool,
 }
@@ -17,7 +17,7 @@ pub(crate) struct Meter {
 impl Meter {
     /// Opens cycles, instructions and LLC misses (or none if any is unavailable), unless
     /// `minimal`.
-    pub(crate) fn open(minimal: bool) -> Meter {
+    pub fn open(minimal: bool) -> Meter {
         if minimal {
             return Meter {
                 counters: None,
@@ -45,7 +45,7 @@ impl Meter {
 
 /// The thread ids of a window's roles (see [`CpuWindow`]).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Roles {
+pub struct Roles {
     /// Threads that run the send path.
     pub senders: Vec<i32>,
     /// Threads of our own receiving end; `None` when the receiver is another program.
@@ -56,7 +56,7 @@ impl Roles {
     /// Collects the thread ids the workers of a window send as they start: `(true, tid)` from
     /// each of `senders` sender threads and `(false, tid)` from each of `receivers` receiver
     /// threads (`None`: the receiver is another program).
-    pub(crate) fn gather(
+    pub fn gather(
         rx: &std::sync::mpsc::Receiver<(bool, i32)>,
         senders: usize,
         receivers: Option<usize>,
@@ -82,7 +82,7 @@ fn threads_cpu(tids: &[i32]) -> Option<ThreadCpu> {
 }
 
 /// Readings at one instant.
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     at: Instant,
     cpu: Option<CpuReading>,
     hw: Option<[u64; 3]>,
@@ -97,7 +97,7 @@ struct CpuReading {
 
 impl Snapshot {
     /// Reads everything now.
-    pub(crate) fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
+    pub fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
         if hw.minimal {
             return Snapshot {
                 at: Instant::now(),
@@ -125,7 +125,7 @@ impl Snapshot {
 
     /// The values of the window from `self` to `end`, for `bytes` payload bytes in `messages`
     /// messages over `conns` connections.
-    pub(crate) fn window(
+    pub fn window(
         &self,
         end: &Snapshot,
         bytes: u64,

@@ -1,6 +1,7 @@
 //! `sendpath sink`: receive from any TCP sender (another sendpath, iperf-like tools, `nc`).
 
 use super::{receive, RecvCounters, RecvMode};
+use crate::cancel::Cancel;
 use anyhow::{bail, Context};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
@@ -8,12 +9,13 @@ use std::time::{Duration, Instant};
 
 /// Accepts `connections` connections on `listen` (within `timeout`), receives each to EOF,
 /// prints a line per connection. Fails if any byte mismatched in verify mode.
-pub(crate) fn run(
+pub fn run(
     listen: SocketAddr,
     mode: RecvMode,
     connections: usize,
     timeout: Duration,
     read_size: usize,
+    cancel: &Cancel,
 ) -> anyhow::Result<()> {
     let l = TcpListener::bind(listen).with_context(|| {
         format!("--listen {listen}: cannot bind (in use, or not a local address?)")
@@ -28,7 +30,7 @@ pub(crate) fn run(
     let deadline = Instant::now() + timeout;
     let mut handles = Vec::new();
     while handles.len() < connections {
-        if Instant::now() > deadline || super::INTERRUPTED.load(Ordering::Relaxed) {
+        if Instant::now() > deadline || cancel.is_cancelled() {
             break;
         }
         match l.accept() {

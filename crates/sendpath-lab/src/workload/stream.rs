@@ -1,9 +1,7 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
-use super::{
-    receive, receive_many, send_message, PatternFile, RecvCounters, RecvMode, INTERRUPTED,
-    PART_ALIGN,
-};
+use super::{receive, receive_many, send_message, PatternFile, RecvCounters, RecvMode, PART_ALIGN};
+use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{ConnectionBytes, Integrity, Repeat, ZerocopyCounts};
 use anyhow::{anyhow, bail, Context};
@@ -13,11 +11,11 @@ use sendpath::{Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One point of a stream run.
 #[derive(Debug, Clone)]
-pub(crate) struct StreamPoint {
+pub struct StreamPoint {
     pub strategy: Strategy,
     pub size: usize,
     pub threads: usize,
@@ -40,7 +38,7 @@ pub(crate) struct StreamPoint {
 }
 
 /// What one repeat produced.
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// The window's values, zero-copy counts and integrity (its round is set by the caller).
     pub repeat: Repeat,
     /// Why the path is not the one asked for, if it fell back at open time.
@@ -48,7 +46,7 @@ pub(crate) struct Outcome {
 }
 
 /// The zero-copy counts of a repeat from its merged sender statistics.
-pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     let s = stats.summary();
     ZerocopyCounts {
         attempts: s.zc_attempts,
@@ -61,25 +59,7 @@ pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     }
 }
 
-/// Sleeps up to `d`, waking early on Ctrl-C or when `done()` holds. Returns false if
-/// interrupted.
-pub(crate) fn sleep_unless(d: Duration, done: impl Fn() -> bool) -> bool {
-    let end = Instant::now() + d;
-    while Instant::now() < end && !done() {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            return false;
-        }
-        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(5)));
-    }
-    !INTERRUPTED.load(Ordering::Relaxed)
-}
-
-/// Sleeps up to `d`, waking early on Ctrl-C. Returns false if interrupted.
-pub(crate) fn sleep_unless_interrupted(d: Duration) -> bool {
-    sleep_unless(d, || false)
-}
-
-pub(crate) fn pin(cpu: Option<usize>) {
+pub fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
         // The CPU was checked against the allowed set when the flag was parsed.
         let _ = sendpath::host::pin_current_thread(c);
@@ -198,11 +178,12 @@ impl Multiplexed<'_> {
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
-pub(crate) fn run_once(
+pub fn run_once(
     pt: &StreamPoint,
     file: Option<&PatternFile>,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,
+    cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
     let listener = match pt.connect {
         None => Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?),
@@ -323,7 +304,7 @@ pub(crate) fn run_once(
     };
     // A cold run has no warmup: it would read the file into the cache.
     let warmup = if cold { Duration::ZERO } else { pt.warmup };
-    let mut completed = sleep_unless_interrupted(warmup);
+    let mut completed = cancel.sleep(warmup);
     let mut window = None;
     if completed {
         let resident = match (file, cold) {
@@ -338,7 +319,7 @@ pub(crate) fn run_once(
         };
         let (s0, b0, c0) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
-        completed = sleep_unless(pt.duration, all_done);
+        completed = cancel.sleep_unless(pt.duration, all_done);
         let (s1, b1, c1) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let fairness = (per_thread > 1 && listener.is_some()).then(|| {
             let moved: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();

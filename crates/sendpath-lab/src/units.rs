@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Parses a byte size: a number with an optional unit `K`, `KB`, `KiB`, `M`, `MB`, `MiB`, `G`,
 /// `GB`, `GiB` (all powers of 1024, as iperf3 and neper read them) or `B`.
-pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+pub fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -37,7 +37,7 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 /// Parses a duration: a number with `s` (default), `ms`, `us` or `m`.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -69,7 +69,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 const MAX_DURATION_S: f64 = 86_400.0;
 
 /// Formats bytes with a binary unit (`64KiB`).
-pub(crate) fn fmt_size(b: usize) -> String {
+pub fn fmt_size(b: usize) -> String {
     for (unit, m) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
         if b >= m && b % m == 0 {
             return format!("{}{unit}", b / m);

@@ -3,11 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON layout; bumped when a field changes meaning.
-pub(crate) const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole results file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Results {
+pub struct Results {
     /// Layout version ([`SCHEMA_VERSION`]).
     pub schema_version: u32,
     /// Where and how the numbers were taken.
@@ -25,7 +25,7 @@ pub(crate) struct Results {
 /// shuffled with a generator seeded by `seed` and the round number, so that a slow phase of a
 /// shared host does not land on one point.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Schedule {
+pub struct Schedule {
     /// Rounds (repeats per point).
     pub rounds: u32,
     /// Seed of the shuffles.
@@ -34,7 +34,7 @@ pub(crate) struct Schedule {
 
 /// The sweep settings a results file was made with (what `--resume` must match).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct SweepInfo {
+pub struct SweepInfo {
     /// Preset name.
     pub preset: String,
     /// Measured time per repeat, seconds.
@@ -49,7 +49,7 @@ pub(crate) struct SweepInfo {
 
 /// Where and how the numbers were taken.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Environment {
+pub struct Environment {
     /// What `sendpath probe` found.
     pub probe: sendpath::probe::ProbeReport,
     /// `uname -r`.
@@ -66,7 +66,7 @@ pub(crate) struct Environment {
 
 /// Median, min and max over repeats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Spread {
+pub struct Spread {
     /// Median of the repeats.
     pub median: f64,
     /// Smallest repeat.
@@ -77,7 +77,7 @@ pub(crate) struct Spread {
 
 impl Spread {
     /// Median, min, max of `v` (empty gives zeros).
-    pub(crate) fn of(v: &[f64]) -> Spread {
+    pub fn of(v: &[f64]) -> Spread {
         if v.is_empty() {
             return Spread::default();
         }
@@ -97,7 +97,7 @@ impl Spread {
     }
 
     /// (max - min) / median.
-    pub(crate) fn relative_range(&self) -> f64 {
+    pub fn relative_range(&self) -> f64 {
         if self.median > 0.0 {
             (self.max - self.min) / self.median
         } else {
@@ -108,7 +108,7 @@ impl Spread {
 
 /// One repeat's raw values: one measured window of one point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Repeat {
+pub struct Repeat {
     /// The round this window was measured in (0-based). Every round measures each point once,
     /// in a shuffled order; comparisons pair windows of the same round.
     pub round: u32,
@@ -154,7 +154,7 @@ pub(crate) struct Repeat {
 
 /// How evenly the connections shared one window: bytes per connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ConnectionBytes {
+pub struct ConnectionBytes {
     /// Connections counted.
     pub connections: usize,
     /// The connection that moved least.
@@ -167,7 +167,7 @@ pub(crate) struct ConnectionBytes {
 
 impl ConnectionBytes {
     /// Min, median (lower middle) and max of `v`.
-    pub(crate) fn of(v: &[u64]) -> ConnectionBytes {
+    pub fn of(v: &[u64]) -> ConnectionBytes {
         let mut s = v.to_vec();
         s.sort_unstable();
         ConnectionBytes {
@@ -179,7 +179,7 @@ impl ConnectionBytes {
     }
 
     /// min / max: 1 when every connection moved the same; null when none moved anything.
-    pub(crate) fn min_over_max(&self) -> Option<f64> {
+    pub fn min_over_max(&self) -> Option<f64> {
         (self.max > 0).then(|| self.min as f64 / self.max as f64)
     }
 }
@@ -194,7 +194,7 @@ impl ConnectionBytes {
 /// processing, ACKs) runs on whichever thread the interrupt lands on, and some of the sender's
 /// transmit work runs in the receiver's context: read the split as indicative, not exact.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CpuWindow {
+pub struct CpuWindow {
     /// Sender threads, user time.
     pub sender_user_ns: u64,
     /// Sender threads, system time (syscalls, and softirq that ran in them unless the kernel
@@ -218,7 +218,7 @@ pub(crate) struct CpuWindow {
 
 /// CPU nanoseconds per payload byte, by role and kind (see [`CpuWindow`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CpuNsPerByte {
+pub struct CpuNsPerByte {
     /// Sender threads, user.
     pub sender_user: f64,
     /// Sender threads, system.
@@ -245,7 +245,7 @@ pub(crate) struct CpuNsPerByte {
 
 impl CpuNsPerByte {
     /// The median of each value over `v`; `None` when `v` is empty.
-    pub(crate) fn median_of(v: &[CpuNsPerByte]) -> Option<CpuNsPerByte> {
+    pub fn median_of(v: &[CpuNsPerByte]) -> Option<CpuNsPerByte> {
         if v.is_empty() {
             return None;
         }
@@ -273,7 +273,7 @@ impl CpuNsPerByte {
 
 /// Latency percentiles, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct LatencyUs {
+pub struct LatencyUs {
     /// Median.
     pub p50: f64,
     /// 90th percentile.
@@ -288,7 +288,7 @@ pub(crate) struct LatencyUs {
 
 impl LatencyUs {
     /// From a histogram of nanoseconds.
-    pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
         let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
         LatencyUs {
             p50: q(0.5),
@@ -301,7 +301,7 @@ impl LatencyUs {
 }
 
 /// The recorded buckets of a histogram, as (value, count) pairs.
-pub(crate) fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
+pub fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
     h.iter_recorded()
         .map(|v| (v.value_iterated_to(), v.count_at_value()))
         .collect()
@@ -309,7 +309,7 @@ pub(crate) fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
 
 /// Spread of per-repeat latency percentiles, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct LatencySpreadUs {
+pub struct LatencySpreadUs {
     /// Per-repeat medians.
     pub p50: Spread,
     /// Per-repeat 99th percentiles.
@@ -318,7 +318,7 @@ pub(crate) struct LatencySpreadUs {
 
 /// Zero-copy accounting of one window's connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ZerocopyCounts {
+pub struct ZerocopyCounts {
     /// Zero-copy send operations attempted.
     pub attempts: u64,
     /// Completions of sends that transmitted bytes.
@@ -335,7 +335,7 @@ pub(crate) struct ZerocopyCounts {
 
 /// Zero-copy accounting for the row (summed over repeats and connections).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Zerocopy {
+pub struct Zerocopy {
     /// Zero-copy send operations attempted.
     pub attempts: u64,
     /// Completions of sends that transmitted bytes.
@@ -354,7 +354,7 @@ pub(crate) struct Zerocopy {
 
 /// Bytes sent and received, and receiver-side verification.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Integrity {
+pub struct Integrity {
     /// Payload bytes the send path put on the sockets (whole repeat).
     pub bytes_sent: u64,
     /// Payload bytes our receivers read (whole repeat); null when the receiver is remote.
@@ -367,7 +367,7 @@ pub(crate) struct Integrity {
 
 /// The page cache state of a file path's source file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct FileCache {
+pub struct FileCache {
     /// `--cold`: the file was dropped from the page cache before each window, no warmup read
     /// it, and no byte range was sent twice in one window.
     pub cold: bool,
@@ -382,7 +382,7 @@ pub(crate) struct FileCache {
 
 /// One measured point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Row {
+pub struct Row {
     /// `stream` or `rr`.
     pub workload: String,
     /// Send path.
@@ -437,18 +437,18 @@ fn one() -> usize {
 
 impl Row {
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.
-    pub(crate) fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
+    pub fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
         let v: Vec<f64> = self.repeats.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| Spread::of(&v).median)
     }
 
     /// The repeat measured in `round`, if any.
-    pub(crate) fn in_round(&self, round: u32) -> Option<&Repeat> {
+    pub fn in_round(&self, round: u32) -> Option<&Repeat> {
         self.repeats.iter().find(|r| r.round == round)
     }
 
     /// Recomputes every summary field and warning from `repeats` (and the zero-copy note).
-    pub(crate) fn summarise(&mut self) {
+    pub fn summarise(&mut self) {
         self.repeats.sort_by_key(|r| r.round);
         let col = |f: fn(&Repeat) -> f64| -> Vec<f64> { self.repeats.iter().map(f).collect() };
         self.throughput_gbps = Spread::of(&col(|r| r.throughput_gbps));

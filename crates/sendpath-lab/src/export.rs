@@ -16,7 +16,7 @@ fn open_out(path: &Path) -> anyhow::Result<Box<dyn Write>> {
 }
 
 /// Writes the JSON file (whole, every time: it is rewritten after each point).
-pub(crate) fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
+pub fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(r)?;
     if path == Path::new("-") {
         println!("{text}");
@@ -31,7 +31,7 @@ pub(crate) fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 50] = [
+pub const CSV_HEADER: [&str; 50] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -89,7 +89,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// Writes the CSV file.
-pub(crate) fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
+pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
     let mut w = csv::Writer::from_writer(open_out(path)?);
     w.write_record(CSV_HEADER)?;
     for row in &r.results {
@@ -163,7 +163,7 @@ pub(crate) fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
 }
 
 /// One table line for a row.
-pub(crate) fn table_line(row: &Row) -> String {
+pub fn table_line(row: &Row) -> String {
     let t = row.throughput_gbps;
     let copied = match (row.zerocopy.attempts, row.zerocopy.copied_fraction) {
         (0, _) => "-".to_string(),
@@ -211,7 +211,7 @@ pub(crate) fn table_line(row: &Row) -> String {
 
 /// The header printed above table lines.
 /// The bytes-per-connection line of a row with several connections per thread.
-pub(crate) fn fairness_line(row: &Row) -> Option<String> {
+pub fn fairness_line(row: &Row) -> Option<String> {
     let c = row.connection_bytes?;
     Some(format!(
         "    {} connections, bytes per connection in the window: min {}, median {}, max {} (min/max {})",
@@ -223,7 +223,7 @@ pub(crate) fn fairness_line(row: &Row) -> Option<String> {
     ))
 }
 
-pub(crate) fn table_header() -> String {
+pub fn table_header() -> String {
     format!(
         "{:<13}{:>8}{:>4}  {:>8} (median [min..max] over rounds)  cpu sender/receiver/softirq   copied   fallbacks",
         "strategy", "size", "thr", "throughput"

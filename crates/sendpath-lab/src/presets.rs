@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// One sweep: a matrix of strategies x sizes x threads, and its timing.
 #[derive(Debug, Clone)]
-pub(crate) struct Preset {
+pub struct Preset {
     pub name: &'static str,
     pub about: &'static str,
     pub strategies: Vec<Strategy>,
@@ -26,7 +26,7 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Every preset, in the order `--list-presets` shows them.
-pub(crate) fn all() -> Vec<Preset> {
+pub fn all() -> Vec<Preset> {
     use Strategy::*;
     vec![
         Preset {
@@ -90,7 +90,7 @@ pub(crate) fn all() -> Vec<Preset> {
 }
 
 /// Looks a preset up by name.
-pub(crate) fn find(name: &str) -> Result<Preset, String> {
+pub fn find(name: &str) -> Result<Preset, String> {
     all().into_iter().find(|p| p.name == name).ok_or_else(|| {
         format!(
             "unknown preset `{name}`; the presets are: {} (see `sendpath sweep --list-presets`)",

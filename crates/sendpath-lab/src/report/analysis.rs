@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 /// From which size a path beats its baseline.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Crossover {
+pub struct Crossover {
     pub path: String,
     pub baseline: String,
     pub threads: usize,
@@ -20,7 +20,7 @@ pub(crate) struct Crossover {
 
 /// One line of the recommendation table.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Recommendation {
+pub struct Recommendation {
     pub source: &'static str,
     pub threads: usize,
     pub from_size: usize,
@@ -31,7 +31,7 @@ pub(crate) struct Recommendation {
 
 /// Everything the report says beyond the raw rows.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Analysis {
+pub struct Analysis {
     /// Said first when the host copied the zero-copy sends.
     pub copied_notice: Option<String>,
     pub crossovers: Vec<Crossover>,
@@ -45,7 +45,7 @@ fn source_of(name: &str) -> Source {
 /// The baseline a path is compared with: `copy` for memory paths (`serialize`, the two-copy
 /// baseline, when `copy` was not measured); `read-send` (the traditional way to send a file)
 /// for file paths when it was measured, else `copy`.
-pub(crate) fn baseline_for(path: &str, measured: &BTreeSet<String>) -> &'static str {
+pub fn baseline_for(path: &str, measured: &BTreeSet<String>) -> &'static str {
     if source_of(path) == Source::File && measured.contains("read-send") {
         "read-send"
     } else if !measured.contains("copy") && measured.contains("serialize") {
@@ -66,15 +66,15 @@ fn rows<'a>(r: &'a Results, path: &str, threads: usize) -> Vec<&'a Row> {
 }
 
 /// The comparison rule, as the report states it.
-pub(crate) const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that does not lose to the baseline, leaving out any path that one of the winners beats (the rounds cannot tell the named ones apart).";
+pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that does not lose to the baseline, leaving out any path that one of the winners beats (the rounds cannot tell the named ones apart).";
 
 /// The rule in a few words, for the terminal.
-pub(crate) const RULE_SHORT: &str =
+pub const RULE_SHORT: &str =
     "paired by round: faster in a clear majority of the rounds (sign test, 5%), by more than the round-to-round noise";
 
 /// The fewest wins out of `n` rounds that a coin toss reaches with probability 5% or less
 /// (one-sided sign test); `None` when no count is that unlikely (fewer than 5 rounds).
-pub(crate) fn clear_majority(n: usize) -> Option<usize> {
+pub fn clear_majority(n: usize) -> Option<usize> {
     // P(X >= k) for X ~ Binomial(n, 1/2), from the top down.
     let mut tail = 0.0;
     let mut choose = 1.0; // C(n, k), starting at k = n
@@ -99,7 +99,7 @@ const NOISE_FLOOR: f64 = 0.03;
 
 /// Two rows compared round by round.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Paired {
+pub struct Paired {
     /// Rounds both rows have.
     pub rounds: usize,
     /// Rounds in which the first was faster.
@@ -112,13 +112,13 @@ pub(crate) struct Paired {
 
 impl Paired {
     /// Whether the first row beats the second under [`RULE`].
-    pub(crate) fn beats(&self) -> bool {
+    pub fn beats(&self) -> bool {
         clear_majority(self.rounds).is_some_and(|k| self.wins >= k)
             && self.median_ratio - 1.0 > self.noise
     }
 
     /// `faster in 3/3 rounds, median ratio 1.25 (noise 3%)`.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         format!(
             "faster in {}/{} rounds, median ratio {:.2} (noise {:.0}%)",
             self.wins,
@@ -130,7 +130,7 @@ impl Paired {
 }
 
 /// Pairs the windows of `a` and `b` by round; `None` when they share no round.
-pub(crate) fn paired(a: &Row, b: &Row) -> Option<Paired> {
+pub fn paired(a: &Row, b: &Row) -> Option<Paired> {
     let ratios: Vec<f64> = a
         .repeats
         .iter()
@@ -232,7 +232,7 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
     (names.join(" or "), text)
 }
 
-pub(crate) fn analyse(r: &Results) -> Analysis {
+pub fn analyse(r: &Results) -> Analysis {
     let measured: BTreeSet<String> = r.results.iter().map(|x| x.strategy.clone()).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
     let mut a = Analysis::default();

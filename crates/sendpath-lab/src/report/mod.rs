@@ -1,6 +1,6 @@
 //! `summary.md` and `report.html`, rendered from a results file alone.
 
-pub(crate) mod analysis;
+pub mod analysis;
 mod plot;
 
 use crate::results::{Results, Row, SCHEMA_VERSION};
@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// Reads and checks a results file; says what is wrong with a foreign or damaged one.
-pub(crate) fn load(path: &Path) -> anyhow::Result<Results> {
+pub fn load(path: &Path) -> anyhow::Result<Results> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
@@ -90,7 +90,7 @@ impl Table {
 }
 
 /// `4KiB` or `4KiB .. 1MiB`.
-pub(crate) fn size_range(from: usize, to: usize) -> String {
+pub fn size_range(from: usize, to: usize) -> String {
     if from == to {
         fmt_size(from)
     } else {
@@ -428,7 +428,7 @@ fn hw_line(r: &Results) -> String {
 }
 
 /// `summary.md`.
-pub(crate) fn markdown(r: &Results, a: &Analysis) -> String {
+pub fn markdown(r: &Results, a: &Analysis) -> String {
     let mut s = String::from("# sendpath results\n\n");
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(s, "> **Read this first.** {n}\n");
@@ -459,7 +459,7 @@ pub(crate) fn markdown(r: &Results, a: &Analysis) -> String {
 }
 
 /// `report.html`: self-contained, plots as inline SVG.
-pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
+pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     let mut s = String::from(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath report</title>\n<style>\
          body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
@@ -512,7 +512,7 @@ pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
 /// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is
 /// written, and each is written beside and renamed, so a failure leaves earlier files intact.
 /// Returns the analysis the files were written with.
-pub(crate) fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
+pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
     let a = analyse(r);
     let md = markdown(r, &a);
     let page = html(r, &a)?;

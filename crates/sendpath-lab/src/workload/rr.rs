@@ -3,10 +3,11 @@
 //! latency counts from the intended send time, so a slow response delays the clock of every
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
-use super::{send_message, RecvMode, INTERRUPTED};
+use super::{send_message, RecvMode};
+use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
-use crate::workload::stream::{pin, sleep_unless_interrupted, zerocopy_counts, Outcome};
+use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
 use hdrhistogram::Histogram;
 use sendpath::metrics::{new_histogram, SendStats};
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 /// One point of an rr run.
 #[derive(Debug, Clone)]
-pub(crate) struct RrPoint {
+pub struct RrPoint {
     pub strategy: Strategy,
     pub request: usize,
     pub response: usize,
@@ -133,10 +134,11 @@ fn client(
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
-pub(crate) fn run_once(
+pub fn run_once(
     pt: &RrPoint,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,
+    cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
     let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
     let addr = l.local_addr()?;
@@ -171,12 +173,12 @@ pub(crate) fn run_once(
     }
     drop(tid_tx);
     let roles = Roles::gather(&tid_rx, pt.concurrency, Some(pt.concurrency));
-    let mut ok = sleep_unless_interrupted(pt.warmup);
+    let mut ok = cancel.sleep(pt.warmup);
     let mut window = None;
     if ok {
         recording.store(true, Ordering::Relaxed);
         let s0 = Snapshot::take(hw, &roles);
-        ok = sleep_unless_interrupted(pt.duration);
+        ok = cancel.sleep(pt.duration);
         let s1 = Snapshot::take(hw, &roles);
         recording.store(false, Ordering::Relaxed);
         window = Some((s0, s1, done.load(Ordering::Relaxed)));
@@ -213,7 +215,7 @@ pub(crate) fn run_once(
         }
     }
     if let Some(e) = first_err {
-        if !INTERRUPTED.load(Ordering::Relaxed) {
+        if !cancel.is_cancelled() {
             return Err(e);
         }
     }

@@ -1,0 +1,23 @@
+//! # sendpath-lab
+//!
+//! The measurement side of sendpath, shared by the `sendpath` command and anything else that
+//! runs the same workloads (a remote agent, a test harness): workloads over real sockets, the
+//! runner that measures points in interleaved rounds, the typed results every exporter reads,
+//! the exporters (JSON, CSV, Markdown, HTML) and the paired-round analysis behind a
+//! recommendation.
+//!
+//! ```text
+//! plan (points x rounds) -> runner::Recorder::run_rounds -> workload::*::run_once
+//!     -> results::Repeat -> results::Row -> results::Results -> export::Exporter
+//! ```
+
+pub mod cancel;
+pub mod export;
+pub mod measure;
+pub mod plan;
+pub mod presets;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod units;
+pub mod workload;

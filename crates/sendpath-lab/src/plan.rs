@@ -1,0 +1,236 @@
+//! What a sweep will run, decided without any I/O: the preset with the user's overrides (or,
+//! when resuming, the settings the results file was made with), its points, the round schedule,
+//! and how many windows are left. The runner (`sendpath sweep`) creates directories, measures
+//! and writes; this module only decides.
+
+use crate::presets::{self, Preset};
+use crate::results::{Results, Schedule, SweepInfo};
+use crate::runner::{stream_matrix, Point};
+use crate::workload::stream::StreamPoint;
+use crate::workload::{default_recv_size, RecvMode};
+use std::time::Duration;
+
+/// The flags that change a preset.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overrides {
+    /// `--duration`.
+    pub duration: Option<Duration>,
+    /// `--warmup`.
+    pub warmup: Option<Duration>,
+    /// `--repeat` (rounds).
+    pub repeat: Option<u32>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+}
+
+/// A sweep, planned.
+#[derive(Debug, Clone)]
+pub struct SweepPlan {
+    /// The preset, with overrides applied (or restored from the results file).
+    pub preset: Preset,
+    /// Rounds and seed.
+    pub schedule: Schedule,
+    /// The points, in preset order (each round shuffles them).
+    pub points: Vec<Point>,
+    /// Windows the whole sweep measures (points x rounds).
+    pub windows_total: usize,
+    /// Windows already in the results (resume).
+    pub windows_done: usize,
+}
+
+impl SweepPlan {
+    /// Windows still to measure.
+    pub fn windows_left(&self) -> usize {
+        self.windows_total.saturating_sub(self.windows_done)
+    }
+
+    /// What the results file records about this sweep, so that `--resume` can restore it.
+    pub fn info(&self) -> SweepInfo {
+        SweepInfo {
+            preset: self.preset.name.into(),
+            duration_s: self.preset.duration.as_secs_f64(),
+            warmup_s: self.preset.warmup.as_secs_f64(),
+            repeat: self.preset.repeat,
+            points_total: self.points.len(),
+        }
+    }
+
+    /// Whether the preset has file paths (the runner then creates the source file).
+    pub fn needs_file(&self) -> bool {
+        self.preset
+            .strategies
+            .iter()
+            .any(|s| s.source() == sendpath::Source::File)
+    }
+}
+
+/// A new sweep of preset `name` with `o` applied; `fresh_seed` is used when `o.seed` is absent.
+pub fn new_sweep(name: &str, o: &Overrides, fresh_seed: u64) -> Result<SweepPlan, String> {
+    let mut preset = presets::find(name)?;
+    if let Some(d) = o.duration {
+        preset.duration = d;
+    }
+    if let Some(w) = o.warmup {
+        preset.warmup = w;
+    }
+    if let Some(n) = o.repeat {
+        preset.repeat = n;
+    }
+    let schedule = Schedule {
+        rounds: preset.repeat,
+        seed: o.seed.unwrap_or(fresh_seed),
+    };
+    Ok(plan(preset, schedule, 0))
+}
+
+/// The rest of the sweep that wrote `results`: same preset, timing, rounds and seed.
+pub fn resume(results: &Results) -> Result<SweepPlan, String> {
+    let Some(info) = &results.sweep else {
+        return Err(
+            "this results file was not written by `sendpath sweep`; --resume continues sweeps only"
+                .into(),
+        );
+    };
+    let mut preset = presets::find(&info.preset)?;
+    let secs = |s: f64, what: &str| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| format!("the results file's sweep {what} ({s} s) is not a duration"))
+    };
+    preset.duration = secs(info.duration_s, "duration")?;
+    preset.warmup = secs(info.warmup_s, "warmup")?;
+    preset.repeat = info.repeat;
+    let done = results.results.iter().map(|r| r.repeats.len()).sum();
+    let p = plan(preset, results.schedule, done);
+    if p.points.len() != info.points_total {
+        return Err(format!(
+            "the results file's sweep had {} points and preset `{}` now has {}: it was made by another version; start a new sweep",
+            info.points_total,
+            info.preset,
+            p.points.len()
+        ));
+    }
+    Ok(p)
+}
+
+fn plan(preset: Preset, schedule: Schedule, windows_done: usize) -> SweepPlan {
+    let points = points(&preset);
+    SweepPlan {
+        windows_total: points.len() * schedule.rounds as usize,
+        windows_done,
+        points,
+        schedule,
+        preset,
+    }
+}
+
+/// The points of a preset, in preset order.
+pub fn points(preset: &Preset) -> Vec<Point> {
+    stream_matrix(
+        &preset.strategies,
+        &preset.sizes,
+        &preset.threads,
+        |strategy, size, threads| StreamPoint {
+            strategy,
+            size,
+            threads,
+            connections: 1,
+            fields: preset.fields,
+            recv: RecvMode::Copy,
+            recv_size: default_recv_size(size),
+            duration: preset.duration,
+            warmup: preset.warmup,
+            connect: None,
+            cpus: None,
+            cold: false,
+            opts: sendpath::Options::default(),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{Repeat, Row};
+
+    #[test]
+    fn every_preset_plans_its_whole_matrix() {
+        for p in presets::all() {
+            let plan = new_sweep(p.name, &Overrides::default(), 9).unwrap();
+            let n = p.strategies.len() * p.sizes.len() * p.threads.len();
+            assert_eq!(plan.points.len(), n, "{}", p.name);
+            assert_eq!(plan.windows_total, n * p.repeat as usize);
+            assert_eq!(plan.windows_left(), plan.windows_total);
+            assert_eq!(plan.schedule.seed, 9, "the fresh seed when none is given");
+            assert_eq!(plan.info().points_total, n);
+        }
+    }
+
+    #[test]
+    fn overrides_win_and_unknown_presets_say_which_exist() {
+        let o = Overrides {
+            duration: Some(Duration::from_millis(250)),
+            warmup: Some(Duration::ZERO),
+            repeat: Some(2),
+            seed: Some(77),
+        };
+        let p = new_sweep("quick", &o, 1).unwrap();
+        assert_eq!(p.preset.duration, Duration::from_millis(250));
+        assert_eq!(p.preset.warmup, Duration::ZERO);
+        assert_eq!(
+            p.schedule,
+            Schedule {
+                rounds: 2,
+                seed: 77
+            }
+        );
+        assert!(p.points.iter().all(|x| match x {
+            Point::Stream(s) => s.duration == Duration::from_millis(250),
+            Point::Rr(_) => false,
+        }));
+        let e = new_sweep("nope", &o, 1).unwrap_err();
+        assert!(
+            e.contains("unknown preset `nope`") && e.contains("quick"),
+            "{e}"
+        );
+    }
+
+    fn results_of(plan: &SweepPlan, windows: usize) -> Results {
+        let mut r: Results =
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+        r.sweep = Some(plan.info());
+        r.schedule = plan.schedule;
+        r.results = (0..windows)
+            .map(|_| Row {
+                repeats: vec![Repeat::default()],
+                ..Row::default()
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn resume_restores_the_sweep_and_counts_what_is_done() {
+        let o = Overrides {
+            duration: Some(Duration::from_millis(300)),
+            repeat: Some(3),
+            seed: Some(5),
+            ..Overrides::default()
+        };
+        let first = new_sweep("quick", &o, 1).unwrap();
+        let r = results_of(&first, 4);
+        let again = resume(&r).unwrap();
+        assert_eq!(again.preset.duration, Duration::from_millis(300));
+        assert_eq!(again.schedule, first.schedule);
+        assert_eq!(again.windows_done, 4);
+        assert_eq!(again.windows_left(), first.windows_total - 4);
+
+        let mut other = r.clone();
+        other.sweep = None;
+        assert!(resume(&other)
+            .unwrap_err()
+            .contains("--resume continues sweeps only"));
+        let mut changed = r;
+        changed.sweep.as_mut().unwrap().points_total += 1;
+        assert!(resume(&changed).unwrap_err().contains("another version"));
+    }
+}

@@ -1,0 +1,474 @@
+//! Running points in interleaved rounds for `stream`, `rr` and `sweep`, writing results after
+//! every window.
+//!
+//! Each round measures every point once, in an order shuffled from a recorded seed, so a slow
+//! phase of a shared host spreads over all points instead of landing on one; comparisons then
+//! pair the windows of one round (see `report::analysis`).
+
+use crate::cancel::Cancel;
+use crate::export;
+use crate::measure::Meter;
+use crate::results::{Environment, FileCache, Results, Row, Schedule, SCHEMA_VERSION};
+use crate::units::fmt_size;
+use crate::workload::rr::{self, RrPoint};
+use crate::workload::stream::{self, Outcome, StreamPoint};
+use crate::workload::{cold_file_dir, PatternFile};
+use anyhow::{bail, Context};
+use sendpath::Source;
+use std::path::PathBuf;
+
+/// The environment block of a results file.
+pub fn environment() -> Environment {
+    let probe = sendpath::probe::run();
+    Environment {
+        kernel: probe.kernel_release.clone(),
+        cpu: probe.cpu_model.clone(),
+        probe,
+        command_line: std::env::args().collect(),
+        start_time_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        sendpath_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// A seed for the round order when none is given.
+pub fn fresh_seed() -> u64 {
+    fastrand::u64(..)
+}
+
+/// The order in which round `round` measures points, given each point's block (the points an
+/// analysis compares with each other: same workload, size and connections, different paths).
+/// A randomized block design: the blocks come in a shuffled order and the points of each block
+/// in a shuffled order, one block after the other, so the windows a comparison pairs are taken
+/// seconds apart, not a whole round apart. Shuffled from `seed` and the round number, so a
+/// resumed run repeats it.
+pub fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
+    let mut rng =
+        fastrand::Rng::with_seed(seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut keys: Vec<B> = blocks.to_vec();
+    keys.sort();
+    keys.dedup();
+    rng.shuffle(&mut keys);
+    let mut order = Vec::with_capacity(blocks.len());
+    for k in &keys {
+        let mut members: Vec<usize> = (0..blocks.len()).filter(|&i| &blocks[i] == k).collect();
+        rng.shuffle(&mut members);
+        order.extend(members);
+    }
+    order
+}
+
+/// One point to measure.
+#[derive(Debug, Clone)]
+pub enum Point {
+    Stream(StreamPoint),
+    Rr(RrPoint),
+}
+
+impl Point {
+    /// The row a point's windows go into, without any measurement yet.
+    fn row(&self, file: Option<&PatternFile>) -> Row {
+        match self {
+            Point::Stream(p) => Row {
+                workload: "stream".into(),
+                strategy: p.strategy.name().into(),
+                size_bytes: p.size,
+                threads: p.threads,
+                connections_per_thread: p.connections,
+                fields: if p.strategy.source() == Source::Memory {
+                    p.fields
+                } else {
+                    1
+                },
+                recv_mode: if p.connect.is_some() {
+                    "remote".into()
+                } else {
+                    p.recv.name().into()
+                },
+                recv_size_bytes: p.connect.is_none().then_some(p.recv_size),
+                file_cache: file
+                    .filter(|_| p.strategy.source() == Source::File)
+                    .map(|f| FileCache {
+                        cold: p.cold,
+                        filesystem: f.filesystem.clone(),
+                        file_bytes: f.len,
+                        resident_fraction: None,
+                    }),
+                ..Default::default()
+            },
+            Point::Rr(p) => Row {
+                workload: "rr".into(),
+                strategy: p.strategy.name().into(),
+                size_bytes: p.response,
+                request_bytes: Some(p.request),
+                threads: p.concurrency,
+                connections_per_thread: 1,
+                fields: p.fields,
+                recv_mode: p.recv.name().into(),
+                recv_size_bytes: Some(p.response),
+                rate_per_s: p.rate,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// What identifies the point's row: workload, strategy, size, threads, connections per
+    /// thread.
+    fn key(&self) -> (&'static str, &'static str, usize, usize, usize) {
+        match self {
+            Point::Stream(p) => (
+                "stream",
+                p.strategy.name(),
+                p.size,
+                p.threads,
+                p.connections,
+            ),
+            Point::Rr(p) => ("rr", p.strategy.name(), p.response, p.concurrency, 1),
+        }
+    }
+
+    /// Whether `row` is this point's row.
+    fn matches(&self, row: &Row) -> bool {
+        self.key()
+            == (
+                row.workload.as_str(),
+                row.strategy.as_str(),
+                row.size_bytes,
+                row.threads,
+                row.connections_per_thread,
+            )
+    }
+
+    /// The points this one is compared with share its block: workload, size, connections.
+    fn block(&self) -> (&'static str, usize, usize, usize) {
+        let (workload, _, size, threads, per_thread) = self.key();
+        (workload, size, threads, per_thread)
+    }
+
+    fn label(&self) -> String {
+        let (_, strategy, size, threads, per_thread) = self.key();
+        match per_thread {
+            1 => format!("{strategy} {} x{threads}", fmt_size(size)),
+            n => format!("{strategy} {} x{threads}x{n}conn", fmt_size(size)),
+        }
+    }
+
+    fn measure(
+        &self,
+        file: Option<&PatternFile>,
+        meter: &mut Meter,
+        cpu_mhz: Option<f64>,
+        cancel: &Cancel,
+    ) -> anyhow::Result<Option<Outcome>> {
+        match self {
+            Point::Stream(p) => {
+                let f = file.filter(|_| p.strategy.source() == Source::File);
+                stream::run_once(p, f, meter, cpu_mhz, cancel)
+            }
+            Point::Rr(p) => rr::run_once(p, meter, cpu_mhz, cancel),
+        }
+    }
+}
+
+/// The stream points of every strategy x size x connection count, in that order, each made by
+/// `point` (rounds shuffle them).
+pub fn stream_matrix(
+    strategies: &[sendpath::Strategy],
+    sizes: &[usize],
+    threads: &[usize],
+    point: impl Fn(sendpath::Strategy, usize, usize) -> StreamPoint,
+) -> Vec<Point> {
+    let mut v = Vec::new();
+    for &strategy in strategies {
+        for &size in sizes {
+            for &t in threads {
+                v.push(Point::Stream(point(strategy, size, t)));
+            }
+        }
+    }
+    v
+}
+
+/// Collects windows into rows and keeps the outputs current.
+pub struct Recorder {
+    pub results: Results,
+    json: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    /// Progress lines go through the progress bar when there is one.
+    pub progress: Option<indicatif::ProgressBar>,
+    /// Stops the run: windows not finished are dropped, finished ones written.
+    pub cancel: Cancel,
+}
+
+impl Recorder {
+    pub fn new(json: Option<PathBuf>, csv: Option<PathBuf>, schedule: Schedule) -> Recorder {
+        Recorder::with_results(
+            Results {
+                schema_version: SCHEMA_VERSION,
+                environment: environment(),
+                sweep: None,
+                schedule,
+                results: Vec::new(),
+            },
+            json,
+            csv,
+        )
+    }
+
+    pub fn with_results(results: Results, json: Option<PathBuf>, csv: Option<PathBuf>) -> Recorder {
+        Recorder {
+            results,
+            json,
+            csv,
+            progress: None,
+            cancel: Cancel::new(),
+        }
+    }
+
+    fn cpu_mhz(&self) -> Option<f64> {
+        self.results.environment.probe.cpu_mhz
+    }
+
+    /// Adds one window of `point` (measured in `round`) to its row, prints a progress line and
+    /// rewrites the files.
+    fn add(
+        &mut self,
+        point: &Point,
+        file: Option<&PatternFile>,
+        round: u32,
+        o: Outcome,
+    ) -> anyhow::Result<()> {
+        let rows = &mut self.results.results;
+        let i = match rows.iter().position(|r| point.matches(r)) {
+            Some(i) => i,
+            None => {
+                rows.push(point.row(file));
+                rows.len() - 1
+            }
+        };
+        let row = &mut rows[i];
+        if row.zerocopy.note.is_none() {
+            row.zerocopy.note = o.note;
+        }
+        let mut rep = o.repeat;
+        rep.round = round;
+        let line = format!(
+            "  round {}: {:<26} {:>9.3} Gbit/s",
+            round + 1,
+            point.label(),
+            rep.throughput_gbps
+        );
+        row.repeats.push(rep);
+        row.summarise();
+        self.say(&line);
+        self.write(false)
+    }
+
+    /// Whether a machine-readable output goes to stdout (then the table goes to stderr, and
+    /// stdout gets the document once, at the end).
+    fn stdout_taken(&self) -> bool {
+        let dash = |p: &Option<std::path::PathBuf>| p.as_deref() == Some(std::path::Path::new("-"));
+        dash(&self.json) || dash(&self.csv)
+    }
+
+    /// Prints a line where it does not mix with JSON or CSV on stdout.
+    pub fn say(&self, line: &str) {
+        if let Some(pb) = &self.progress {
+            pb.println(line);
+        } else if self.stdout_taken() {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    /// Rewrites the output files; documents for stdout only when `last`.
+    pub fn write(&self, last: bool) -> anyhow::Result<()> {
+        let to_stdout = |p: &std::path::Path| p == std::path::Path::new("-");
+        if let Some(p) = self.json.as_deref().filter(|p| last || !to_stdout(p)) {
+            export::write_json(p, &self.results)?;
+        }
+        if let Some(p) = self.csv.as_deref().filter(|p| last || !to_stdout(p)) {
+            export::write_csv(p, &self.results)?;
+        }
+        Ok(())
+    }
+
+    /// Prints the table of every row (medians over rounds) with its warnings.
+    pub fn print_table(&self) {
+        self.say("");
+        self.say(&export::table_header());
+        for row in &self.results.results {
+            self.say(&export::table_line(row));
+            if let Some(line) = export::fairness_line(row) {
+                self.say(&line);
+            }
+            for w in &row.warnings {
+                self.say(&format!("    warning: {w}"));
+            }
+        }
+    }
+
+    /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
+    /// was corrupted.
+    pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
+        self.write(true)?;
+        if self.cancel.is_cancelled() {
+            eprintln!(
+                "interrupted: {} point(s) with finished windows written",
+                self.results.results.len()
+            );
+            return Ok(std::process::ExitCode::from(130));
+        }
+        let bad: u64 = self
+            .results
+            .results
+            .iter()
+            .map(|r| r.integrity.mismatches)
+            .sum();
+        if bad > 0 {
+            bail!("{bad} bytes arrived corrupted (see the warnings above)");
+        }
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+
+    /// Measures every point `rounds` times, one window per point per round, each round in the
+    /// shuffled order of `round_order`, skipping windows already in the results (resume).
+    /// Stops early on Ctrl-C; on an error, writes what was measured and returns it.
+    pub fn run_rounds(
+        &mut self,
+        points: &[Point],
+        file: Option<&PatternFile>,
+        meter: &mut Meter,
+        on_window: &dyn Fn(),
+    ) -> anyhow::Result<()> {
+        let Schedule { rounds, seed } = self.results.schedule;
+        let blocks: Vec<_> = points.iter().map(Point::block).collect();
+        for round in 0..rounds {
+            for i in round_order(&blocks, seed, round) {
+                if self.cancel.is_cancelled() {
+                    return Ok(());
+                }
+                let point = &points[i];
+                let done = self
+                    .results
+                    .results
+                    .iter()
+                    .any(|r| point.matches(r) && r.in_round(round).is_some());
+                if done {
+                    continue;
+                }
+                let out = point
+                    .measure(file, meter, self.cpu_mhz(), &self.cancel)
+                    .with_context(|| {
+                        format!(
+                            "{} failed in round {} (finished windows are written)",
+                            point.label(),
+                            round + 1
+                        )
+                    });
+                match out {
+                    Ok(Some(o)) => {
+                        self.add(point, file, round, o)?;
+                        // Rows in the order of the points, whatever order rounds ran them in.
+                        self.results.results.sort_by_key(|r| {
+                            points
+                                .iter()
+                                .position(|p| p.matches(r))
+                                .unwrap_or(usize::MAX)
+                        });
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(e) => {
+                        self.write(true)?;
+                        return Err(e);
+                    }
+                }
+                on_window();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The one source file shared by every file-path point of a run: long enough for the largest
+/// message (8 messages, at least 64 MiB; 1 GiB for cold runs, which read each byte once), or
+/// `file_size`. Cold runs put it on a disk-backed filesystem, or warn that they cannot.
+pub fn source_file(
+    sizes: &[usize],
+    file_size: Option<usize>,
+    verify: bool,
+    cold: bool,
+) -> anyhow::Result<PatternFile> {
+    let largest = sizes.iter().copied().max().unwrap_or(0) as u64;
+    let default = if cold {
+        (1u64 << 30).max(largest * 8)
+    } else {
+        (largest * 8).max(64 << 20)
+    };
+    let len = file_size.map_or(default, |l| l as u64);
+    let dir = if cold {
+        match cold_file_dir() {
+            Ok(d) => d,
+            Err(fs) => {
+                eprintln!(
+                    "warning: --cold cannot be honoured: the temp dir and /var/tmp are on {fs}, which keeps files in memory; set TMPDIR to a directory on a disk (the rows record the resident fraction)"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let f = PatternFile::create(len, verify, dir.as_deref())?;
+    if cold {
+        eprintln!(
+            "cold runs read a {} file on {} (dropped from the page cache before each window)",
+            fmt_size(f.len as usize),
+            f.filesystem
+        );
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_round_is_a_permutation_and_rounds_differ() {
+        let blocks: Vec<usize> = (0..12).collect();
+        let a = round_order(&blocks, 7, 0);
+        let b = round_order(&blocks, 7, 1);
+        let mut s = a.clone();
+        s.sort();
+        assert_eq!(s, (0..12).collect::<Vec<_>>());
+        assert_ne!(a, b, "rounds are shuffled independently");
+        assert_eq!(
+            a,
+            round_order(&blocks, 7, 0),
+            "the seed reproduces the order"
+        );
+        assert_ne!(a, round_order(&blocks, 8, 0));
+    }
+
+    #[test]
+    fn points_compared_with_each_other_run_back_to_back() {
+        // 4 paths x 3 sizes: the block is the size.
+        let blocks: Vec<usize> = (0..12).map(|i| i % 3).collect();
+        for round in 0..5 {
+            let o = round_order(&blocks, 42, round);
+            for chunk in o.chunks(4) {
+                assert!(
+                    chunk.iter().all(|&i| blocks[i] == blocks[chunk[0]]),
+                    "{o:?}"
+                );
+            }
+        }
+        let firsts: std::collections::BTreeSet<usize> = (0..20)
+            .map(|r| blocks[round_order(&blocks, 1, r)[0]])
+            .collect();
+        assert_eq!(firsts.len(), 3, "the block order is shuffled too");
+    }
+}
