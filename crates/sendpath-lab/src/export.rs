@@ -1,6 +1,6 @@
 //! Exporters: JSON, CSV and the terminal table, all from [`Results`].
 
-use crate::results::{ConnectionBytes, CpuNsPerByte, Results, Row};
+use crate::results::{ConnectionBytes, CpuNsPerByte, Receiver, Results, Row};
 use crate::units::fmt_size;
 use anyhow::Context;
 use std::io::Write;
@@ -104,14 +104,14 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
                 .map_or(String::new(), |c| g(c).to_string())
         };
         w.write_record([
-            row.workload.clone(),
-            row.strategy.clone(),
+            row.workload.to_string(),
+            row.strategy.to_string(),
             row.size_bytes.to_string(),
             row.request_bytes.map_or(String::new(), |b| b.to_string()),
             row.threads.to_string(),
             row.connections_per_thread.to_string(),
             row.fields.to_string(),
-            row.recv_mode.clone(),
+            row.recv_mode.to_string(),
             row.recv_size_bytes.map_or(String::new(), |b| b.to_string()),
             opt(row.rate_per_s),
             row.repeats.len().to_string(),
@@ -178,7 +178,7 @@ pub fn table_line(row: &Row) -> String {
         ),
         _ => String::new(),
     };
-    let integ = if row.recv_mode == "verify" {
+    let integ = if row.recv_mode == Receiver::Verify {
         format!(
             "  verified {} B, {} bad",
             row.integrity.bytes_verified, row.integrity.mismatches

@@ -380,13 +380,86 @@ pub struct FileCache {
     pub resident_fraction: Option<f64>,
 }
 
+/// What ran on the connections.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// One-way bulk transfer.
+    #[default]
+    Stream,
+    /// Request/response.
+    Rr,
+}
+
+impl Workload {
+    /// The stable name, as in results files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Stream => "stream",
+            Workload::Rr => "rr",
+        }
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the receiving end did with the bytes, as a row records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Receiver {
+    /// sendpath's receiver read into a buffer.
+    #[default]
+    Copy,
+    /// sendpath's receiver dropped the bytes in the kernel (`MSG_TRUNC`).
+    Discard,
+    /// sendpath's receiver checked every byte.
+    Verify,
+    /// A receiver elsewhere (`--connect`): what it did is not known here.
+    Remote,
+}
+
+impl Receiver {
+    /// The stable name, as in results files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Receiver::Copy => "copy",
+            Receiver::Discard => "discard",
+            Receiver::Verify => "verify",
+            Receiver::Remote => "remote",
+        }
+    }
+}
+
+impl From<crate::workload::RecvMode> for Receiver {
+    fn from(m: crate::workload::RecvMode) -> Receiver {
+        use crate::workload::RecvMode;
+        match m {
+            RecvMode::Copy => Receiver::Copy,
+            RecvMode::Discard => Receiver::Discard,
+            RecvMode::Verify => Receiver::Verify,
+        }
+    }
+}
+
+impl std::fmt::Display for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One measured point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// `stream` or `rr`.
-    pub workload: String,
+    pub workload: Workload,
     /// Send path.
-    pub strategy: String,
+    pub strategy: sendpath::Strategy,
     /// Message size (stream) or response size (rr), bytes.
     pub size_bytes: usize,
     /// Request size (rr), bytes.
@@ -400,7 +473,7 @@ pub struct Row {
     /// Buffers per message (memory paths; 1 unless `--fields`).
     pub fields: usize,
     /// `copy`, `discard`, `verify`, or `remote`.
-    pub recv_mode: String,
+    pub recv_mode: Receiver,
     /// Bytes the receiver asks for per read; null when the receiver is remote.
     pub recv_size_bytes: Option<usize>,
     /// Open-loop request rate (rr), requests per second; null for closed loop.
@@ -478,7 +551,9 @@ impl Row {
                 f * 100.0
             ));
         }
-        if self.strategy == "msg-zerocopy" && self.zerocopy.copied_fraction.is_some() {
+        if self.strategy == sendpath::Strategy::MsgZerocopy
+            && self.zerocopy.copied_fraction.is_some()
+        {
             self.warnings.push(
                 "msg-zerocopy copies are counted per notification range: a merged range carries only its first send's COPIED bit, so the fraction is approximate".into(),
             );

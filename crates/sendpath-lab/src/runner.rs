@@ -8,13 +8,15 @@
 use crate::cancel::Cancel;
 use crate::export;
 use crate::measure::Meter;
-use crate::results::{Environment, FileCache, Results, Row, Schedule, SCHEMA_VERSION};
+use crate::results::{
+    Environment, FileCache, Receiver, Results, Row, Schedule, Workload, SCHEMA_VERSION,
+};
 use crate::units::fmt_size;
 use crate::workload::rr::{self, RrPoint};
 use crate::workload::stream::{self, Outcome, StreamPoint};
 use crate::workload::{cold_file_dir, PatternFile};
 use anyhow::{bail, Context};
-use sendpath::Source;
+use sendpath::{Source, Strategy};
 use std::path::PathBuf;
 
 /// The environment block of a results file.
@@ -71,8 +73,8 @@ impl Point {
     fn row(&self, file: Option<&PatternFile>) -> Row {
         match self {
             Point::Stream(p) => Row {
-                workload: "stream".into(),
-                strategy: p.strategy.name().into(),
+                workload: Workload::Stream,
+                strategy: p.strategy,
                 size_bytes: p.size,
                 threads: p.threads,
                 connections_per_thread: p.connections,
@@ -82,9 +84,9 @@ impl Point {
                     1
                 },
                 recv_mode: if p.connect.is_some() {
-                    "remote".into()
+                    Receiver::Remote
                 } else {
-                    p.recv.name().into()
+                    p.recv.into()
                 },
                 recv_size_bytes: p.connect.is_none().then_some(p.recv_size),
                 file_cache: file
@@ -98,14 +100,14 @@ impl Point {
                 ..Default::default()
             },
             Point::Rr(p) => Row {
-                workload: "rr".into(),
-                strategy: p.strategy.name().into(),
+                workload: Workload::Rr,
+                strategy: p.strategy,
                 size_bytes: p.response,
                 request_bytes: Some(p.request),
                 threads: p.concurrency,
                 connections_per_thread: 1,
                 fields: p.fields,
-                recv_mode: p.recv.name().into(),
+                recv_mode: p.recv.into(),
                 recv_size_bytes: Some(p.response),
                 rate_per_s: p.rate,
                 ..Default::default()
@@ -115,16 +117,16 @@ impl Point {
 
     /// What identifies the point's row: workload, strategy, size, threads, connections per
     /// thread.
-    fn key(&self) -> (&'static str, &'static str, usize, usize, usize) {
+    fn key(&self) -> (Workload, Strategy, usize, usize, usize) {
         match self {
             Point::Stream(p) => (
-                "stream",
-                p.strategy.name(),
+                Workload::Stream,
+                p.strategy,
                 p.size,
                 p.threads,
                 p.connections,
             ),
-            Point::Rr(p) => ("rr", p.strategy.name(), p.response, p.concurrency, 1),
+            Point::Rr(p) => (Workload::Rr, p.strategy, p.response, p.concurrency, 1),
         }
     }
 
@@ -132,8 +134,8 @@ impl Point {
     fn matches(&self, row: &Row) -> bool {
         self.key()
             == (
-                row.workload.as_str(),
-                row.strategy.as_str(),
+                row.workload,
+                row.strategy,
                 row.size_bytes,
                 row.threads,
                 row.connections_per_thread,
@@ -141,7 +143,7 @@ impl Point {
     }
 
     /// The points this one is compared with share its block: workload, size, connections.
-    fn block(&self) -> (&'static str, usize, usize, usize) {
+    fn block(&self) -> (Workload, usize, usize, usize) {
         let (workload, _, size, threads, per_thread) = self.key();
         (workload, size, threads, per_thread)
     }

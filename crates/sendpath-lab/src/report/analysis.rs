@@ -1,15 +1,15 @@
 //! What the numbers say: crossovers against the baseline and a recommendation by size range.
 //! Pure functions of [`Results`], so `sendpath report` can redo them from the JSON alone.
 
-use crate::results::{Results, Row, Spread};
+use crate::results::{Results, Row, Spread, Workload};
 use sendpath::{Source, Strategy};
 use std::collections::BTreeSet;
 
 /// From which size a path beats its baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Crossover {
-    pub path: String,
-    pub baseline: String,
+    pub path: Strategy,
+    pub baseline: Strategy,
     pub threads: usize,
     /// Smallest measured size from which the path beats the baseline ([`RULE`]), at that size
     /// and every larger measured size. `None`: never, in the measured range.
@@ -38,28 +38,24 @@ pub struct Analysis {
     pub recommendations: Vec<Recommendation>,
 }
 
-fn source_of(name: &str) -> Source {
-    Strategy::parse(name).map_or(Source::Memory, |s| s.source())
-}
-
 /// The baseline a path is compared with: `copy` for memory paths (`serialize`, the two-copy
 /// baseline, when `copy` was not measured); `read-send` (the traditional way to send a file)
 /// for file paths when it was measured, else `copy`.
-pub fn baseline_for(path: &str, measured: &BTreeSet<String>) -> &'static str {
-    if source_of(path) == Source::File && measured.contains("read-send") {
-        "read-send"
-    } else if !measured.contains("copy") && measured.contains("serialize") {
-        "serialize"
+pub fn baseline_for(path: Strategy, measured: &BTreeSet<Strategy>) -> Strategy {
+    if path.source() == Source::File && measured.contains(&Strategy::ReadSend) {
+        Strategy::ReadSend
+    } else if !measured.contains(&Strategy::Copy) && measured.contains(&Strategy::Serialize) {
+        Strategy::Serialize
     } else {
-        "copy"
+        Strategy::Copy
     }
 }
 
-fn rows<'a>(r: &'a Results, path: &str, threads: usize) -> Vec<&'a Row> {
+fn rows(r: &Results, path: Strategy, threads: usize) -> Vec<&Row> {
     let mut v: Vec<&Row> = r
         .results
         .iter()
-        .filter(|x| x.workload == "stream" && x.strategy == path && x.threads == threads)
+        .filter(|x| x.workload == Workload::Stream && x.strategy == path && x.threads == threads)
         .collect();
     v.sort_by_key(|x| x.size_bytes);
     v
@@ -185,12 +181,12 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
     if pool.is_empty() {
         return match (base_here, base) {
             (Some(b), _) => (
-                b.strategy.clone(),
+                b.strategy.to_string(),
                 format!("no path beat {}{}", b.strategy, closest(b)),
             ),
             // A file path is needed and none beat `copy`: name them all, none stood out.
             (None, Some(b)) => {
-                let mut names: Vec<&str> = here.iter().map(|x| x.strategy.as_str()).collect();
+                let mut names: Vec<&str> = here.iter().map(|x| x.strategy.name()).collect();
                 names.sort_unstable();
                 (
                     names.join(" or "),
@@ -216,7 +212,7 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
         // The winners beat each other in a cycle (possible with noisy rounds): name them all.
         top = pool;
     }
-    top.sort_by(|a, b| a.strategy.cmp(&b.strategy));
+    top.sort_by_key(|t| t.strategy);
     let why: Vec<String> = top
         .iter()
         .map(|t| match base.and_then(|b| paired(t, b).map(|p| (b, p))) {
@@ -224,7 +220,7 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
             None => format!("{}: not beaten", t.strategy),
         })
         .collect();
-    let names: Vec<&str> = top.iter().map(|t| t.strategy.as_str()).collect();
+    let names: Vec<&str> = top.iter().map(|t| t.strategy.name()).collect();
     let mut text = why.join("; ");
     if top.len() > 1 {
         text.push_str("; the rounds cannot tell them apart");
@@ -233,14 +229,14 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
 }
 
 pub fn analyse(r: &Results) -> Analysis {
-    let measured: BTreeSet<String> = r.results.iter().map(|x| x.strategy.clone()).collect();
+    let measured: BTreeSet<Strategy> = r.results.iter().map(|x| x.strategy).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
     let mut a = Analysis::default();
 
     let copied: Vec<(&str, f64)> = r
         .results
         .iter()
-        .filter_map(|x| x.zerocopy.copied_fraction.map(|f| (x.strategy.as_str(), f)))
+        .filter_map(|x| x.zerocopy.copied_fraction.map(|f| (x.strategy.name(), f)))
         .collect();
     if let Some(max) = copied
         .iter()
@@ -261,9 +257,9 @@ pub fn analyse(r: &Results) -> Analysis {
     }
 
     for &t in &threads {
-        for path in &measured {
+        for &path in &measured {
             let base = baseline_for(path, &measured);
-            if path == base || !measured.contains(base) {
+            if path == base || !measured.contains(&base) {
                 continue;
             }
             let p = rows(r, path, t);
@@ -288,8 +284,8 @@ pub fn analyse(r: &Results) -> Analysis {
                 }
             }
             a.crossovers.push(Crossover {
-                path: path.clone(),
-                baseline: base.into(),
+                path,
+                baseline: base,
                 threads: t,
                 from_size: from,
                 sizes: (pairs[0].0.size_bytes, pairs[pairs.len() - 1].0.size_bytes),
@@ -303,7 +299,9 @@ pub fn analyse(r: &Results) -> Analysis {
                 .results
                 .iter()
                 .filter(|x| {
-                    x.workload == "stream" && x.threads == t && source_of(&x.strategy) == source
+                    x.workload == Workload::Stream
+                        && x.threads == t
+                        && x.strategy.source() == source
                 })
                 .map(|x| x.size_bytes)
                 .collect();
@@ -313,19 +311,19 @@ pub fn analyse(r: &Results) -> Analysis {
                     .results
                     .iter()
                     .filter(|x| {
-                        x.workload == "stream"
+                        x.workload == Workload::Stream
                             && x.threads == t
                             && x.size_bytes == size
-                            && source_of(&x.strategy) == source
+                            && x.strategy.source() == source
                     })
                     .collect();
                 let Some(first) = here.first() else {
                     continue;
                 };
-                let base_name = baseline_for(&first.strategy, &measured);
+                let base_name = baseline_for(first.strategy, &measured);
                 // The baseline may be of the other source (file paths against `copy`).
                 let base = r.results.iter().find(|x| {
-                    x.workload == "stream"
+                    x.workload == Workload::Stream
                         && x.threads == t
                         && x.size_bytes == size
                         && x.strategy == base_name
@@ -365,8 +363,8 @@ mod tests {
 
     fn row(path: &str, size: usize, gbps: &[f64]) -> Row {
         let mut r = Row {
-            workload: "stream".into(),
-            strategy: path.into(),
+            workload: Workload::Stream,
+            strategy: Strategy::parse(path).unwrap(),
             size_bytes: size,
             threads: 1,
             repeats: gbps
@@ -406,9 +404,17 @@ mod tests {
             row("uring", 1 << 20, &[21.5, 20.0, 22.0, 21.5, 22.0]),
         ]);
         let a = analyse(&r);
-        let g = a.crossovers.iter().find(|c| c.path == "gather").unwrap();
+        let g = a
+            .crossovers
+            .iter()
+            .find(|c| c.path == Strategy::Gather)
+            .unwrap();
         assert_eq!(g.from_size, Some(65536));
-        let u = a.crossovers.iter().find(|c| c.path == "uring").unwrap();
+        let u = a
+            .crossovers
+            .iter()
+            .find(|c| c.path == Strategy::Uring)
+            .unwrap();
         assert_eq!(
             u.from_size, None,
             "must stay faster through the largest size"
@@ -438,9 +444,9 @@ mod tests {
             4096,
             &[10.0, 20.0, 30.0, 15.0, 10.0, 20.0, 30.0, 15.0],
         );
-        let seven = row("x", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 36.0, 14.0]);
+        let seven = row("gather", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 36.0, 14.0]);
         assert!(paired(&seven, &base8).unwrap().beats());
-        let six = row("y", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 29.0, 14.0]);
+        let six = row("serialize", 4096, &[12.0, 24.0, 36.0, 18.0, 12.0, 24.0, 29.0, 14.0]);
         assert!(!paired(&six, &base8).unwrap().beats());
     }
 

@@ -3,11 +3,12 @@
 pub mod analysis;
 mod plot;
 
-use crate::results::{Results, Row, SCHEMA_VERSION};
+use crate::results::{Results, Row, Workload, SCHEMA_VERSION};
 use crate::units::fmt_size;
 use analysis::{analyse, Analysis};
 use anyhow::{bail, Context};
 use plot::{line_chart, Series};
+use sendpath::Strategy;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -134,8 +135,8 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     );
     for c in &a.crossovers {
         cx.rows.push(vec![
-            c.path.clone(),
-            c.baseline.clone(),
+            c.path.to_string(),
+            c.baseline.to_string(),
             c.threads.to_string(),
             c.from_size
                 .map_or("never, in the measured range".into(), fmt_size),
@@ -169,8 +170,8 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     for x in &r.results {
         let t = x.throughput_gbps;
         res.rows.push(vec![
-            x.workload.clone(),
-            x.strategy.clone(),
+            x.workload.to_string(),
+            x.strategy.to_string(),
             fmt_size(x.size_bytes),
             x.threads.to_string(),
             format!("{:.3} [{:.3}..{:.3}]", t.median, t.min, t.max),
@@ -206,15 +207,15 @@ fn cpu_cell(x: &Row, f: impl Fn(&crate::results::CpuNsPerByte) -> Option<f64>) -
 /// "process" column is the sending process: here the sender threads. Its "system" column is
 /// all CPUs: here `/proc/stat` busy time.
 fn zerocopy_paper_table(r: &Results) -> Option<Table> {
-    let find = |p: &str, s: usize| {
+    let find = |p: Strategy, s: usize| {
         r.results.iter().find(|x| {
-            x.workload == "stream" && x.strategy == p && x.size_bytes == s && x.threads == 1
+            x.workload == Workload::Stream && x.strategy == p && x.size_bytes == s && x.threads == 1
         })
     };
     let sizes: BTreeSet<usize> = r
         .results
         .iter()
-        .filter(|x| x.strategy == "msg-zerocopy" && x.threads == 1)
+        .filter(|x| x.strategy == Strategy::MsgZerocopy && x.threads == 1)
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
@@ -233,7 +234,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         ],
     );
     for s in sizes {
-        let (Some(c), Some(z)) = (find("copy", s), find("msg-zerocopy", s)) else {
+        let (Some(c), Some(z)) = (find(Strategy::Copy, s), find(Strategy::MsgZerocopy, s)) else {
             continue;
         };
         let (Some(cc), Some(zc)) = (c.cpu_ns_per_byte, z.cpu_ns_per_byte) else {
@@ -265,18 +266,14 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
 }
 
 fn stream_rows(r: &Results) -> impl Iterator<Item = &Row> {
-    r.results.iter().filter(|x| x.workload == "stream")
+    r.results.iter().filter(|x| x.workload == Workload::Stream)
 }
 
 /// Lines of `y` against size, one per path, for rows with `threads`.
 fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<Series> {
-    let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
+    let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
     let mut out = Vec::new();
-    for p in sendpath::Strategy::ALL
-        .iter()
-        .map(|s| s.name())
-        .filter(|n| paths.contains(n))
-    {
+    for p in Strategy::ALL.into_iter().filter(|s| paths.contains(s)) {
         let mut pts: Vec<(f64, f64)> = stream_rows(r)
             .filter(|x| x.strategy == p && x.threads == threads)
             .filter_map(|x| y(x).map(|v| (x.size_bytes as f64, v)))
@@ -284,7 +281,7 @@ fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         if !pts.is_empty() {
             out.push(Series {
-                name: p.into(),
+                name: p.to_string(),
                 points: pts,
             });
         }
@@ -322,7 +319,7 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
         out.push(size_chart("Throughput", "throughput (Gbit/s)", t, &s)?);
     }
     if threads.len() > 1 {
-        let paths: BTreeSet<&str> = stream_rows(r).map(|x| x.strategy.as_str()).collect();
+        let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
         for &size in &sizes {
             let mut series = Vec::new();
             for &p in &paths {
@@ -335,7 +332,7 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                 series.push(Series {
-                    name: p.into(),
+                    name: p.to_string(),
                     points: pts,
                 });
             }

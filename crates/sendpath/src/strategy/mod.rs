@@ -109,11 +109,14 @@ pub trait SendPath: Send {
     fn socket(&self) -> &TcpStream;
 }
 
-/// The send paths sendpath knows, by stable name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// The send paths sendpath knows, by stable name. Serialised as that name (`msg-zerocopy`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
-    /// `send()` from one contiguous buffer.
+    /// `send()` from one contiguous buffer: the baseline, and the default.
+    #[default]
     Copy,
     /// Fields copied into one buffer, then `send()`.
     Serialize,
