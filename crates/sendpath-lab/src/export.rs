@@ -1,29 +1,122 @@
-//! Exporters: JSON, CSV and the terminal table, all from [`Results`].
+//! Exporters: every output format is an [`Exporter`] that reads only the typed [`Results`]
+//! (and the [`Analysis`] derived from them, computed once per [`Document`]): JSON, CSV,
+//! Markdown (`summary.md`) and HTML (`report.html`). The terminal table is here too.
 
+use crate::report::analysis::{analyse, Analysis};
 use crate::results::{ConnectionBytes, CpuNsPerByte, Receiver, Results, Row};
 use crate::units::fmt_size;
 use anyhow::Context;
-use std::io::Write;
+use std::cell::OnceCell;
 use std::path::Path;
 
-fn open_out(path: &Path) -> anyhow::Result<Box<dyn Write>> {
-    if path == Path::new("-") {
-        return Ok(Box::new(std::io::stdout()));
-    }
-    Ok(Box::new(std::fs::File::create(path).with_context(
-        || format!("cannot write {}", path.display()),
-    )?))
+/// What the exporters read: the results, and their analysis, computed on first use.
+pub struct Document<'a> {
+    results: &'a Results,
+    analysis: OnceCell<Analysis>,
 }
 
-/// Writes the JSON file (whole, every time: it is rewritten after each point).
-pub fn write_json(path: &Path, r: &Results) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(r)?;
+impl<'a> Document<'a> {
+    /// A document over `results`.
+    pub fn new(results: &'a Results) -> Document<'a> {
+        Document {
+            results,
+            analysis: OnceCell::new(),
+        }
+    }
+
+    /// The results.
+    pub fn results(&self) -> &'a Results {
+        self.results
+    }
+
+    /// Crossovers and recommendations (computed once, however many exporters ask).
+    pub fn analysis(&self) -> &Analysis {
+        self.analysis.get_or_init(|| analyse(self.results))
+    }
+}
+
+/// One output format.
+pub trait Exporter {
+    /// The format's name (`json`, `csv`, `markdown`, `html`).
+    fn name(&self) -> &'static str;
+    /// Its file name in a results directory.
+    fn file_name(&self) -> &'static str;
+    /// The document in this format.
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String>;
+}
+
+/// `results.json`: everything, raw repeats included (`schema_version` says the layout).
+pub struct Json;
+/// `results.csv`: one line per row, one column per summary value.
+pub struct Csv;
+/// `summary.md`: the analysis and the tables.
+pub struct Markdown;
+/// `report.html`: the analysis, tables and plots in one self-contained page.
+pub struct Html;
+
+impl Exporter for Json {
+    fn name(&self) -> &'static str {
+        "json"
+    }
+    fn file_name(&self) -> &'static str {
+        "results.json"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        Ok(serde_json::to_string_pretty(doc.results())? + "\n")
+    }
+}
+
+impl Exporter for Csv {
+    fn name(&self) -> &'static str {
+        "csv"
+    }
+    fn file_name(&self) -> &'static str {
+        "results.csv"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        csv_text(doc.results())
+    }
+}
+
+impl Exporter for Markdown {
+    fn name(&self) -> &'static str {
+        "markdown"
+    }
+    fn file_name(&self) -> &'static str {
+        "summary.md"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        Ok(crate::report::markdown(doc.results(), doc.analysis()))
+    }
+}
+
+impl Exporter for Html {
+    fn name(&self) -> &'static str {
+        "html"
+    }
+    fn file_name(&self) -> &'static str {
+        "report.html"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        crate::report::html(doc.results(), doc.analysis())
+    }
+}
+
+/// Writes what `e` renders of `doc` to `path` (`-` for stdout).
+pub fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyhow::Result<()> {
+    write_text(path, &e.render(doc)?)
+}
+
+/// Writes `text` to `path` (`-` for stdout). A file is written beside and renamed, so an
+/// interrupted write never leaves a torn file.
+pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
     if path == Path::new("-") {
-        println!("{text}");
+        print!("{text}");
         return Ok(());
     }
-    // Write beside, then rename: an interrupted write never leaves a torn file.
-    let tmp = path.with_extension("json.partial");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
     std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
@@ -88,9 +181,9 @@ fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.6}"))
 }
 
-/// Writes the CSV file.
-pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_writer(open_out(path)?);
+/// The CSV text of `r`.
+fn csv_text(r: &Results) -> anyhow::Result<String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(CSV_HEADER)?;
     for row in &r.results {
         let l = row.latency_us;
@@ -158,8 +251,8 @@ pub fn write_csv(path: &Path, r: &Results) -> anyhow::Result<()> {
             cb(|c| c.max),
         ])?;
     }
-    w.flush()?;
-    Ok(())
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
+    Ok(String::from_utf8(bytes)?)
 }
 
 /// One table line for a row.
@@ -228,4 +321,54 @@ pub fn table_header() -> String {
         "{:<13}{:>8}{:>4}  {:>8} (median [min..max] over rounds)  cpu sender/receiver/softirq   copied   fallbacks",
         "strategy", "size", "thr", "throughput"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{Repeat, Workload};
+
+    #[test]
+    fn every_exporter_renders_the_same_rows() {
+        let mut r: Results =
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+        for (i, s) in [sendpath::Strategy::Copy, sendpath::Strategy::UringZc]
+            .into_iter()
+            .enumerate()
+        {
+            let mut row = Row {
+                workload: Workload::Stream,
+                strategy: s,
+                size_bytes: 65536,
+                threads: 1,
+                connections_per_thread: 1,
+                repeats: vec![Repeat {
+                    throughput_gbps: 10.0 + i as f64,
+                    ..Repeat::default()
+                }],
+                ..Row::default()
+            };
+            row.summarise();
+            r.results.push(row);
+        }
+        let doc = Document::new(&r);
+        let all: [&dyn Exporter; 4] = [&Json, &Csv, &Markdown, &Html];
+        let names: std::collections::BTreeSet<_> = all.iter().map(|e| e.file_name()).collect();
+        assert_eq!(names.len(), 4);
+        for e in all {
+            let text = e.render(&doc).unwrap();
+            assert!(text.contains("uring-zc"), "{}: {text}", e.name());
+        }
+        let back: Results = serde_json::from_str(&Json.render(&doc).unwrap()).unwrap();
+        assert_eq!(back.results, r.results, "JSON round-trips the typed rows");
+        let csv = Csv.render(&doc).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].split(',').count(), CSV_HEADER.len());
+        assert!(
+            lines[2].starts_with("stream,uring-zc,65536,"),
+            "{}",
+            lines[2]
+        );
+    }
 }

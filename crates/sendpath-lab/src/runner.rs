@@ -288,11 +288,12 @@ impl Recorder {
     /// Rewrites the output files; documents for stdout only when `last`.
     pub fn write(&self, last: bool) -> anyhow::Result<()> {
         let to_stdout = |p: &std::path::Path| p == std::path::Path::new("-");
+        let doc = export::Document::new(&self.results);
         if let Some(p) = self.json.as_deref().filter(|p| last || !to_stdout(p)) {
-            export::write_json(p, &self.results)?;
+            export::export(&export::Json, &doc, p)?;
         }
         if let Some(p) = self.csv.as_deref().filter(|p| last || !to_stdout(p)) {
-            export::write_csv(p, &self.results)?;
+            export::export(&export::Csv, &doc, p)?;
         }
         Ok(())
     }

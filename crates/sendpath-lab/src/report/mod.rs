@@ -5,7 +5,7 @@ mod plot;
 
 use crate::results::{Results, Row, Workload, SCHEMA_VERSION};
 use crate::units::fmt_size;
-use analysis::{analyse, Analysis};
+use analysis::Analysis;
 use anyhow::{bail, Context};
 use plot::{line_chart, Series};
 use sendpath::Strategy;
@@ -510,14 +510,12 @@ pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
 /// written, and each is written beside and renamed, so a failure leaves earlier files intact.
 /// Returns the analysis the files were written with.
 pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
-    let a = analyse(r);
-    let md = markdown(r, &a);
-    let page = html(r, &a)?;
+    use crate::export::{write_text, Document, Exporter, Html, Markdown};
+    let doc = Document::new(r);
+    let md = Markdown.render(&doc)?;
+    let page = Html.render(&doc)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (name, text) in [("summary.md", md), ("report.html", page)] {
-        let tmp = dir.join(format!(".{name}.partial"));
-        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, dir.join(name))?;
-    }
-    Ok(a)
+    write_text(&dir.join(Markdown.file_name()), &md)?;
+    write_text(&dir.join(Html.file_name()), &page)?;
+    Ok(doc.analysis().clone())
 }
