@@ -329,6 +329,9 @@ pub struct ZerocopyCounts {
     pub copied_known: bool,
     /// Fallbacks to copy, by reason.
     pub fallbacks: sendpath::metrics::Fallbacks,
+    /// Zero-copy sends made from registered (fixed) buffers (`--fixed-buffers`).
+    #[serde(default)]
+    pub registered: u64,
     /// Send-to-completion latency, median over the window's completions, microseconds.
     pub completion_p50_us: Option<f64>,
 }
@@ -346,6 +349,9 @@ pub struct Zerocopy {
     pub copied_fraction: Option<f64>,
     /// Fallbacks to copy, by reason.
     pub fallbacks: sendpath::metrics::Fallbacks,
+    /// Zero-copy sends made from registered (fixed) buffers.
+    #[serde(default)]
+    pub registered: u64,
     /// Send-to-completion latency: median over repeats of each repeat's median, microseconds.
     pub completion_p50_us: Option<f64>,
     /// Why the path is not the one asked for, if it fell back at open time.
@@ -625,6 +631,7 @@ impl Row {
             z.completions += c.completions;
             z.copied += c.copied;
             z.fallbacks.add(&c.fallbacks);
+            z.registered += c.registered;
             if c.copied_known {
                 known = true;
                 known_completions += c.completions;

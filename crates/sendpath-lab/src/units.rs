@@ -71,7 +71,7 @@ const MAX_DURATION_S: f64 = 86_400.0;
 /// Formats bytes with a binary unit (`64KiB`).
 pub fn fmt_size(b: usize) -> String {
     for (unit, m) in [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if b >= m && b % m == 0 {
+        if b >= m && b.is_multiple_of(m) {
             return format!("{}{unit}", b / m);
         }
     }

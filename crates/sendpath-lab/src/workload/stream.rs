@@ -54,6 +54,7 @@ pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
         copied: s.zc_copied,
         copied_known: s.copied_fraction.is_some(),
         fallbacks: s.fallbacks,
+        registered: s.registered_sends,
         completion_p50_us: (s.completion_latency.count > 0)
             .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
     }

@@ -235,15 +235,14 @@ impl UringDriver {
                     registered,
                 })
             });
-            match pushed {
-                Ok(0) => {}
-                Ok(_) => self.writable.push(ConnId(id)),
-                Err(_) => {
-                    // The ring refused the SQE (it is full of work that cannot be submitted):
-                    // nothing more can go on this connection.
-                    state.fail(libc::EBUSY);
-                    self.writable.push(ConnId(id));
-                }
+            if pushed.is_err() {
+                // The ring refused the SQE (it is full of work that cannot be submitted):
+                // nothing more can go on this connection.
+                state.fail(libc::EBUSY);
+            }
+            // Room was made, or the connection failed: either way its owner should look.
+            if pushed.is_ok_and(|n| n > 0) || state.error().is_some() {
+                self.writable.push(ConnId(id));
             }
         }
         self.dirty = dirty;
