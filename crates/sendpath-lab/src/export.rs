@@ -370,5 +370,9 @@ mod tests {
             "{}",
             lines[2]
         );
+        // The table pads names to one column width, typed or not.
+        let a = table_line(&r.results[0]);
+        let b = table_line(&r.results[1]);
+        assert_eq!(a.find("64KiB"), b.find("64KiB"), "{a}\n{b}");
     }
 }
