@@ -11,8 +11,9 @@
 //! Byte order on a stream socket: io_uring may let a later SEND overtake an earlier one that
 //! had to wait for socket space, and a chain (`IOSQE_IO_LINK`) cannot be extended once
 //! submitted. So each connection has at most one chain in the kernel, and while it runs the
-//! application fills the next one (up to `depth` queued buffers). When the chain's last result
-//! arrives, the next chain goes in at once, before the application is asked for more.
+//! application fills the next one (up to `depth` queued buffers). A chain goes in when the queue
+//! is full (so sends are batched `depth` to a syscall, as small messages need), when something
+//! must be resent, or when the application asked for a flush.
 
 use super::choose::{Choice, Choose, SendContext};
 use crate::buffer::{Buf, BufPool};
@@ -105,6 +106,8 @@ pub struct ConnState {
     /// Slots the state no longer needs (sent in full, or abandoned after an error); the ring
     /// releases each once its last completion is in. Drained by the driver.
     unheld: Vec<u32>,
+    /// Submit what is queued without waiting for a full batch, until the queue is empty.
+    flushing: bool,
     error: Option<i32>,
 }
 
@@ -129,6 +132,7 @@ impl ConnState {
             pool: BufPool::new(),
             stats,
             unheld: Vec::new(),
+            flushing: false,
             error: None,
         }
     }
@@ -167,6 +171,22 @@ impl ConnState {
     /// Buffers ready for reuse.
     pub fn free_bufs(&self) -> usize {
         self.pool.free_len()
+    }
+
+    /// Asks for what is queued to go in without waiting for a full batch (until the queue is
+    /// empty again).
+    pub fn request_flush(&mut self) {
+        self.flushing = true;
+    }
+
+    /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
+    /// something to resend, a full queue, or a flush asked for.
+    pub fn ready(&self) -> bool {
+        !self.chain_in_flight()
+            && self.error.is_none()
+            && (!self.resend.is_empty()
+                || self.queue.len() >= self.cfg.depth
+                || (self.flushing && !self.queue.is_empty()))
     }
 
     /// Whether a chain is in the kernel.
@@ -213,8 +233,8 @@ impl ConnState {
         out.append(&mut self.unheld);
     }
 
-    /// Submits the next chain, when no chain is in flight: first what the last chain left,
-    /// then queued buffers, at most `depth` requests. Call it after absorbing every completion
+    /// Submits the next chain when [`ConnState::ready`]: first what the last chain left, then
+    /// queued buffers, at most `depth` requests. Call it after absorbing every completion
     /// that is ready: a zero-copy choice that finds the in-flight cap full then goes by copy
     /// (an `inflight_cap` fallback). `push` puts one request in the ring; an error from it ends
     /// the chain early (the driver treats it as fatal for the connection). Returns how many
@@ -223,7 +243,7 @@ impl ConnState {
         &mut self,
         mut push: impl FnMut(Submit) -> Result<Pushed, E>,
     ) -> Result<usize, E> {
-        if self.chain_in_flight() || self.error.is_some() {
+        if !self.ready() {
             return Ok(0);
         }
         let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
@@ -265,6 +285,9 @@ impl ConnState {
             self.results.push(None);
         }
         self.resend.clear();
+        if self.queue.is_empty() {
+            self.flushing = false;
+        }
         Ok(n)
     }
 
@@ -466,6 +489,24 @@ mod tests {
         assert_eq!(un, [0, 1, 2]);
         assert_eq!(k.submit(&mut st).len(), 3);
         assert_eq!(st.stats().sends, 6);
+    }
+
+    #[test]
+    fn a_partial_queue_waits_for_a_full_batch_or_a_flush() {
+        let mut k = Kernel::new(1);
+        let mut st = state(4, false, Choice::Copy);
+        fill(&mut st, 3, 10);
+        assert!(!st.ready());
+        assert!(k.submit(&mut st).is_empty(), "small sends are batched");
+        st.request_flush();
+        assert_eq!(k.submit(&mut st).len(), 3);
+        // The flush ends with the queue: the next partial batch waits again.
+        let c = k.log.clone();
+        for x in &c {
+            st.on_result(x.0, x.1, 10, false, 0);
+        }
+        fill(&mut st, 1, 10);
+        assert!(!st.ready());
     }
 
     #[test]

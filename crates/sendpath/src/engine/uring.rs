@@ -201,19 +201,32 @@ impl UringDriver {
         self.conns[id.index()].state.room()
     }
 
-    /// Queues `buf` on `id`, after everything queued before it; starts a chain when the
-    /// connection has none in flight (submitted at the next [`UringDriver::run`]). Gives the
-    /// buffer back when the queue is full.
+    /// Queues `buf` on `id`, after everything queued before it. A full queue becomes a chain
+    /// when the connection has none in flight (pushed and submitted by the next
+    /// [`UringDriver::run`]); a partial one waits for more, or for [`UringDriver::flush`].
+    /// Gives the buffer back when the queue is full.
     pub fn push(&mut self, id: ConnId, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
         self.conns[id.index()].state.push(buf, end_of_message)?;
-        if !self.conns[id.index()].state.chain_in_flight() {
+        if self.conns[id.index()].state.ready() {
             self.dirty.push(id.0);
         }
         Ok(())
     }
 
-    /// Pushes the next chain of every connection that has one ready.
-    fn start_chains(&mut self) {
+    /// Lets what is queued on `id` go without waiting for a full batch; submitted by the next
+    /// [`UringDriver::run`].
+    pub fn request_flush(&mut self, id: ConnId) {
+        let st = &mut self.conns[id.index()].state;
+        st.request_flush();
+        if st.ready() {
+            self.dirty.push(id.0);
+        }
+    }
+
+    /// Pushes the next chain of every connection that has one ready; returns how many requests
+    /// were pushed.
+    fn start_chains(&mut self) -> usize {
+        let mut total = 0;
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
         dirty.dedup();
@@ -235,6 +248,7 @@ impl UringDriver {
                     registered,
                 })
             });
+            total += pushed.as_ref().map_or(0, |n| *n);
             if pushed.is_err() {
                 // The ring refused the SQE (it is full of work that cannot be submitted):
                 // nothing more can go on this connection.
@@ -246,6 +260,7 @@ impl UringDriver {
             }
         }
         self.dirty = dirty;
+        total
     }
 
     /// Routes the reaped completions to their connections.
@@ -261,7 +276,7 @@ impl UringDriver {
             } else {
                 let was = st.chain_in_flight();
                 st.on_result(c.slot, c.req, c.res, c.more, c.age_ns);
-                if was && !st.chain_in_flight() {
+                if was && st.ready() {
                     self.dirty.push(c.tag);
                 }
             }
@@ -294,23 +309,43 @@ impl UringDriver {
     }
 
     /// `wait`: `None` no wait, `Some(None)` until a completion, `Some(Some(t))` at most `t`.
+    /// What is already in the CQ is routed first; the pass waits only when that made nothing
+    /// ready to submit, so a chain that completed while the caller filled the next one costs no
+    /// extra syscall.
     fn pass(&mut self, wait: Option<Option<Duration>>) -> Result<()> {
-        let busy = self.ring.in_kernel() > 0;
-        if let (Some(None), true) = (wait, busy) {
-            self.ring
-                .submit_and_wait(1)
-                .map_err(Error::sys("io_uring_enter"))?;
-        } else if let (Some(Some(t)), true) = (wait, busy) {
-            self.ring
-                .wait_for(t)
-                .map_err(Error::sys("io_uring_enter"))?;
-        } else if self.ring.needs_enter() {
-            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
-        }
         self.ring.reap(&mut self.cqes);
         self.dispatch();
-        // A DEFER_TASKRUN ring runs a bounded batch of deferred completions per enter; run the
-        // rest before deciding, or lagging notifications fill the zero-copy in-flight cap.
+        self.run_deferred()?;
+        if self.dirty.is_empty() && self.ring.in_kernel() > 0 {
+            match wait {
+                Some(None) => {
+                    self.ring
+                        .submit_and_wait(1)
+                        .map_err(Error::sys("io_uring_enter"))?;
+                }
+                Some(Some(t)) => {
+                    self.ring
+                        .wait_for(t)
+                        .map_err(Error::sys("io_uring_enter"))?;
+                }
+                None => {}
+            }
+            self.ring.reap(&mut self.cqes);
+            self.dispatch();
+            self.run_deferred()?;
+        }
+        if !self.dirty.is_empty() || self.ring.needs_enter() {
+            self.start_chains();
+            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+            self.ring.reap(&mut self.cqes);
+            self.dispatch();
+        }
+        Ok(())
+    }
+
+    /// A DEFER_TASKRUN ring runs a bounded batch of deferred completions per enter; run the
+    /// rest before deciding, or lagging notifications fill the zero-copy in-flight cap.
+    fn run_deferred(&mut self) -> Result<()> {
         for _ in 0..8 {
             if !self.ring.taskrun_pending() {
                 break;
@@ -319,10 +354,28 @@ impl UringDriver {
             self.ring.reap(&mut self.cqes);
             self.dispatch();
         }
-        if !self.dirty.is_empty() {
-            self.start_chains();
-            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+        Ok(())
+    }
+
+    /// Pushes and submits the chains that are ready (full queues, flushes, resends), after
+    /// routing the completions already in the CQ, and waits in the same syscall until as many
+    /// completions as requests pushed have come (their results, or earlier notifications): a
+    /// chain on a DEFER_TASKRUN ring advances only while its thread is in the kernel, so this
+    /// runs the batch through in one `io_uring_enter`. No syscall when nothing is ready. What a
+    /// one-connection sender calls after queueing; loops over many connections use
+    /// [`UringDriver::run`], which does not wait for a batch.
+    pub fn submit_ready(&mut self) -> Result<()> {
+        if self.dirty.is_empty() {
+            return Ok(());
         }
+        self.ring.reap(&mut self.cqes);
+        self.dispatch();
+        let n = self.start_chains();
+        self.ring
+            .submit_and_wait(n)
+            .map_err(Error::sys("io_uring_enter"))?;
+        self.ring.reap(&mut self.cqes);
+        self.dispatch();
         Ok(())
     }
 
@@ -342,6 +395,7 @@ impl UringDriver {
 
     /// Runs until every byte queued on `id` is on the socket.
     pub fn flush(&mut self, id: ConnId) -> Result<()> {
+        self.request_flush(id);
         while !self.conns[id.index()].state.is_flushed()
             && self.conns[id.index()].state.error().is_none()
         {
@@ -373,6 +427,9 @@ impl UringDriver {
     /// reused, and counted in each connection's [`SendStats::leaked_buffers`].
     pub fn finish(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
+        for i in 0..self.conns.len() {
+            self.request_flush(ConnId(i as u32));
+        }
         loop {
             let pending = self
                 .conns

@@ -81,8 +81,8 @@ impl SendPath for UringPath {
                 }
             }
         }
-        // Submit without waiting, so the kernel works while the caller fills the next buffer.
-        self.driver.run(false)?;
+        // A full batch goes in now, without waiting; a partial one waits for more or a flush.
+        self.driver.submit_ready()?;
         self.driver.conn_error(self.id)
     }
 

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// `IORING_SEND_ZC_REPORT_USAGE` from `<linux/io_uring.h>` (kernel 6.2).
 pub(crate) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_ENTER_GETEVENTS` from `<linux/io_uring.h>`.
+const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 /// `IORING_NOTIF_USAGE_ZC_COPIED` from `<linux/io_uring.h>`: set in a notification's `res` when
 /// the kernel copied the data after all.
 pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
@@ -383,12 +385,30 @@ impl SendRing {
         }
     }
 
-    /// `io_uring_enter(to_submit)` without waiting (with GETEVENTS when deferred completion
-    /// work is pending, so completions keep coming on a DEFER_TASKRUN ring).
+    /// `io_uring_enter(to_submit)` without waiting. On a DEFER_TASKRUN ring it always passes
+    /// `IORING_ENTER_GETEVENTS` (with `min_complete` 0), so the deferred work of this very
+    /// submission runs in the same call: the next link of a chain is such work, and without it
+    /// a chain would advance one link per syscall. Elsewhere GETEVENTS is passed when the ring
+    /// says deferred work is waiting.
     pub(crate) fn submit(&mut self) -> io::Result<usize> {
         self.enable()?;
         loop {
-            match self.ring.submit() {
+            let r = if self.setup == RingSetup::SingleIssuerDeferTaskrun {
+                let n = self.ring.submission().len() as u32;
+                // SAFETY: no extended argument is passed (`None`, size 0), so the kernel reads
+                // nothing but the rings, which `IoUring` keeps mapped.
+                unsafe {
+                    self.ring.submitter().enter::<libc::sigset_t>(
+                        n,
+                        0,
+                        IORING_ENTER_GETEVENTS,
+                        None,
+                    )
+                }
+            } else {
+                self.ring.submit()
+            };
+            match r {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 other => return other,
             }
