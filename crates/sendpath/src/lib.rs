@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod pattern;
 pub mod policy;
 pub mod probe;
+mod socket;
 pub mod strategy;
 #[allow(unsafe_code)]
 mod sys;
@@ -80,6 +81,7 @@ pub mod perf {
 pub use buffer::Buf;
 pub use error::Error;
 pub use metrics::SendStats;
+pub use socket::Socket;
 pub use strategy::{open, Msg, Options, SendPath, Source, Strategy};
 
 /// The library's result type.

@@ -10,8 +10,7 @@ use super::state::{ConnState, Payload, Pushed, StateConfig, ZcConfig};
 use super::{Choice, Fixed};
 use crate::policy::InflightLimits;
 use crate::sys::uring::{Cqe, OpSupport, RingSetup, SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
-use crate::{Buf, Error, Result, SendStats};
-use std::net::TcpStream;
+use crate::{Buf, Error, Result, SendStats, Socket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -51,7 +50,7 @@ impl Default for DriverConfig {
 }
 
 struct Conn {
-    sock: TcpStream,
+    sock: Socket,
     state: ConnState,
 }
 
@@ -150,14 +149,20 @@ impl UringDriver {
 
     /// Adds a connection with a fixed choice of operation. The socket is put in blocking mode
     /// (io_uring waits for socket space itself).
-    pub fn add(&mut self, sock: TcpStream, choice: Choice, report_usage: bool) -> Result<ConnId> {
+    pub fn add(
+        &mut self,
+        sock: impl Into<Socket>,
+        choice: Choice,
+        report_usage: bool,
+    ) -> Result<ConnId> {
         let state = ConnState::new(self.state_config(report_usage), Box::new(Fixed(choice)));
         self.add_with(sock, state)
     }
 
     /// Adds a connection with a state of the caller's making (its own chooser).
-    pub fn add_with(&mut self, sock: TcpStream, state: ConnState) -> Result<ConnId> {
-        sock.set_nonblocking(false)
+    pub fn add_with(&mut self, sock: impl Into<Socket>, state: ConnState) -> Result<ConnId> {
+        let sock: Socket = sock.into();
+        sock.set_blocking()
             .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
         let id = u32::try_from(self.conns.len())
             .map_err(|_| Error::Config("more than 2^32 connections on one ring".into()))?;
@@ -177,7 +182,7 @@ impl UringDriver {
     }
 
     /// The socket of `id`.
-    pub fn socket(&self, id: ConnId) -> &TcpStream {
+    pub fn socket(&self, id: ConnId) -> &Socket {
         &self.conns[id.index()].sock
     }
 

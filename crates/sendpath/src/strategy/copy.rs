@@ -1,14 +1,15 @@
 //! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
 
+use crate::Socket;
+
 use super::{fields, send_all, SendPath};
 use crate::buffer::BufPool;
 use crate::{Buf, Msg, Result, SendStats};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// `send()` per field (one field per message is the intended use: one contiguous buffer).
 pub(super) struct Copy {
-    sock: TcpStream,
+    sock: Socket,
     stats: SendStats,
     bufs: BufPool,
     /// Set when this stands in for a zero-copy path the kernel lacks.
@@ -16,7 +17,7 @@ pub(super) struct Copy {
 }
 
 impl Copy {
-    pub(super) fn new(sock: TcpStream) -> Copy {
+    pub(super) fn new(sock: Socket) -> Copy {
         Copy {
             sock,
             stats: SendStats::default(),
@@ -63,7 +64,7 @@ impl SendPath for Copy {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

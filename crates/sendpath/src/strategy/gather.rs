@@ -1,21 +1,22 @@
 //! `gather`: `sendmsg()` with one iovec per field: the kernel gathers the fields while copying
 //! them into the socket (one copy).
 
+use crate::Socket;
+
 use super::{fields, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::{Buf, Error, Msg, Result, SendStats};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// One `sendmsg()` per message.
 pub(super) struct Gather {
-    sock: TcpStream,
+    sock: Socket,
     stats: SendStats,
     bufs: BufPool,
 }
 
 impl Gather {
-    pub(super) fn new(sock: TcpStream) -> Gather {
+    pub(super) fn new(sock: Socket) -> Gather {
         Gather {
             sock,
             stats: SendStats::default(),
@@ -54,7 +55,7 @@ impl SendPath for Gather {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -1,25 +1,26 @@
 //! `mmap-send`: `send()` straight from a read-only mapping of the file: no copy into a user
 //! buffer, one copy from the page cache into the socket.
 
+use crate::Socket;
+
 use super::{file_range, SendPath};
 use crate::buffer::BufPool;
 use crate::sys::mem::FileMap;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// Maps the whole file once, then sends slices of the mapping.
 pub(super) struct MmapSend {
-    sock: TcpStream,
+    sock: Socket,
     map: FileMap,
     stats: SendStats,
     bufs: BufPool,
 }
 
 impl MmapSend {
-    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> Result<MmapSend> {
+    pub(super) fn new(sock: Socket, file: Arc<File>) -> Result<MmapSend> {
         let len = file.metadata().map_err(Error::sys("fstat"))?.len() as usize;
         let map = FileMap::new(file.as_fd(), len).map_err(Error::sys("mmap"))?;
         Ok(MmapSend {
@@ -72,7 +73,7 @@ impl SendPath for MmapSend {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

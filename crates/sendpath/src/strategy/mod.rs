@@ -15,11 +15,10 @@ mod vmsplice;
 use crate::buffer::Buf;
 use crate::policy::InflightLimits;
 use crate::sys::SendFlags;
-use crate::{sys, Error, Result, SendStats};
+use crate::{sys, Error, Result, SendStats, Socket};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io;
-use std::net::TcpStream;
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -106,7 +105,7 @@ pub trait SendPath: Send {
     fn stats(&self) -> &SendStats;
 
     /// The socket the path sends on.
-    fn socket(&self) -> &TcpStream;
+    fn socket(&self) -> &Socket;
 }
 
 /// The send paths sendpath knows, by stable name. Serialised as that name (`msg-zerocopy`).
@@ -266,11 +265,17 @@ impl Default for Options {
     }
 }
 
-/// Opens a send path on a connected TCP socket. File paths need `opts.file`. A path whose kernel
+/// Opens a send path on a connected socket (a `TcpStream`, a connected `UdpSocket`, a
+/// `UnixStream`, or any [`Socket`]). File paths need `opts.file`. A path whose kernel
 /// support is missing falls back (uring-zc to uring or copy, msg-zerocopy sends by copy) and says
 /// so in [`SendPath::note`] and its fallback counters.
-pub fn open(strategy: Strategy, sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
-    sock.set_nonblocking(false)
+pub fn open(
+    strategy: Strategy,
+    sock: impl Into<Socket>,
+    opts: &Options,
+) -> Result<Box<dyn SendPath>> {
+    let sock: Socket = sock.into();
+    sock.set_blocking()
         .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
     let file = || {
         opts.file.clone().ok_or_else(|| {

@@ -6,18 +6,19 @@
 //! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
+use crate::Socket;
+
 use super::{fields, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// The MSG_ZEROCOPY path.
 pub(super) struct MsgZerocopy {
-    sock: TcpStream,
+    sock: Socket,
     stats: SendStats,
     limits: InflightLimits,
     supported: bool,
@@ -29,7 +30,7 @@ pub(super) struct MsgZerocopy {
 }
 
 impl MsgZerocopy {
-    pub(super) fn new(sock: TcpStream, limits: InflightLimits) -> MsgZerocopy {
+    pub(super) fn new(sock: Socket, limits: InflightLimits) -> MsgZerocopy {
         let (supported, note) = match sys::socket::enable_zerocopy(sock.as_fd()) {
             Ok(()) => (true, None),
             Err(e) => (
@@ -205,7 +206,7 @@ impl SendPath for MsgZerocopy {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -1,18 +1,19 @@
 //! `read-send`: `pread()` a file chunk into a buffer, then `send()` it: the traditional file
 //! server path (disk or page cache to user buffer, user buffer to socket).
 
+use crate::Socket;
+
 use super::{file_range, send_all, SendPath};
 use crate::buffer::BufPool;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 /// Reads into a reused buffer, then sends it.
 pub(super) struct ReadSend {
-    sock: TcpStream,
+    sock: Socket,
     file: Arc<File>,
     buf: Vec<u8>,
     stats: SendStats,
@@ -20,7 +21,7 @@ pub(super) struct ReadSend {
 }
 
 impl ReadSend {
-    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> ReadSend {
+    pub(super) fn new(sock: Socket, file: Arc<File>) -> ReadSend {
         ReadSend {
             sock,
             file,
@@ -56,7 +57,7 @@ impl SendPath for ReadSend {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -1,25 +1,26 @@
 //! `sendfile`: `sendfile()` from the file to the socket; the kernel attaches page-cache pages to
 //! the socket without a copy through user space.
 
+use crate::Socket;
+
 use super::{file_range, SendPath};
 use crate::buffer::BufPool;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// `sendfile()` until the range is sent.
 pub(super) struct Sendfile {
-    sock: TcpStream,
+    sock: Socket,
     file: Arc<File>,
     stats: SendStats,
     bufs: BufPool,
 }
 
 impl Sendfile {
-    pub(super) fn new(sock: TcpStream, file: Arc<File>) -> Sendfile {
+    pub(super) fn new(sock: Socket, file: Arc<File>) -> Sendfile {
         Sendfile {
             sock,
             file,
@@ -64,7 +65,7 @@ impl SendPath for Sendfile {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -1,22 +1,23 @@
 //! `serialize`: the message's fields copied into one contiguous buffer, then `send()`: the
 //! two-copy baseline (one copy in user space, one into the socket).
 
+use crate::Socket;
+
 use super::{fields, send_all, SendPath};
 use crate::buffer::BufPool;
 use crate::{Buf, Msg, Result, SendStats};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// Copies fields into a reused staging buffer, then sends it.
 pub(super) struct Serialize {
-    sock: TcpStream,
+    sock: Socket,
     stats: SendStats,
     staging: Vec<u8>,
     bufs: BufPool,
 }
 
 impl Serialize {
-    pub(super) fn new(sock: TcpStream) -> Serialize {
+    pub(super) fn new(sock: Socket) -> Serialize {
         Serialize {
             sock,
             stats: SendStats::default(),
@@ -52,7 +53,7 @@ impl SendPath for Serialize {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

@@ -1,12 +1,13 @@
 //! `splice`: file to pipe, pipe to socket, with `splice()`; page references move through the
 //! pipe without a copy. The pipe size is settable (default 1 MiB, or what the kernel grants).
 
+use crate::Socket;
+
 use super::{file_range, SendPath};
 use crate::buffer::BufPool;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
-use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
@@ -57,7 +58,7 @@ impl Pipe {
 
 /// `splice()` file -> pipe -> socket.
 pub(super) struct Splice {
-    sock: TcpStream,
+    sock: Socket,
     file: Arc<File>,
     pipe: Pipe,
     stats: SendStats,
@@ -65,7 +66,7 @@ pub(super) struct Splice {
 }
 
 impl Splice {
-    pub(super) fn new(sock: TcpStream, file: Arc<File>, pipe_size: usize) -> Result<Splice> {
+    pub(super) fn new(sock: Socket, file: Arc<File>, pipe_size: usize) -> Result<Splice> {
         Ok(Splice {
             sock,
             file,
@@ -118,7 +119,7 @@ impl SendPath for Splice {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }

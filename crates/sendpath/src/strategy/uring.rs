@@ -3,10 +3,11 @@
 //! keeps one linked chain of up to `uring_depth` requests in the kernel while the next fills,
 //! and a send waits only when the queue behind the chain is full.
 
+use crate::Socket;
+
 use super::{fields, SendPath};
 use crate::engine::{Choice, ConnId, DriverConfig, UringDriver};
 use crate::{Buf, Msg, Options, Result, SendStats};
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// A one-connection io_uring path.
@@ -22,7 +23,7 @@ impl UringPath {
     /// `Choice::ZeroCopy` on a kernel without SEND_ZC each send is an `unsupported` fallback.
     pub(super) fn new(
         name: &'static str,
-        sock: TcpStream,
+        sock: Socket,
         opts: &Options,
         choice: Choice,
         note: Option<String>,
@@ -47,7 +48,7 @@ impl UringPath {
     }
 }
 
-pub(super) fn open(sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
+pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
     Ok(Box::new(UringPath::new(
         "uring",
         sock,
@@ -109,7 +110,7 @@ impl SendPath for UringPath {
         self.driver.stats(self.id)
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         self.driver.socket(self.id)
     }
 }

@@ -4,12 +4,13 @@
 //! path runs as `uring` (each send counted as an `unsupported` fallback); without io_uring at
 //! all, as `copy`.
 
+use crate::Socket;
+
 use super::uring::UringPath;
 use super::SendPath;
 use crate::engine::Choice;
 use crate::sys::uring::{OpSupport, SendRing};
 use crate::{probe, Options, Result};
-use std::net::TcpStream;
 
 /// What to run, decided from the probe alone.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,7 +50,7 @@ fn plan(ops: std::result::Result<OpSupport, String>, want_usage: bool, usage_ok:
     }
 }
 
-pub(super) fn open(sock: TcpStream, opts: &Options) -> Result<Box<dyn SendPath>> {
+pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
     let ops = SendRing::new(8, 16)
         .and_then(|r| r.probe())
         .map_err(|e| e.to_string());

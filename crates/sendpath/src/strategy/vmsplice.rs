@@ -21,17 +21,18 @@
 //!
 //! [`SealedPages`]: crate::sys::mem::SealedPages
 
+use crate::Socket;
+
 use super::splice::Pipe;
 use super::{fields, SendPath};
 use crate::sys::mem::PageBuf;
 use crate::sys::SpliceFlags;
 use crate::{Buf, Error, Msg, Result, SendStats};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 
 /// vmsplice into a pipe, splice to the socket, unmap.
 pub(super) struct Vmsplice {
-    sock: TcpStream,
+    sock: Socket,
     pipe: Pipe,
     stats: SendStats,
     /// Heap buffers copied into fresh pages before splicing.
@@ -41,7 +42,7 @@ pub(super) struct Vmsplice {
 }
 
 impl Vmsplice {
-    pub(super) fn new(sock: TcpStream, pipe_size: usize) -> Result<Vmsplice> {
+    pub(super) fn new(sock: Socket, pipe_size: usize) -> Result<Vmsplice> {
         Ok(Vmsplice {
             sock,
             pipe: Pipe::new(pipe_size)?,
@@ -110,7 +111,7 @@ impl SendPath for Vmsplice {
         &self.stats
     }
 
-    fn socket(&self) -> &TcpStream {
+    fn socket(&self) -> &Socket {
         &self.sock
     }
 }
@@ -141,8 +142,8 @@ mod tests {
             }
             v
         });
-        let sock = TcpStream::connect(addr).unwrap();
-        let mut p = Vmsplice::new(sock, 1 << 20).unwrap();
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        let mut p = Vmsplice::new(sock.into(), 1 << 20).unwrap();
         p.scribble = scribble;
         let mut off = 0u64;
         for _ in 0..4 {
