@@ -1,9 +1,8 @@
 //! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
 
-use crate::Socket;
-
 use super::{fields, send_all, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{Buf, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 
@@ -68,3 +67,13 @@ impl SendPath for Copy {
         &self.sock
     }
 }
+
+/// `copy` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "copy",
+    source: super::Source::Memory,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, _| Ok(Box::new(Copy::new(sock))),
+};

@@ -1,10 +1,9 @@
 //! `gather`: `sendmsg()` with one iovec per field: the kernel gathers the fields while copying
 //! them into the socket (one copy).
 
-use crate::Socket;
-
 use super::{fields, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 
@@ -59,3 +58,13 @@ impl SendPath for Gather {
         &self.sock
     }
 }
+
+/// `gather` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "gather",
+    source: super::Source::Memory,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: true,
+    open: |sock, _| Ok(Box::new(Gather::new(sock))),
+};

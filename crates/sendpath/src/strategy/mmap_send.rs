@@ -1,11 +1,10 @@
 //! `mmap-send`: `send()` straight from a read-only mapping of the file: no copy into a user
 //! buffer, one copy from the page cache into the socket.
 
-use crate::Socket;
-
-use super::{file_range, SendPath};
+use super::{file_range, required_file, SendPath};
 use crate::buffer::BufPool;
 use crate::sys::mem::FileMap;
+use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -77,3 +76,18 @@ impl SendPath for MmapSend {
         &self.sock
     }
 }
+
+/// `mmap-send` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "mmap-send",
+    source: super::Source::File,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| {
+        Ok(Box::new(MmapSend::new(
+            sock,
+            required_file("mmap-send", opts)?,
+        )?))
+    },
+};

@@ -155,21 +155,26 @@ impl Strategy {
         Strategy::Splice,
     ];
 
+    /// Its entry in the table of paths (kept beside each path's code, in its file).
+    fn info(self) -> &'static PathInfo {
+        match self {
+            Strategy::Copy => &copy::INFO,
+            Strategy::Serialize => &serialize::INFO,
+            Strategy::Gather => &gather::INFO,
+            Strategy::MsgZerocopy => &msg_zerocopy::INFO,
+            Strategy::Uring => &uring::INFO,
+            Strategy::UringZc => &uring_zc::INFO,
+            Strategy::Vmsplice => &vmsplice::INFO,
+            Strategy::ReadSend => &read_send::INFO,
+            Strategy::MmapSend => &mmap_send::INFO,
+            Strategy::Sendfile => &sendfile::INFO,
+            Strategy::Splice => &splice::INFO,
+        }
+    }
+
     /// The stable name.
     pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Copy => "copy",
-            Strategy::Serialize => "serialize",
-            Strategy::Gather => "gather",
-            Strategy::MsgZerocopy => "msg-zerocopy",
-            Strategy::Uring => "uring",
-            Strategy::UringZc => "uring-zc",
-            Strategy::ReadSend => "read-send",
-            Strategy::MmapSend => "mmap-send",
-            Strategy::Sendfile => "sendfile",
-            Strategy::Splice => "splice",
-            Strategy::Vmsplice => "vmsplice",
-        }
+        self.info().name
     }
 
     /// All names, in [`Strategy::ALL`] order.
@@ -187,39 +192,35 @@ impl Strategy {
 
     /// Where the path takes its bytes from.
     pub fn source(self) -> Source {
-        match self {
-            Strategy::ReadSend | Strategy::MmapSend | Strategy::Sendfile | Strategy::Splice => {
-                Source::File
-            }
-            _ => Source::Memory,
-        }
+        self.info().source
     }
 
     /// Whether the path asks the kernel not to copy on the send side.
     pub fn avoids_send_copy(self) -> bool {
-        matches!(
-            self,
-            Strategy::MsgZerocopy
-                | Strategy::UringZc
-                | Strategy::Sendfile
-                | Strategy::Splice
-                | Strategy::Vmsplice
-        )
+        self.info().avoids_send_copy
     }
 
     /// Whether the path gets per-send completions that say whether the kernel copied.
     pub fn has_zc_completions(self) -> bool {
-        matches!(self, Strategy::MsgZerocopy | Strategy::UringZc)
+        self.info().has_zc_completions
     }
 
     /// Whether a message is naturally several fields for this path (the paths that differ in
     /// how they put fields together); others send one contiguous buffer.
     pub fn uses_fields(self) -> bool {
-        matches!(
-            self,
-            Strategy::Serialize | Strategy::Gather | Strategy::MsgZerocopy
-        )
+        self.info().uses_fields
     }
+}
+
+/// What the crate knows about one path, declared in the path's own file (`INFO`).
+pub(crate) struct PathInfo {
+    name: &'static str,
+    source: Source,
+    avoids_send_copy: bool,
+    has_zc_completions: bool,
+    uses_fields: bool,
+    /// Opens the path on a socket already in blocking mode.
+    open: fn(Socket, &Options) -> Result<Box<dyn SendPath>>,
 }
 
 impl std::fmt::Display for Strategy {
@@ -277,26 +278,15 @@ pub fn open(
     let sock: Socket = sock.into();
     sock.set_blocking()
         .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
-    let file = || {
-        opts.file.clone().ok_or_else(|| {
-            Error::Config(format!(
-                "the {} path sends from a file: give Options::file",
-                strategy.name()
-            ))
-        })
-    };
-    Ok(match strategy {
-        Strategy::Copy => Box::new(copy::Copy::new(sock)),
-        Strategy::Serialize => Box::new(serialize::Serialize::new(sock)),
-        Strategy::Gather => Box::new(gather::Gather::new(sock)),
-        Strategy::MsgZerocopy => Box::new(msg_zerocopy::MsgZerocopy::new(sock, opts.inflight)),
-        Strategy::Uring => uring::open(sock, opts)?,
-        Strategy::UringZc => uring_zc::open(sock, opts)?,
-        Strategy::Vmsplice => Box::new(vmsplice::Vmsplice::new(sock, opts.pipe_size)?),
-        Strategy::ReadSend => Box::new(read_send::ReadSend::new(sock, file()?)),
-        Strategy::MmapSend => Box::new(mmap_send::MmapSend::new(sock, file()?)?),
-        Strategy::Sendfile => Box::new(sendfile::Sendfile::new(sock, file()?)),
-        Strategy::Splice => Box::new(splice::Splice::new(sock, file()?, opts.pipe_size)?),
+    (strategy.info().open)(sock, opts)
+}
+
+/// The file of a file path, or the error that says to give one.
+fn required_file(path: &str, opts: &Options) -> Result<std::sync::Arc<File>> {
+    opts.file.clone().ok_or_else(|| {
+        Error::Config(format!(
+            "the {path} path sends from a file: give Options::file"
+        ))
     })
 }
 
@@ -397,4 +387,43 @@ fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {
 
 fn now_ns(origin: std::time::Instant) -> u64 {
     origin.elapsed().as_nanos() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_of_paths_says_what_each_path_is() {
+        let names = Strategy::names();
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), Strategy::ALL.len(), "names are unique");
+        for s in Strategy::ALL {
+            assert_eq!(Strategy::parse(s.name()).unwrap(), s);
+            assert_eq!(s.to_string(), s.name());
+        }
+        let with = |f: fn(Strategy) -> bool| -> Vec<&str> {
+            Strategy::ALL
+                .into_iter()
+                .filter(|s| f(*s))
+                .map(Strategy::name)
+                .collect()
+        };
+        assert_eq!(
+            with(|s| s.source() == Source::File),
+            ["read-send", "mmap-send", "sendfile", "splice"]
+        );
+        assert_eq!(
+            with(Strategy::avoids_send_copy),
+            ["msg-zerocopy", "uring-zc", "vmsplice", "sendfile", "splice"]
+        );
+        assert_eq!(
+            with(Strategy::has_zc_completions),
+            ["msg-zerocopy", "uring-zc"]
+        );
+        assert_eq!(
+            with(Strategy::uses_fields),
+            ["serialize", "gather", "msg-zerocopy"]
+        );
+    }
 }

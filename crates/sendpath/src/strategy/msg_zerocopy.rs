@@ -6,12 +6,11 @@
 //! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
-use crate::Socket;
-
 use super::{fields, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
+use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -218,3 +217,13 @@ impl Drop for MsgZerocopy {
         }
     }
 }
+
+/// `msg-zerocopy` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "msg-zerocopy",
+    source: super::Source::Memory,
+    avoids_send_copy: true,
+    has_zc_completions: true,
+    uses_fields: true,
+    open: |sock, opts| Ok(Box::new(MsgZerocopy::new(sock, opts.inflight))),
+};

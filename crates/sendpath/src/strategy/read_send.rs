@@ -1,10 +1,9 @@
 //! `read-send`: `pread()` a file chunk into a buffer, then `send()` it: the traditional file
 //! server path (disk or page cache to user buffer, user buffer to socket).
 
-use crate::Socket;
-
-use super::{file_range, send_all, SendPath};
+use super::{file_range, required_file, send_all, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -61,3 +60,18 @@ impl SendPath for ReadSend {
         &self.sock
     }
 }
+
+/// `read-send` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "read-send",
+    source: super::Source::File,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| {
+        Ok(Box::new(ReadSend::new(
+            sock,
+            required_file("read-send", opts)?,
+        )))
+    },
+};

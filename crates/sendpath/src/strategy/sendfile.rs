@@ -1,10 +1,9 @@
 //! `sendfile`: `sendfile()` from the file to the socket; the kernel attaches page-cache pages to
 //! the socket without a copy through user space.
 
-use crate::Socket;
-
-use super::{file_range, SendPath};
+use super::{file_range, required_file, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
@@ -69,3 +68,18 @@ impl SendPath for Sendfile {
         &self.sock
     }
 }
+
+/// `sendfile` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "sendfile",
+    source: super::Source::File,
+    avoids_send_copy: true,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| {
+        Ok(Box::new(Sendfile::new(
+            sock,
+            required_file("sendfile", opts)?,
+        )))
+    },
+};

@@ -1,10 +1,9 @@
 //! `serialize`: the message's fields copied into one contiguous buffer, then `send()`: the
 //! two-copy baseline (one copy in user space, one into the socket).
 
-use crate::Socket;
-
 use super::{fields, send_all, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{Buf, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 
@@ -57,3 +56,13 @@ impl SendPath for Serialize {
         &self.sock
     }
 }
+
+/// `serialize` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "serialize",
+    source: super::Source::Memory,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: true,
+    open: |sock, _| Ok(Box::new(Serialize::new(sock))),
+};

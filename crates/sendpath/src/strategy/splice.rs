@@ -1,10 +1,9 @@
 //! `splice`: file to pipe, pipe to socket, with `splice()`; page references move through the
 //! pipe without a copy. The pipe size is settable (default 1 MiB, or what the kernel grants).
 
-use crate::Socket;
-
-use super::{file_range, SendPath};
+use super::{file_range, required_file, SendPath};
 use crate::buffer::BufPool;
+use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::fs::File;
 use std::io;
@@ -123,3 +122,19 @@ impl SendPath for Splice {
         &self.sock
     }
 }
+
+/// `splice` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "splice",
+    source: super::Source::File,
+    avoids_send_copy: true,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| {
+        Ok(Box::new(Splice::new(
+            sock,
+            required_file("splice", opts)?,
+            opts.pipe_size,
+        )?))
+    },
+};

@@ -3,10 +3,9 @@
 //! keeps one linked chain of up to `uring_depth` requests in the kernel while the next fills,
 //! and a send waits only when the queue behind the chain is full.
 
-use crate::Socket;
-
 use super::{fields, SendPath};
 use crate::engine::{Choice, ConnId, DriverConfig, UringDriver};
+use crate::Socket;
 use crate::{Buf, Msg, Options, Result, SendStats};
 use std::time::Duration;
 
@@ -114,3 +113,13 @@ impl SendPath for UringPath {
         self.driver.socket(self.id)
     }
 }
+
+/// `uring` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "uring",
+    source: super::Source::Memory,
+    avoids_send_copy: false,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| open(sock, opts),
+};

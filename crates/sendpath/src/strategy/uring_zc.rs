@@ -4,12 +4,11 @@
 //! path runs as `uring` (each send counted as an `unsupported` fallback); without io_uring at
 //! all, as `copy`.
 
-use crate::Socket;
-
 use super::uring::UringPath;
 use super::SendPath;
 use crate::engine::Choice;
 use crate::sys::uring::{OpSupport, SendRing};
+use crate::Socket;
 use crate::{probe, Options, Result};
 
 /// What to run, decided from the probe alone.
@@ -85,6 +84,16 @@ pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
         }
     })
 }
+
+/// `uring-zc` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "uring-zc",
+    source: super::Source::Memory,
+    avoids_send_copy: true,
+    has_zc_completions: true,
+    uses_fields: false,
+    open: |sock, opts| open(sock, opts),
+};
 
 #[cfg(test)]
 mod tests {

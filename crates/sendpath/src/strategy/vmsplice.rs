@@ -21,12 +21,11 @@
 //!
 //! [`SealedPages`]: crate::sys::mem::SealedPages
 
-use crate::Socket;
-
 use super::splice::Pipe;
 use super::{fields, SendPath};
 use crate::sys::mem::PageBuf;
 use crate::sys::SpliceFlags;
+use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 
@@ -115,6 +114,16 @@ impl SendPath for Vmsplice {
         &self.sock
     }
 }
+
+/// `vmsplice` in the table of paths.
+pub(super) const INFO: super::PathInfo = super::PathInfo {
+    name: "vmsplice",
+    source: super::Source::Memory,
+    avoids_send_copy: true,
+    has_zc_completions: false,
+    uses_fields: false,
+    open: |sock, opts| Ok(Box::new(Vmsplice::new(sock, opts.pipe_size)?)),
+};
 
 #[cfg(test)]
 mod tests {
