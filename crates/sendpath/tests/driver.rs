@@ -144,8 +144,17 @@ fn a_reset_connection_fails_alone() {
                 queued = true;
             }
         }
+        let before = d.state(ids[1]).error().is_some();
         d.run(!queued).unwrap();
+        let mut writable = Vec::new();
+        d.take_writable(&mut writable);
         let failed = d.state(ids[1]).error().is_some();
+        if failed && !before {
+            assert!(
+                writable.contains(&ids[1]),
+                "the pass that saw the reset hands the connection to its owner"
+            );
+        }
         if failed && offset[0] >= 8 << 20 && offset[2] >= 8 << 20 {
             break;
         }

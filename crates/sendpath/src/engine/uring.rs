@@ -279,10 +279,14 @@ impl UringDriver {
                 let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
                 st.on_notification(c.req, copied, c.age_ns);
             } else {
-                let was = st.chain_in_flight();
+                let (was, failed) = (st.chain_in_flight(), st.error().is_some());
                 st.on_result(c.slot, c.req, c.res, c.more, c.age_ns);
                 if was && st.ready() {
                     self.dirty.push(c.tag);
+                }
+                if !failed && st.error().is_some() {
+                    // Its owner should look: the connection is over.
+                    self.writable.push(ConnId(c.tag));
                 }
             }
             if let Some(b) = c.released {
@@ -297,10 +301,10 @@ impl UringDriver {
         }
     }
 
-    /// One pass: enters the kernel (waiting for at least one completion when `wait` and
-    /// anything is in the kernel; otherwise only when there is something to submit or deferred
-    /// work to run), reaps and routes every ready completion, then pushes and submits the
-    /// chains that are ready. Chains are built only right after reaping, so zero-copy
+    /// One pass: routes the completions already in the CQ, enters the kernel to wait for at
+    /// least one more only when `wait`, nothing became ready and something is in the kernel,
+    /// then pushes and submits the chains that are ready (entering only when there is something
+    /// to submit or deferred work to run). Chains are built only right after reaping, so zero-copy
     /// decisions see the latest notifications. Connection errors are left in each state
     /// ([`ConnState::error`]); an error here is the ring's own.
     pub fn run(&mut self, wait: bool) -> Result<()> {
