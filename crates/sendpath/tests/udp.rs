@@ -1,10 +1,10 @@
-//! The paths are not TCP-only: every memory path sends datagrams on a connected UDP socket,
+//! The paths are not TCP-only: the memory paths send datagrams on a connected UDP socket,
 //! each message one datagram, byte for byte.
 
 mod common;
 
 use sendpath::pattern::{self, Verifier};
-use sendpath::{open, Msg, Options, Strategy};
+use sendpath::{open, Msg, Options, Source, Strategy};
 use std::net::UdpSocket;
 use std::time::Duration;
 
@@ -13,14 +13,10 @@ const SIZE: usize = 1200;
 
 #[test]
 fn memory_paths_send_datagrams_on_a_connected_udp_socket() {
-    let memory = [
-        Strategy::Copy,
-        Strategy::Serialize,
-        Strategy::Gather,
-        Strategy::MsgZerocopy,
-        Strategy::Uring,
-        Strategy::UringZc,
-    ];
+    // vmsplice is left out: its splice from a pipe may cut one message into several datagrams.
+    let memory = Strategy::ALL
+        .into_iter()
+        .filter(|s| s.source() == Source::Memory && *s != Strategy::Vmsplice);
     for strategy in memory {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
