@@ -26,7 +26,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
             .run
             .strategy
             .iter()
-            .filter(|s| !matches!(s, sendpath::Strategy::Uring | sendpath::Strategy::UringZc))
+            .filter(|s| sendpath::engine::Choice::of_strategy(**s).is_none())
             .map(|s| s.name())
             .collect();
         if !other.is_empty() {

@@ -121,17 +121,10 @@ impl Multiplexed<'_> {
         &self,
         txs: Vec<TcpStream>,
     ) -> anyhow::Result<(UringDriver, Vec<sendpath::engine::ConnId>)> {
-        let choice = match self.strategy {
-            Strategy::Uring => Choice::Copy,
-            Strategy::UringZc => Choice::ZeroCopy,
-            s => bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring or uring-zc (not {s})"),
+        let Some(choice) = Choice::of_strategy(self.strategy) else {
+            bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring or uring-zc (not {})", self.strategy)
         };
-        let mut d = UringDriver::new(DriverConfig {
-            connections: txs.len(),
-            depth: self.opts.uring_depth,
-            inflight: self.opts.inflight,
-            fixed_buffers: self.opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
-        })?;
+        let mut d = UringDriver::new(DriverConfig::from_options(self.opts, txs.len(), choice))?;
         let ids = txs
             .into_iter()
             .map(|s| d.add(s, choice, self.opts.uring_report_usage))

@@ -11,6 +11,18 @@ pub enum Choice {
     ZeroCopy,
 }
 
+impl Choice {
+    /// The fixed choice of an io_uring strategy: `uring` copies, `uring-zc` asks for zero-copy;
+    /// `None` for paths that do not run on the io_uring driver.
+    pub fn of_strategy(s: crate::Strategy) -> Option<Choice> {
+        match s {
+            crate::Strategy::Uring => Some(Choice::Copy),
+            crate::Strategy::UringZc => Some(Choice::ZeroCopy),
+            _ => None,
+        }
+    }
+}
+
 /// What a chooser knows when it picks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendContext {

@@ -49,6 +49,19 @@ impl Default for DriverConfig {
     }
 }
 
+impl DriverConfig {
+    /// The driver settings the send-path options ask for, for `connections` connections that
+    /// send with `choice` (registered buffers only serve zero-copy sends).
+    pub fn from_options(opts: &crate::Options, connections: usize, choice: Choice) -> DriverConfig {
+        DriverConfig {
+            connections,
+            depth: opts.uring_depth,
+            inflight: opts.inflight,
+            fixed_buffers: opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
+        }
+    }
+}
+
 struct Conn {
     sock: Socket,
     state: ConnState,

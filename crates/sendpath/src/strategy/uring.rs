@@ -27,12 +27,7 @@ impl UringPath {
         choice: Choice,
         note: Option<String>,
     ) -> Result<UringPath> {
-        let mut driver = UringDriver::new(DriverConfig {
-            connections: 1,
-            depth: opts.uring_depth,
-            inflight: opts.inflight,
-            fixed_buffers: opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
-        })?;
+        let mut driver = UringDriver::new(DriverConfig::from_options(opts, 1, choice))?;
         let id = driver.add(sock, choice, opts.uring_report_usage)?;
         let note = match (note, driver.note()) {
             (Some(a), Some(b)) => Some(format!("{a}; {b}")),
