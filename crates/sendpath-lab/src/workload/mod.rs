@@ -96,7 +96,7 @@ pub fn receive(
 
 /// Reads every connection in `socks` to EOF on one thread (epoll, level-triggered, one read
 /// per ready connection per pass so that none starves the others), as [`receive`] does for one.
-/// `per_conn[i]` counts connection `i`'s bytes and `c` their sum. Returns one verifier per
+/// `per_conn[i]` (zero at the start) counts connection `i`'s bytes and `c` their sum. Returns one verifier per
 /// connection. An error on any connection is an error naming it and its offset.
 pub fn receive_many(
     socks: Vec<TcpStream>,
@@ -118,7 +118,6 @@ pub fn receive_many(
         .context("epoll_ctl(ADD)")?;
     }
     let mut verifiers: Vec<Verifier> = socks.iter().map(|_| Verifier::new()).collect();
-    let mut totals = vec![0u64; socks.len()];
     let mut open = socks.len();
     let mut buf = vec![0u8; read_size.max(1)];
     let mut events = Vec::with_capacity(socks.len().min(4096));
@@ -145,14 +144,13 @@ pub fn receive_many(
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
                 Err(e) => {
                     return Err(std::io::Error::from(e)).with_context(|| {
-                        format!("receiver: connection {i} broke at byte offset {} (before a clean end of stream)", totals[i])
+                        format!("receiver: connection {i} broke at byte offset {} (before a clean end of stream)", per_conn[i].load(Ordering::Relaxed))
                     })
                 }
             };
             if mode == RecvMode::Verify {
                 verifiers[i].check(&buf[..n]);
             }
-            totals[i] += n as u64;
             per_conn[i].fetch_add(n as u64, Ordering::Relaxed);
             c.bytes.fetch_add(n as u64, Ordering::Relaxed);
         }
