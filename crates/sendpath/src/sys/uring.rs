@@ -203,13 +203,19 @@ impl SendRing {
         Ok(())
     }
 
-    /// `io_uring_register(IORING_REGISTER_BUFFERS_UPDATE)`: puts `buf` in the registered table
+    /// `io_uring_register(IORING_REGISTER_BUFFERS_UPDATE)`: puts the buffer in `slot` in the registered table
     /// (pinning its pages) unless it is already there. Returns `false` when the table is full or
     /// fixed buffers are off; the buffer is then sent unregistered. When the kernel refuses
     /// (`ENOMEM` past the memlock limit, for one), fixed buffers are turned off for this ring
     /// and the reason kept in [`SendRing::fixed_error`].
-    fn register_buf(&mut self, buf: &mut Buf) -> bool {
-        match self.try_register(buf) {
+    fn register_buf(&mut self, slot: u32) -> bool {
+        let (Some(table), Some(s)) = (
+            self.fixed.as_mut(),
+            self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()),
+        ) else {
+            return false;
+        };
+        match Self::try_register(&self.ring, table, &mut s.buf) {
             Ok(r) => r,
             Err(e) => {
                 self.fixed = None;
@@ -219,10 +225,11 @@ impl SendRing {
         }
     }
 
-    fn try_register(&mut self, buf: &mut Buf) -> io::Result<bool> {
-        let Some(table) = self.fixed.as_mut() else {
-            return Ok(false);
-        };
+    fn try_register(
+        ring: &IoUring,
+        table: &mut [(usize, usize)],
+        buf: &mut Buf,
+    ) -> io::Result<bool> {
         let key = (buf.as_slice().as_ptr() as usize, buf.capacity());
         if let Some(i) = buf.fixed {
             if table.get(i as usize) == Some(&key) {
@@ -241,8 +248,7 @@ impl SendRing {
         // later dropped the kernel keeps its own page references and no Rust memory is written.
         // Stale entries are detected by address and length before use (see above).
         unsafe {
-            self.ring
-                .submitter()
+            ring.submitter()
                 .register_buffers_update(i as u32, &[iov], None)?
         };
         table[i] = key;
@@ -302,11 +308,8 @@ impl SendRing {
         if !live {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         }
-        if matches!(op, Op::SendZc { .. }) && self.fixed.is_some() {
-            let mut buf =
-                std::mem::take(&mut self.slots[slot as usize].as_mut().expect("live").buf);
-            self.register_buf(&mut buf);
-            self.slots[slot as usize].as_mut().expect("live").buf = buf;
+        if matches!(op, Op::SendZc { .. }) {
+            self.register_buf(slot);
         }
         let s = self.slots[slot as usize]
             .as_mut()
