@@ -40,6 +40,18 @@ impl From<std::net::TcpStream> for Socket {
     }
 }
 
+impl From<std::net::TcpListener> for Socket {
+    fn from(s: std::net::TcpListener) -> Socket {
+        Socket(s.into())
+    }
+}
+
+impl From<Socket> for OwnedFd {
+    fn from(s: Socket) -> OwnedFd {
+        s.0
+    }
+}
+
 impl From<std::net::UdpSocket> for Socket {
     fn from(s: std::net::UdpSocket) -> Socket {
         Socket(s.into())

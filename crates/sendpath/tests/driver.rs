@@ -180,3 +180,90 @@ fn a_reset_connection_fails_alone() {
         }
     }
 }
+
+/// A ring that accepts, receives into provided buffers and answers: 50 clients each send
+/// three messages and read back what they sent, byte for byte; then every connection is closed
+/// and its id comes back as `Closed`, with the receive buffers all returned.
+#[test]
+fn a_ring_accepts_receives_answers_and_closes() {
+    use sendpath::engine::{Event, RecvConfig};
+    let Some(mut d) = driver(64) else { return };
+    if let Err(e) = d.provide_recv_buffers(RecvConfig {
+        buffers: 16,
+        size: 256,
+    }) {
+        common::skip(&format!("provided buffer rings unavailable: {e}"));
+        return;
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    d.listen(l).unwrap();
+    const CLIENTS: usize = 50;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            std::thread::spawn(move || -> std::io::Result<()> {
+                use std::io::Write;
+                let mut s = TcpStream::connect(addr)?;
+                s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                for round in 0..3u8 {
+                    let msg: Vec<u8> = (0..100).map(|k| (i as u8) ^ round ^ k).collect();
+                    s.write_all(&msg)?;
+                    let mut back = vec![0u8; msg.len()];
+                    s.read_exact(&mut back)?;
+                    assert_eq!(back, msg, "client {i} round {round}");
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut events = Vec::new();
+    let mut done = 0;
+    let mut closed = 0;
+    let mut accepted = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while closed < CLIENTS && std::time::Instant::now() < deadline {
+        d.run_for(Duration::from_millis(50)).unwrap();
+        d.take_events(&mut events);
+        for ev in events.drain(..) {
+            match ev {
+                Event::Accepted(sock) => {
+                    accepted += 1;
+                    d.add_receiving(
+                        sock,
+                        sendpath::engine::ConnState::new(
+                            d.state_config(false),
+                            Box::new(sendpath::engine::Fixed(Choice::Copy)),
+                        ),
+                    )
+                    .unwrap();
+                }
+                Event::Received { conn, buf } => {
+                    let mut out = d.take_buf(conn, buf.len());
+                    out.as_mut_slice().copy_from_slice(d.received(&buf));
+                    d.recycle(buf);
+                    d.push(conn, out, true).unwrap();
+                    d.request_flush(conn);
+                }
+                Event::RecvEnded { conn, error } => {
+                    assert!(error.is_none(), "{error:?}");
+                    done += 1;
+                    d.close(conn);
+                }
+                Event::Closed(_) => closed += 1,
+                Event::AcceptFailed(e) => panic!("accept failed: {e}"),
+            }
+        }
+    }
+    for c in clients {
+        c.join().unwrap().unwrap();
+    }
+    assert_eq!((accepted, done, closed), (CLIENTS, CLIENTS, CLIENTS));
+    assert_eq!(d.open_connections(), 0);
+    assert_eq!(d.total_stats().bytes, (CLIENTS * 300) as u64);
+    let t = std::time::Instant::now();
+    drop(d);
+    assert!(
+        t.elapsed() < Duration::from_millis(1900),
+        "the armed accept is cancelled at drop without waiting out the timeout"
+    );
+}

@@ -27,6 +27,8 @@ pub struct Buf {
 enum Storage {
     Heap(Vec<u8>),
     Pages(PageBuf),
+    /// Immutable bytes shared by every [`Buf::share`] of one buffer (a server's body).
+    Shared(std::sync::Arc<[u8]>),
 }
 
 impl std::fmt::Debug for Buf {
@@ -76,6 +78,28 @@ impl Buf {
         })
     }
 
+    /// A buffer whose bytes never change once made, so one copy can be in many sends at once
+    /// (a response body sent on every connection): see [`Buf::share`]. Writing to it
+    /// ([`Buf::as_mut_slice`], [`Buf::resize`]) first makes a private copy.
+    pub fn shared(bytes: Vec<u8>) -> Buf {
+        Buf {
+            data: Storage::Shared(bytes.into()),
+            fixed: None,
+        }
+    }
+
+    /// Another handle on the same bytes, for a buffer made by [`Buf::shared`] (with its
+    /// io_uring registration, if it has one); `None` for any other buffer.
+    pub fn share(&self) -> Option<Buf> {
+        match &self.data {
+            Storage::Shared(a) => Some(Buf {
+                data: Storage::Shared(a.clone()),
+                fixed: self.fixed,
+            }),
+            _ => None,
+        }
+    }
+
     /// Takes the anonymous pages out, if the buffer has them.
     pub(crate) fn into_pages(self) -> Result<PageBuf, Buf> {
         match self.data {
@@ -107,6 +131,11 @@ impl Buf {
                 }
                 v.resize(len, FILL);
             }
+            Storage::Shared(a) => {
+                let mut v = a[..len.min(a.len())].to_vec();
+                v.resize(len, FILL);
+                *self = Buf::from(v);
+            }
             Storage::Pages(p) => {
                 if len != p.len() {
                     // Pages are never recycled (see vmsplice); a new size gets new pages, and
@@ -122,14 +151,19 @@ impl Buf {
         match &self.data {
             Storage::Heap(v) => v,
             Storage::Pages(p) => p.as_slice(),
+            Storage::Shared(a) => a,
         }
     }
 
     /// The bytes, writable: possible only while the caller owns the buffer.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if let Storage::Shared(a) = &self.data {
+            *self = Buf::from(a.to_vec());
+        }
         match &mut self.data {
             Storage::Heap(v) => v,
             Storage::Pages(p) => p.as_mut_slice(),
+            Storage::Shared(_) => unreachable!("made private above"),
         }
     }
 
@@ -142,6 +176,7 @@ impl Buf {
         match &self.data {
             Storage::Heap(v) => v.capacity(),
             Storage::Pages(p) => p.len(),
+            Storage::Shared(a) => a.len(),
         }
     }
 }
@@ -185,14 +220,19 @@ impl BufPool {
         }
     }
 
-    /// Gives a buffer back for reuse.
+    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) is dropped
+    /// instead: reusing it would mean copying them.
     pub fn put(&mut self, b: Buf) {
-        self.free.push(b);
+        if !matches!(b.data, Storage::Shared(_)) {
+            self.free.push(b);
+        }
     }
 
     /// Gives buffers back for reuse.
     pub fn put_all(&mut self, bufs: impl IntoIterator<Item = Buf>) {
-        self.free.extend(bufs);
+        for b in bufs {
+            self.put(b);
+        }
     }
 
     /// Number of buffers ready for reuse.

@@ -109,6 +109,9 @@ pub struct ConnState {
     /// Submit what is queued without waiting for a full batch, until the queue is empty.
     flushing: bool,
     error: Option<i32>,
+    /// Zero-copy sends the ring still allows (its cap over every connection, see
+    /// [`ConnState::set_zc_budget`]).
+    zc_budget: usize,
 }
 
 impl ConnState {
@@ -134,6 +137,7 @@ impl ConnState {
             unheld: Vec::new(),
             flushing: false,
             error: None,
+            zc_budget: usize::MAX,
         }
     }
 
@@ -203,6 +207,13 @@ impl ConnState {
     /// SEND_ZC requests awaiting their result or notification.
     pub fn zc_inflight(&self) -> usize {
         self.ledger.inflight()
+    }
+
+    /// How many more zero-copy sends the driver allows this connection in the next chain (what
+    /// is left of a cap shared by every connection of a ring); past it a zero-copy choice goes
+    /// by copy, counted as an `inflight_cap` fallback.
+    pub fn set_zc_budget(&mut self, n: usize) {
+        self.zc_budget = n;
     }
 
     /// The errno that ended the connection, if one did.
@@ -303,6 +314,12 @@ impl ConnState {
         if self.chooser.choose(&cx) == Choice::Copy {
             return false;
         }
+        if self.cfg.zc.is_some() && self.zc_budget == 0 {
+            self.stats
+                .fallbacks
+                .count(policy::FallbackReason::InflightCap);
+            return false;
+        }
         let limits = self
             .cfg
             .zc
@@ -315,7 +332,10 @@ impl ConnState {
             len,
             true,
         ) {
-            ZcDecision::ZeroCopy => true,
+            ZcDecision::ZeroCopy => {
+                self.zc_budget = self.zc_budget.saturating_sub(1);
+                true
+            }
             ZcDecision::Copy(r) => {
                 self.stats.fallbacks.count(r);
                 false

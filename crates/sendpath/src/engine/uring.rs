@@ -9,7 +9,9 @@
 use super::state::{ConnState, Payload, Pushed, StateConfig, ZcConfig};
 use super::{Choice, Fixed};
 use crate::policy::InflightLimits;
-use crate::sys::uring::{Cqe, OpSupport, RingSetup, SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
+use crate::sys::uring::{
+    AuxCqe, AuxOp, Cqe, OpSupport, RingSetup, SendRing, IORING_NOTIF_USAGE_ZC_COPIED,
+};
 use crate::{Buf, Error, Result, SendStats, Socket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -36,6 +38,9 @@ pub struct DriverConfig {
     pub inflight: InflightLimits,
     /// Register zero-copy buffers with the ring (fixed buffers).
     pub fixed_buffers: bool,
+    /// Cap on SEND_ZC requests awaiting notification over all connections of the ring (a
+    /// server worker's cap); a zero-copy send past it goes by copy, counted as `inflight_cap`.
+    pub ring_zc_inflight: Option<usize>,
 }
 
 impl Default for DriverConfig {
@@ -45,6 +50,7 @@ impl Default for DriverConfig {
             depth: 8,
             inflight: InflightLimits::default(),
             fixed_buffers: false,
+            ring_zc_inflight: None,
         }
     }
 }
@@ -58,20 +64,106 @@ impl DriverConfig {
             depth: opts.uring_depth,
             inflight: opts.inflight,
             fixed_buffers: opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
+            ring_zc_inflight: None,
         }
     }
 }
 
+/// Receive buffers for connections that receive on the ring ([`UringDriver::listen`],
+/// [`UringDriver::add_receiving`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvConfig {
+    /// Provided buffers (a power of two, at most 32768).
+    pub buffers: u16,
+    /// Bytes per buffer: the most one receive completion carries.
+    pub size: usize,
+}
+
+impl Default for RecvConfig {
+    fn default() -> Self {
+        RecvConfig {
+            buffers: 1024,
+            size: 4096,
+        }
+    }
+}
+
+/// Bytes a receive completion handed over, in one of the ring's provided buffers. Read them
+/// with [`UringDriver::received`], then give the buffer back with [`UringDriver::recycle`]: the
+/// kernel cannot receive into it until then.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RecvBuf {
+    id: u16,
+    len: usize,
+}
+
+impl RecvBuf {
+    /// Bytes received.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was received (never handed out: end of file is [`Event::RecvEnded`]).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Something the ring did besides sending, for the owner's event loop.
+#[derive(Debug)]
+pub enum Event {
+    /// The listener accepted a connection (not yet added).
+    Accepted(Socket),
+    /// An accept failed (`EMFILE`, say); the listener stays armed.
+    AcceptFailed(std::io::Error),
+    /// Bytes arrived on a connection.
+    Received {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes.
+        buf: RecvBuf,
+    },
+    /// A connection's receiving ended: `None` at end of file, else the error.
+    RecvEnded {
+        /// The connection.
+        conn: ConnId,
+        /// The error, when it was not end of file.
+        error: Option<std::io::Error>,
+    },
+    /// A connection given to [`UringDriver::close`] is gone: its socket is closed, no
+    /// completion names it any more, and its id may be handed out again.
+    Closed(ConnId),
+}
+
+/// The tag of the listener's accepts (connections are numbered from 0).
+const LISTENER: u32 = u32::MAX;
+
 struct Conn {
     sock: Socket,
     state: ConnState,
+    /// Receives on the ring (re-armed when the provided buffers ran out).
+    receiving: bool,
+    /// Given to [`UringDriver::close`]; gone once no completion can name it.
+    closing: bool,
 }
 
 /// One ring, many connections. See the module docs.
 pub struct UringDriver {
     ring: SendRing,
     cfg: DriverConfig,
-    conns: Vec<Conn>,
+    conns: Vec<Option<Conn>>,
+    free_ids: Vec<u32>,
+    closing: Vec<u32>,
+    listener: Option<Socket>,
+    events: Vec<Event>,
+    aux: Vec<AuxCqe>,
+    /// Receives to arm again (their provided buffers ran out), and whether accept must be.
+    rearm: Vec<u32>,
+    rearm_accept: bool,
+    /// SEND_ZC requests awaiting notification over every connection.
+    zc_inflight: usize,
+    /// The counters of connections that are gone.
+    closed_stats: SendStats,
     cqes: Vec<Cqe>,
     unheld: Vec<u32>,
     /// Connections with a chain that may be ready to go.
@@ -118,6 +210,15 @@ impl UringDriver {
             ring,
             cfg: DriverConfig { depth, ..cfg },
             conns: Vec::new(),
+            free_ids: Vec::new(),
+            closing: Vec::new(),
+            listener: None,
+            events: Vec::new(),
+            aux: Vec::new(),
+            rearm: Vec::new(),
+            rearm_accept: false,
+            zc_inflight: 0,
+            closed_stats: SendStats::default(),
             cqes: Vec::new(),
             unheld: Vec::new(),
             dirty: Vec::new(),
@@ -172,51 +273,185 @@ impl UringDriver {
         self.add_with(sock, state)
     }
 
-    /// Adds a connection with a state of the caller's making (its own chooser).
+    /// Adds a connection with a state of the caller's making (its own chooser). Ids of
+    /// connections that are gone ([`Event::Closed`]) are handed out again.
     pub fn add_with(&mut self, sock: impl Into<Socket>, state: ConnState) -> Result<ConnId> {
         let sock: Socket = sock.into();
         sock.set_blocking()
             .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
-        let id = u32::try_from(self.conns.len())
-            .map_err(|_| Error::Config("more than 2^32 connections on one ring".into()))?;
-        self.conns.push(Conn { sock, state });
+        let conn = Conn {
+            sock,
+            state,
+            receiving: false,
+            closing: false,
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.conns[id as usize] = Some(conn);
+                id
+            }
+            None => {
+                let id = u32::try_from(self.conns.len())
+                    .ok()
+                    .filter(|&id| id != LISTENER)
+                    .ok_or_else(|| {
+                        Error::Config("more than 2^32 - 1 connections on one ring".into())
+                    })?;
+                self.conns.push(Some(conn));
+                id
+            }
+        };
         self.writable.push(ConnId(id));
         Ok(ConnId(id))
     }
 
-    /// Connections added so far.
+    /// Adds a connection that also receives on the ring: a multishot receive into the ring's
+    /// provided buffers (see [`UringDriver::provide_recv_buffers`]) reports what arrives as
+    /// [`Event::Received`].
+    pub fn add_receiving(&mut self, sock: impl Into<Socket>, state: ConnState) -> Result<ConnId> {
+        let id = self.add_with(sock, state)?;
+        let c = self.conns[id.index()].as_mut().expect("just added");
+        c.receiving = true;
+        if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), id.0) {
+            self.close(id);
+            return Err(Error::sys("io_uring RECV (multishot)")(e));
+        }
+        Ok(id)
+    }
+
+    /// Registers `cfg.buffers` provided buffers of `cfg.size` bytes with the ring, for
+    /// connections that receive on it. Once per driver.
+    pub fn provide_recv_buffers(&mut self, cfg: RecvConfig) -> Result<()> {
+        self.ring
+            .provide_recv_buffers(cfg.buffers, cfg.size)
+            .map_err(Error::sys("io_uring_register(PBUF_RING)"))
+    }
+
+    /// Accepts connections from `listener` on the ring (multishot accept): each comes back as
+    /// [`Event::Accepted`]. The driver keeps the listener open while it runs.
+    pub fn listen(&mut self, listener: impl Into<Socket>) -> Result<()> {
+        let l: Socket = listener.into();
+        self.ring
+            .push_accept_multi(l.as_fd(), LISTENER)
+            .map_err(Error::sys("io_uring ACCEPT (multishot)"))?;
+        self.listener = Some(l);
+        Ok(())
+    }
+
+    /// The bytes a receive handed over.
+    pub fn received(&self, buf: &RecvBuf) -> &[u8] {
+        self.ring.recv_bytes(buf.id, buf.len).unwrap_or(&[])
+    }
+
+    /// Gives a receive buffer back to the kernel.
+    pub fn recycle(&mut self, buf: RecvBuf) {
+        self.ring.recycle(buf.id);
+    }
+
+    /// Moves the events since the last call into `out`.
+    pub fn take_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+
+    /// Ends a connection: shuts its socket down and cancels what it has in the kernel. Its id
+    /// stays taken until no completion can name it; then the socket is closed and
+    /// [`Event::Closed`] says so. What it had queued is dropped; its counters join
+    /// [`UringDriver::total_stats`].
+    pub fn close(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id.index()).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        c.closing = true;
+        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        if self.ring.in_kernel_for(id.0) > 0 {
+            // A SEND waiting for room, or an armed receive, ends with -ECANCELED.
+            let _ = self.ring.push_cancel_fd(c.sock.as_fd(), id.0);
+        }
+        c.state.fail(libc::ECONNABORTED);
+        self.closing.push(id.0);
+    }
+
+    /// Whether `id` is a connection of this driver that is not closing.
+    pub fn is_open(&self, id: ConnId) -> bool {
+        self.conns
+            .get(id.index())
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| !c.closing)
+    }
+
+    /// Connections open now (added and not yet gone).
+    pub fn open_connections(&self) -> usize {
+        self.conns.len() - self.free_ids.len()
+    }
+
+    /// The counters of every connection, those gone included.
+    pub fn total_stats(&self) -> SendStats {
+        let mut t = self.closed_stats.clone();
+        for c in self.conns.iter().flatten() {
+            t.merge(c.state.stats());
+        }
+        t
+    }
+
+    /// Completions the kernel held back because the CQ was full, so far.
+    pub fn cq_overflows(&self) -> u64 {
+        u64::from(self.ring.cq_overflow())
+    }
+
+    fn conn(&self, id: ConnId) -> &Conn {
+        self.conns[id.index()]
+            .as_ref()
+            .expect("a ConnId of a connection that is gone")
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> &mut Conn {
+        self.conns[id.index()]
+            .as_mut()
+            .expect("a ConnId of a connection that is gone")
+    }
+
+    /// Connections added and not gone (ids may have gaps after closes).
     pub fn len(&self) -> usize {
-        self.conns.len()
+        self.open_connections()
     }
 
-    /// Whether no connection was added.
+    /// Whether no connection is open.
     pub fn is_empty(&self) -> bool {
-        self.conns.is_empty()
+        self.len() == 0
     }
 
-    /// The socket of `id`.
+    /// The socket of `id`. Panics for a connection that is gone.
     pub fn socket(&self, id: ConnId) -> &Socket {
-        &self.conns[id.index()].sock
+        &self.conn(id).sock
     }
 
-    /// The state of `id`.
+    /// The state of `id`. Panics for a connection that is gone.
     pub fn state(&self, id: ConnId) -> &ConnState {
-        &self.conns[id.index()].state
+        &self.conn(id).state
     }
 
-    /// The counters of `id`.
+    /// The counters of `id`. Panics for a connection that is gone.
     pub fn stats(&self, id: ConnId) -> &SendStats {
-        self.conns[id.index()].state.stats()
+        self.conn(id).state.stats()
     }
 
     /// A buffer of `len` bytes for `id` to fill: one the kernel has released, or a new one.
     pub fn take_buf(&mut self, id: ConnId, len: usize) -> Buf {
-        self.conns[id.index()].state.take_buf(len)
+        self.conn_mut(id).state.take_buf(len)
+    }
+
+    /// Registers `buf` with the ring (fixed buffers on, and room in the table), so zero-copy
+    /// sends of it, and of every [`Buf::share`] of it made afterwards, use the registration.
+    pub fn register(&mut self, buf: &mut Buf) -> bool {
+        self.ring.register(buf)
     }
 
     /// How many buffers `id` takes now.
     pub fn room(&self, id: ConnId) -> usize {
-        self.conns[id.index()].state.room()
+        self.conn(id).state.room()
     }
 
     /// Queues `buf` on `id`, after everything queued before it. A full queue becomes a chain
@@ -224,8 +459,9 @@ impl UringDriver {
     /// [`UringDriver::run`]); a partial one waits for more, or for [`UringDriver::flush`].
     /// Gives the buffer back when the queue is full.
     pub fn push(&mut self, id: ConnId, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
-        self.conns[id.index()].state.push(buf, end_of_message)?;
-        if self.conns[id.index()].state.ready() {
+        let st = &mut self.conn_mut(id).state;
+        st.push(buf, end_of_message)?;
+        if st.ready() {
             self.dirty.push(id.0);
         }
         Ok(())
@@ -234,7 +470,7 @@ impl UringDriver {
     /// Lets what is queued on `id` go without waiting for a full batch; submitted by the next
     /// [`UringDriver::run`].
     pub fn request_flush(&mut self, id: ConnId) {
-        let st = &mut self.conns[id.index()].state;
+        let st = &mut self.conn_mut(id).state;
         st.request_flush();
         if st.ready() {
             self.dirty.push(id.0);
@@ -249,9 +485,15 @@ impl UringDriver {
         dirty.sort_unstable();
         dirty.dedup();
         for id in dirty.drain(..) {
-            let Conn { sock, state } = &mut self.conns[id as usize];
+            let Some(Conn { sock, state, .. }) = self.conns[id as usize].as_mut() else {
+                continue;
+            };
             let ring = &mut self.ring;
             let fd = sock.as_fd();
+            let before = state.zc_inflight();
+            if let Some(cap) = self.cfg.ring_zc_inflight {
+                state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
+            }
             let pushed = state.submit_chain(|s| {
                 let (slot, req, registered) = match s.payload {
                     Payload::New(buf) => ring.push(fd, buf, s.range, s.op, s.link, id)?,
@@ -266,6 +508,7 @@ impl UringDriver {
                     registered,
                 })
             });
+            self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
             total += pushed.as_ref().map_or(0, |n| *n);
             if pushed.is_err() {
                 // The ring refused the SQE (it is full of work that cannot be submitted):
@@ -283,11 +526,13 @@ impl UringDriver {
 
     /// Routes the reaped completions to their connections.
     fn dispatch(&mut self) {
+        self.dispatch_aux();
         for c in self.cqes.drain(..) {
-            let Some(conn) = self.conns.get_mut(c.tag as usize) else {
+            let Some(conn) = self.conns.get_mut(c.tag as usize).and_then(|c| c.as_mut()) else {
                 continue;
             };
             let st = &mut conn.state;
+            let before = st.zc_inflight();
             if c.notif {
                 let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
                 st.on_notification(c.req, copied, c.age_ns);
@@ -311,6 +556,105 @@ impl UringDriver {
                     st.on_released(b);
                 }
             }
+            self.zc_inflight = (self.zc_inflight + st.zc_inflight()).saturating_sub(before);
+        }
+        self.sweep_closed();
+    }
+
+    /// Turns accept and receive completions into events.
+    fn dispatch_aux(&mut self) {
+        let mut aux = std::mem::take(&mut self.aux);
+        self.ring.take_aux(&mut aux);
+        for a in aux.drain(..) {
+            match a.op {
+                AuxOp::Accept => {
+                    if let Some(fd) = a.fd {
+                        self.events.push(Event::Accepted(Socket::from(fd)));
+                    } else if a.res < 0 {
+                        self.events
+                            .push(Event::AcceptFailed(std::io::Error::from_raw_os_error(
+                                -a.res,
+                            )));
+                    }
+                    if !a.more && self.listener.is_some() {
+                        self.rearm_accept = true;
+                    }
+                }
+                AuxOp::Recv => {
+                    let id = ConnId(a.tag);
+                    let open = self.is_open(id);
+                    match (a.buf, a.res) {
+                        (Some(b), n) if n > 0 && open => self.events.push(Event::Received {
+                            conn: id,
+                            buf: RecvBuf {
+                                id: b,
+                                len: n as usize,
+                            },
+                        }),
+                        (Some(b), _) => self.ring.recycle(b),
+                        (None, _) => {}
+                    }
+                    if !a.more && open {
+                        if a.res == -libc::ENOBUFS {
+                            self.rearm.push(a.tag);
+                        } else if a.res <= 0 {
+                            let error =
+                                (a.res < 0).then(|| std::io::Error::from_raw_os_error(-a.res));
+                            self.events.push(Event::RecvEnded { conn: id, error });
+                        } else {
+                            // A multishot receive can end after data (the kernel's choice):
+                            // arm it again.
+                            self.rearm.push(a.tag);
+                        }
+                    }
+                }
+                AuxOp::Cancel => {}
+            }
+        }
+        self.aux = aux;
+    }
+
+    /// Arms again the accept and the receives that ended for want of buffers.
+    fn rearm(&mut self) {
+        if std::mem::take(&mut self.rearm_accept) {
+            if let Some(l) = &self.listener {
+                if let Err(e) = self.ring.push_accept_multi(l.as_fd(), LISTENER) {
+                    self.events.push(Event::AcceptFailed(e));
+                }
+            }
+        }
+        for tag in std::mem::take(&mut self.rearm) {
+            let Some(c) = self.conns.get(tag as usize).and_then(|c| c.as_ref()) else {
+                continue;
+            };
+            if c.closing {
+                continue;
+            }
+            if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), tag) {
+                self.events.push(Event::RecvEnded {
+                    conn: ConnId(tag),
+                    error: Some(e),
+                });
+            }
+        }
+    }
+
+    /// Lets go of closing connections that no completion can name any more.
+    fn sweep_closed(&mut self) {
+        let mut i = 0;
+        while i < self.closing.len() {
+            let id = self.closing[i];
+            if self.ring.in_kernel_for(id) > 0 {
+                i += 1;
+                continue;
+            }
+            self.closing.swap_remove(i);
+            if let Some(c) = self.conns[id as usize].take() {
+                self.closed_stats.merge(c.state.stats());
+                self.zc_inflight = self.zc_inflight.saturating_sub(c.state.zc_inflight());
+            }
+            self.free_ids.push(id);
+            self.events.push(Event::Closed(ConnId(id)));
         }
     }
 
@@ -338,7 +682,8 @@ impl UringDriver {
         self.ring.reap(&mut self.cqes);
         self.dispatch();
         self.run_deferred()?;
-        if self.dirty.is_empty() && self.ring.in_kernel() > 0 {
+        let armed = self.ring.in_kernel() > 0 || self.ring.aux_pending() > 0;
+        if self.dirty.is_empty() && self.rearm.is_empty() && !self.rearm_accept && armed {
             match wait {
                 Some(None) => {
                     self.ring
@@ -356,6 +701,7 @@ impl UringDriver {
             self.dispatch();
             self.run_deferred()?;
         }
+        self.rearm();
         if !self.dirty.is_empty() || self.ring.needs_enter() {
             self.start_chains();
             self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
@@ -409,7 +755,7 @@ impl UringDriver {
 
     /// Runs until `id` has room for a buffer or has failed.
     pub fn wait_room(&mut self, id: ConnId) -> Result<()> {
-        while self.room(id) == 0 && self.conns[id.index()].state.error().is_none() {
+        while self.room(id) == 0 && self.conn(id).state.error().is_none() {
             self.run(true)?;
         }
         self.conn_error(id)
@@ -418,9 +764,7 @@ impl UringDriver {
     /// Runs until every byte queued on `id` is on the socket.
     pub fn flush(&mut self, id: ConnId) -> Result<()> {
         self.request_flush(id);
-        while !self.conns[id.index()].state.is_flushed()
-            && self.conns[id.index()].state.error().is_none()
-        {
+        while !self.conn(id).state.is_flushed() && self.conn(id).state.error().is_none() {
             self.run(true)?;
         }
         self.conn_error(id)
@@ -428,7 +772,7 @@ impl UringDriver {
 
     /// The error that ended `id`, as a library error.
     pub fn conn_error(&self, id: ConnId) -> Result<()> {
-        let st = &self.conns[id.index()].state;
+        let st = &self.conn(id).state;
         match st.error() {
             None => Ok(()),
             Some(errno) => {
@@ -450,12 +794,15 @@ impl UringDriver {
     pub fn finish(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         for i in 0..self.conns.len() {
-            self.request_flush(ConnId(i as u32));
+            if self.conns[i].is_some() {
+                self.request_flush(ConnId(i as u32));
+            }
         }
         loop {
             let pending = self
                 .conns
                 .iter()
+                .flatten()
                 .any(|c| c.state.error().is_none() && !c.state.is_flushed());
             if !pending || Instant::now() >= deadline {
                 break;
@@ -471,8 +818,11 @@ impl UringDriver {
             self.dispatch();
         }
         for (i, c) in self.conns.iter_mut().enumerate() {
-            let left = self.ring.in_kernel_for(i as u32);
-            c.state.count_leaked(left as u64);
+            if let Some(c) = c {
+                let left = self.ring.in_kernel_for(i as u32) as u64;
+                c.state
+                    .count_leaked(left.saturating_sub(u64::from(c.receiving)));
+            }
         }
         Ok(())
     }

@@ -53,6 +53,11 @@ impl PageBuf {
         self.len
     }
 
+    /// The first byte, for memory the kernel writes into (see `sys::bufring`).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
     /// Read-only view of the bytes.
     pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is `map_len >= len` readable bytes owned by self.

@@ -3,10 +3,11 @@
 //! notification CQE when the result carried `IORING_CQE_F_MORE`), so the `unsafe` contract of
 //! pushing an SQE that points at user memory is kept here and nowhere else.
 
+use super::bufring::RecvBufs;
 use crate::buffer::Buf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// `IORING_SEND_ZC_REPORT_USAGE` from `<linux/io_uring.h>` (kernel 6.2).
@@ -52,6 +53,56 @@ pub(crate) struct Cqe {
     pub(crate) age_ns: u64,
     /// The buffer, when this was the last completion that referred to it.
     pub(crate) released: Option<Buf>,
+}
+
+/// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
+/// request ids keep it clear.
+const AUX: u64 = 1 << 63;
+
+/// A request other than a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuxOp {
+    /// Multishot accept on a listening socket.
+    Accept,
+    /// Multishot receive into the provided buffers.
+    Recv,
+    /// A cancellation (its own completion carries nothing of interest).
+    Cancel,
+}
+
+impl AuxOp {
+    fn code(self) -> u64 {
+        match self {
+            AuxOp::Accept => 1,
+            AuxOp::Recv => 2,
+            AuxOp::Cancel => 3,
+        }
+    }
+
+    fn from_code(c: u64) -> Option<AuxOp> {
+        match c {
+            1 => Some(AuxOp::Accept),
+            2 => Some(AuxOp::Recv),
+            3 => Some(AuxOp::Cancel),
+            _ => None,
+        }
+    }
+}
+
+/// One completion of an accept or receive, decoded.
+#[derive(Debug)]
+pub(crate) struct AuxCqe {
+    /// The tag the request was pushed with.
+    pub(crate) tag: u32,
+    pub(crate) op: AuxOp,
+    /// Bytes received, or `-errno`; for an accept, see `fd`.
+    pub(crate) res: i32,
+    /// `IORING_CQE_F_MORE`: the multishot request stays armed.
+    pub(crate) more: bool,
+    /// The provided buffer holding the bytes received (`IORING_CQE_F_BUFFER`).
+    pub(crate) buf: Option<u16>,
+    /// The accepted connection.
+    pub(crate) fd: Option<OwnedFd>,
 }
 
 struct Slot {
@@ -105,6 +156,17 @@ pub(crate) struct SendRing {
     requests: u32,
     /// Slots with completions outstanding.
     busy: usize,
+    /// Per tag (connection): slots with completions outstanding plus receives armed.
+    tag_busy: Vec<u32>,
+    /// Accept, receive and cancel requests whose last completion has not come.
+    aux_pending: usize,
+    aux: Vec<AuxCqe>,
+    /// Accept and receive CQEs of the current reap, decoded after the CQ is released.
+    aux_raw: Vec<(u64, i32, u32)>,
+    recv: Option<RecvBufs>,
+    /// Completions the kernel could not post because the CQ was full (`IORING_FEAT_NODROP`
+    /// keeps them and posts them later), as the ring's overflow counter reads.
+    cq_overflow: u32,
 }
 
 impl SendRing {
@@ -153,6 +215,12 @@ impl SendRing {
                         fixed_error: None,
                         requests: 0,
                         busy: 0,
+                        tag_busy: Vec::new(),
+                        aux_pending: 0,
+                        aux: Vec::new(),
+                        aux_raw: Vec::new(),
+                        recv: None,
+                        cq_overflow: 0,
                     })
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
@@ -216,6 +284,22 @@ impl SendRing {
             return false;
         };
         match Self::try_register(&self.ring, table, &mut s.buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fixed = None;
+                self.fixed_error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Registers `buf` now (see [`SendRing::register_buf`]); `false` when fixed buffers are
+    /// off or the table is full.
+    pub(crate) fn register(&mut self, buf: &mut Buf) -> bool {
+        let Some(table) = self.fixed.as_mut() else {
+            return false;
+        };
+        match Self::try_register(&self.ring, table, buf) {
             Ok(r) => r,
             Err(e) => {
                 self.fixed = None;
@@ -339,7 +423,8 @@ impl SendRing {
                     .build()
             }
         };
-        self.requests = self.requests.wrapping_add(1);
+        // Request numbers use 31 bits, leaving bit 63 of `user_data` to mark `AUX` requests.
+        self.requests = self.requests.wrapping_add(1) & 0x7fff_ffff;
         let req = (u64::from(self.requests) << 32) | u64::from(slot);
         let entry = entry.user_data(req);
         let entry = if link {
@@ -349,6 +434,7 @@ impl SendRing {
         };
         if s.pending == 0 {
             self.busy += 1;
+            bump(&mut self.tag_busy, s.tag, true);
         }
         s.pending += 1;
         let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
@@ -451,8 +537,14 @@ impl SendRing {
     /// has arrived.
     pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) {
         let now = Instant::now();
-        for cqe in self.ring.completion() {
+        let mut cq = self.ring.completion();
+        self.cq_overflow = cq.overflow();
+        for cqe in &mut cq {
             let req = cqe.user_data();
+            if req & AUX != 0 {
+                self.aux_raw.push((req, cqe.result(), cqe.flags()));
+                continue;
+            }
             let slot = req as u32;
             let flags = cqe.flags();
             let notif = cqueue::notif(flags);
@@ -467,6 +559,7 @@ impl SendRing {
             }
             if was > 0 && s.pending == 0 {
                 self.busy -= 1;
+                bump(&mut self.tag_busy, s.tag, false);
             }
             let age_ns = now.duration_since(s.pushed_at).as_nanos() as u64;
             let tag = s.tag;
@@ -487,24 +580,145 @@ impl SendRing {
                 released,
             });
         }
+        drop(cq);
+        let mut raw = std::mem::take(&mut self.aux_raw);
+        for (data, res, flags) in raw.drain(..) {
+            self.reap_aux(data, res, flags);
+        }
+        self.aux_raw = raw;
     }
 
     /// Number of buffers the kernel may still read (completions outstanding).
     pub(crate) fn in_kernel(&self) -> usize {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|s| s.pending > 0)
-            .count()
+        self.busy
     }
 
-    /// Number of buffers with completions outstanding that carry `tag`.
+    /// Number of buffers with completions outstanding that carry `tag`, plus the accept and
+    /// receive requests armed with it: while this is not 0, a completion may still name `tag`.
     pub(crate) fn in_kernel_for(&self, tag: u32) -> usize {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|s| s.pending > 0 && s.tag == tag)
-            .count()
+        self.tag_busy.get(tag as usize).map_or(0, |n| *n as usize)
+    }
+
+    /// Accept and receive requests armed (multishot requests stay armed until their last CQE).
+    pub(crate) fn aux_pending(&self) -> usize {
+        self.aux_pending
+    }
+
+    /// Completions the kernel had to hold back because the CQ was full, so far.
+    pub(crate) fn cq_overflow(&self) -> u32 {
+        self.cq_overflow
+    }
+
+    /// `io_uring_register_buf_ring`: `count` receive buffers of `size` bytes as group 0, for
+    /// [`SendRing::push_recv_multi`].
+    pub(crate) fn provide_recv_buffers(&mut self, count: u16, size: usize) -> io::Result<()> {
+        if self.recv.is_some() {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        self.recv = Some(RecvBufs::new(&self.ring, 0, count, size)?);
+        Ok(())
+    }
+
+    /// The first `len` bytes of provided buffer `bid`, which a receive completion handed over.
+    pub(crate) fn recv_bytes(&self, bid: u16, len: usize) -> Option<&[u8]> {
+        self.recv.as_ref()?.get(bid, len)
+    }
+
+    /// Offers provided buffer `bid` to the kernel again.
+    pub(crate) fn recycle(&mut self, bid: u16) {
+        if let Some(r) = self.recv.as_mut() {
+            r.recycle(bid);
+        }
+    }
+
+    /// Queues a multishot accept (`IORING_OP_ACCEPT` with `IORING_ACCEPT_MULTISHOT`, kernel
+    /// 5.19) on `listener`; each connection comes back as an [`AuxCqe`] with its `fd`. The
+    /// listener must stay open while the request is armed.
+    pub(crate) fn push_accept_multi(
+        &mut self,
+        listener: BorrowedFd<'_>,
+        tag: u32,
+    ) -> io::Result<()> {
+        let e = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd()))
+            .flags(libc::SOCK_CLOEXEC)
+            .build();
+        self.push_aux(e, AuxOp::Accept, tag)
+    }
+
+    /// Queues a multishot receive (`IORING_OP_RECV` with `IORING_RECV_MULTISHOT`, kernel 6.0)
+    /// on `fd` into the provided buffers; it stays armed until end of file, an error, or the
+    /// buffers run out (`-ENOBUFS`), each of which ends it with a CQE without `F_MORE`.
+    pub(crate) fn push_recv_multi(&mut self, fd: BorrowedFd<'_>, tag: u32) -> io::Result<()> {
+        let group = match &self.recv {
+            Some(r) => r.group(),
+            None => return Err(io::Error::from_raw_os_error(libc::ENOBUFS)),
+        };
+        let e = opcode::RecvMulti::new(types::Fd(fd.as_raw_fd()), group).build();
+        self.push_aux(e, AuxOp::Recv, tag)
+    }
+
+    /// Cancels every request on `fd` (`IORING_OP_ASYNC_CANCEL` with `IORING_ASYNC_CANCEL_FD |
+    /// IORING_ASYNC_CANCEL_ALL`, kernel 5.19); each ends with `-ECANCELED`.
+    pub(crate) fn push_cancel_fd(&mut self, fd: BorrowedFd<'_>, tag: u32) -> io::Result<()> {
+        let e =
+            opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(fd.as_raw_fd())).all())
+                .build();
+        self.push_aux(e, AuxOp::Cancel, tag)
+    }
+
+    fn push_aux(&mut self, e: squeue::Entry, op: AuxOp, tag: u32) -> io::Result<()> {
+        let e = e.user_data(AUX | (op.code() << 32) | u64::from(tag));
+        loop {
+            // SAFETY: accept, multishot receive (into buffers `RecvBufs` owns for the ring's
+            // life) and cancel requests point at no memory of the caller's.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                break;
+            }
+            self.submit()?;
+        }
+        self.aux_pending += 1;
+        if op == AuxOp::Recv {
+            bump(&mut self.tag_busy, tag, true);
+        }
+        Ok(())
+    }
+
+    fn reap_aux(&mut self, data: u64, res: i32, flags: u32) {
+        let tag = data as u32;
+        let Some(op) = AuxOp::from_code((data >> 32) & 0xff) else {
+            return;
+        };
+        let more = cqueue::more(flags);
+        if !more {
+            self.aux_pending = self.aux_pending.saturating_sub(1);
+            if op == AuxOp::Recv {
+                bump(&mut self.tag_busy, tag, false);
+            }
+        }
+        let buf = cqueue::buffer_select(flags);
+        if let (Some(b), Some(r)) = (buf, self.recv.as_mut()) {
+            r.taken(b);
+        }
+        let fd = (op == AuxOp::Accept && res >= 0).then(|| {
+            // SAFETY: a successful accept CQE's `res` is a new descriptor the kernel installed
+            // in this process's table for us; nothing else owns it.
+            unsafe { OwnedFd::from_raw_fd(res) }
+        });
+        if op != AuxOp::Cancel {
+            self.aux.push(AuxCqe {
+                tag,
+                op,
+                res,
+                more,
+                buf,
+                fd,
+            });
+        }
+    }
+
+    /// Moves the accept and receive completions reaped so far into `out`.
+    pub(crate) fn take_aux(&mut self, out: &mut Vec<AuxCqe>) {
+        out.append(&mut self.aux);
     }
 
     /// Waits up to `timeout` until the kernel holds no buffer, moving completions into `out`.
@@ -521,8 +735,46 @@ impl SendRing {
     }
 }
 
+/// Counts one more (`up`) or one fewer request outstanding for `tag`.
+fn bump(counts: &mut Vec<u32>, tag: u32, up: bool) {
+    let i = tag as usize;
+    if up {
+        if counts.len() <= i {
+            counts.resize(i + 1, 0);
+        }
+        counts[i] += 1;
+    } else if let Some(c) = counts.get_mut(i) {
+        *c = c.saturating_sub(1);
+    }
+}
+
 impl Drop for SendRing {
     fn drop(&mut self) {
+        if self.aux_pending > 0 {
+            // Multishot receives write into the provided buffers until they end: cancel them
+            // all and wait, and keep the buffers mapped for good if they do not end in time.
+            let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+                .build()
+                .user_data(AUX | (AuxOp::Cancel.code() << 32));
+            // SAFETY: a cancel request points at no memory.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.aux_pending += 1;
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let mut sink = Vec::new();
+            while self.aux_pending > 0 && Instant::now() < deadline {
+                if self.wait_for(Duration::from_millis(10)).is_err() {
+                    break;
+                }
+                self.reap(&mut sink);
+                self.aux.clear();
+            }
+        }
+        if let Some(r) = self.recv.take() {
+            if self.aux_pending > 0 || r.unregister(&self.ring).is_err() {
+                std::mem::forget(r);
+            }
+        }
         let mut sink = Vec::new();
         if self.drain(Duration::from_secs(2), &mut sink) > 0 {
             // The kernel may still read these buffers; never free memory it may read.
