@@ -32,6 +32,115 @@ pub(crate) enum Command {
     Sweep(SweepArgs),
     /// Re-render summary.md and report.html from a results.json.
     Report(ReportArgs),
+    /// An HTTP/1.1 keep-alive server answering every GET with the same body, sending with
+    /// io_uring SEND, SEND_ZC, send(2) or epoll + writev; prints what it did on exit.
+    Serve(ServeArgs),
+    /// A keep-alive HTTP load generator: closed loop (--connections) or open loop (--rate),
+    /// latency percentiles and errors by kind.
+    HttpLoad(HttpLoadArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (127.0.0.1:0 picks a free port and prints it).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// How responses are sent: copy (send(2)), uring (io_uring SEND), uring-zc (io_uring
+    /// SEND_ZC) or epoll (epoll + writev, no io_uring).
+    #[arg(long, default_value = "uring", value_parser = send_mode())]
+    pub send: sendpath_lab::http::serve::SendMode,
+    /// Worker threads, each with its own SO_REUSEPORT listener (default: one per allowed CPU).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Option<u16>,
+    /// Pin worker i to the i-th of these CPUs (comma-separated), in turn.
+    #[arg(long, value_name = "CPUS", value_parser = cpu_list)]
+    pub cpu: Option<Vec<usize>>,
+    /// Body bytes of every response (written by the server, printable, seeded).
+    #[arg(long, default_value = "88", value_parser = body_size)]
+    pub body: usize,
+    /// Seed of the body bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// SEND_ZC requests awaiting notification per worker before sends go by copy.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub zc_inflight: u32,
+    /// Close a connection with no request for this long (a half-sent request included).
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
+    pub idle_timeout: Duration,
+    /// Connections per worker beyond which new ones are closed at once (lowered to fit the
+    /// open-files limit).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// Responses per io_uring chain per connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub uring_depth: u32,
+    /// Stop by itself after this long (SIGINT or SIGTERM stop it sooner).
+    #[arg(long, short = 't', default_value = "10m", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Write the report as JSON to FILE on exit.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HttpLoadArgs {
+    /// The server, e.g. 127.0.0.1:8080 (loopback or a namespace address only).
+    #[arg(value_name = "ADDR")]
+    pub target: SocketAddr,
+    /// Keep-alive connections in total.
+    #[arg(long, short = 'c', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub connections: u32,
+    /// Threads (connections are spread over them).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: u16,
+    /// Pin thread i to the i-th of these CPUs (comma-separated), in turn.
+    #[arg(long, value_name = "CPUS", value_parser = cpu_list)]
+    pub cpu: Option<Vec<usize>>,
+    /// Measured time.
+    #[arg(long, short = 'd', default_value = "10s", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Load before the measured window, not counted.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Open loop: requests per second over all connections, latency counted from each
+    /// request's intended send time. Without it, closed loop.
+    #[arg(long, short = 'R', value_parser = positive_rate)]
+    pub rate: Option<f64>,
+    /// Request target.
+    #[arg(long, default_value = "/")]
+    pub path: String,
+    /// A response slower than this counts as a timeout; the connection is opened again.
+    #[arg(long, default_value = "2s", value_parser = positive_duration)]
+    pub timeout: Duration,
+    /// Write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+fn send_mode() -> impl clap::builder::TypedValueParser<Value = sendpath_lab::http::serve::SendMode>
+{
+    use clap::builder::TypedValueParser;
+    use sendpath_lab::http::serve::SendMode;
+    clap::builder::PossibleValuesParser::new(SendMode::ALL.map(SendMode::name))
+        .try_map(|s| s.parse::<SendMode>())
+}
+
+fn body_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "the body size", 0, MAX_MESSAGE)
+}
+
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e9 => Ok(r),
+        _ => Err(format!(
+            "`{s}`: a rate is requests per second, above 0 and at most 1e9"
+        )),
+    }
+}
+
+fn cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+    s.split(',').map(|x| one_cpu(x, &allowed)).collect()
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +274,20 @@ pub(crate) fn raise_nofile(need: usize) -> anyhow::Result<()> {
     setrlimit(Resource::Nofile, lim)
         .map_err(std::io::Error::from)
         .map_err(|e| anyhow::anyhow!("setrlimit(RLIMIT_NOFILE): {e}"))
+}
+
+/// Raises the soft open-files limit towards `want`, as far as the hard limit allows; returns
+/// the limit now in force (a server then caps its connections to fit).
+pub(crate) fn raise_nofile_upto(want: usize) -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    let want = want as u64;
+    let target = lim.maximum.map_or(want, |m| m.min(want));
+    if lim.current.is_some_and(|c| c < target) {
+        lim.current = Some(target);
+        let _ = setrlimit(Resource::Nofile, lim);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// `MemAvailable` from `/proc/meminfo`, bytes.
@@ -321,24 +444,26 @@ fn cpu_pair(s: &str) -> Result<(usize, usize), String> {
         .split_once(',')
         .ok_or_else(|| format!("`{s}`: give two CPUs, sender then receiver, e.g. 0,1"))?;
     let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
-    let p = |x: &str| {
-        let c = x
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| format!("`{x}` is not a CPU number"))?;
-        if !allowed.is_empty() && !allowed.contains(&c) {
-            return Err(format!(
-                "CPU {c} is not one this process may run on; the allowed CPUs are {}",
-                allowed
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
-        }
-        Ok(c)
-    };
-    Ok((p(a)?, p(b)?))
+    Ok((one_cpu(a, &allowed)?, one_cpu(b, &allowed)?))
+}
+
+/// A CPU number this process may run on (`allowed` empty: any).
+fn one_cpu(x: &str, allowed: &[usize]) -> Result<usize, String> {
+    let c = x
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{x}` is not a CPU number"))?;
+    if !allowed.is_empty() && !allowed.contains(&c) {
+        return Err(format!(
+            "CPU {c} is not one this process may run on; the allowed CPUs are {}",
+            allowed
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    Ok(c)
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! `sendpath`: measure every Linux send path side by side and tell which one to use.
 
 mod cli;
+mod http_cmd;
 mod probe_cmd;
 mod run_cmd;
 mod sweep;
@@ -26,6 +27,8 @@ fn main() -> ExitCode {
         cli::Command::Rr(a) => run_cmd::rr(a, &cancel),
         cli::Command::Sweep(a) => sweep::sweep(a, &cancel),
         cli::Command::Report(a) => sweep::report_cmd(a),
+        cli::Command::Serve(a) => http_cmd::serve_cmd(a, &cancel),
+        cli::Command::HttpLoad(a) => http_cmd::http_load_cmd(a, &cancel),
         cli::Command::Sink(a) => sendpath_lab::workload::sink::run(
             a.listen,
             a.recv,

@@ -13,6 +13,7 @@
 
 pub mod cancel;
 pub mod export;
+pub mod http;
 pub mod measure;
 pub mod plan;
 pub mod presets;

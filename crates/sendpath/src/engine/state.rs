@@ -378,7 +378,7 @@ impl ConnState {
             Some(NotifOutcome::Completion { copied }) => {
                 self.stats.zc_completions += 1;
                 self.stats.zc_copied += u64::from(copied);
-                self.stats.completion_latency_ns.saturating_record(age_ns);
+                crate::metrics::record_ns(&mut self.stats.completion_latency_ns, age_ns);
             }
             Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
             Some(NotifOutcome::NoData) | None => {}

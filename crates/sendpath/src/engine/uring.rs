@@ -25,6 +25,12 @@ impl ConnId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The id of index `i` (for a loop over a table kept by index); `None` past the range.
+    /// Whether a connection has it is [`UringDriver::is_open`].
+    pub fn from_index(i: usize) -> Option<ConnId> {
+        u32::try_from(i).ok().filter(|&i| i != LISTENER).map(ConnId)
+    }
 }
 
 /// Settings of a driver.
@@ -683,7 +689,14 @@ impl UringDriver {
         self.dispatch();
         self.run_deferred()?;
         let armed = self.ring.in_kernel() > 0 || self.ring.aux_pending() > 0;
-        if self.dirty.is_empty() && self.rearm.is_empty() && !self.rearm_accept && armed {
+        // Events already in hand (a request received, room made) are the owner's to act on
+        // now: waiting would delay them by the whole timeout.
+        let idle = self.dirty.is_empty()
+            && self.rearm.is_empty()
+            && !self.rearm_accept
+            && self.events.is_empty()
+            && self.writable.is_empty();
+        if idle && armed {
             match wait {
                 Some(None) => {
                     self.ring

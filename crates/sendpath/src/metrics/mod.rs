@@ -78,14 +78,32 @@ impl LatencySummaryNs {
     }
 }
 
-/// A histogram of nanosecond values with 3 significant digits that grows as values come: it
-/// holds counts only for the range recorded, so an idle one (a copy-only connection's
-/// completion latencies, say) costs a few hundred bytes rather than the ~230 KiB a fixed
-/// 1 ns..100 s range takes. That matters with thousands of connections.
+/// The largest value histograms hold: 100 s in nanoseconds.
+pub const HISTOGRAM_MAX_NS: u64 = 100_000_000_000;
+
+/// A histogram of nanosecond values from 1 ns to 100 s with 3 significant digits; larger
+/// values are clamped to 100 s by `saturating_record`.
 pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("valid histogram bounds")
+}
+
+/// Like [`new_histogram`], but it grows as values come ([`record_ns`]): it holds counts only
+/// for the range recorded, so an unused one (a copy-only connection's completion latencies)
+/// costs a few hundred bytes rather than the ~230 KiB of the full range. Every connection's
+/// [`SendStats`] has one, and a server has thousands of connections.
+pub fn growing_histogram() -> Histogram<u64> {
     let mut h = Histogram::new_with_bounds(1, 2, 3).expect("valid histogram bounds");
     h.auto(true);
     h
+}
+
+/// Records `ns` (clamped to 1 ns..100 s) into a histogram from [`growing_histogram`] or
+/// [`new_histogram`].
+pub fn record_ns(h: &mut Histogram<u64>, ns: u64) {
+    let v = ns.clamp(1, HISTOGRAM_MAX_NS);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
 }
 
 /// What one send path did, counted as it went.
@@ -138,7 +156,7 @@ impl Default for SendStats {
             short_sends: 0,
             leaked_buffers: 0,
             registered_sends: 0,
-            completion_latency_ns: new_histogram(),
+            completion_latency_ns: growing_histogram(),
         }
     }
 }
@@ -216,4 +234,36 @@ pub struct SendStatsSummary {
     pub registered_sends: u64,
     /// Send-to-completion latency.
     pub completion_latency: LatencySummaryNs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_histograms_keep_the_values_recorded() {
+        let mut fixed = new_histogram();
+        let mut grow = growing_histogram();
+        for v in [1_000u64, 5_000_000, 7_000_000] {
+            fixed.saturating_record(v);
+            record_ns(&mut grow, v);
+        }
+        record_ns(&mut grow, u64::MAX);
+        assert_eq!(grow.max(), grow.highest_equivalent(HISTOGRAM_MAX_NS));
+        let p50 = grow.value_at_quantile(0.5);
+        assert!((4_990_000..=5_010_000).contains(&p50), "{p50}");
+        assert_eq!(
+            fixed.value_at_quantile(0.5),
+            fixed.highest_equivalent(5_000_000)
+        );
+        // Merging a grown one into a fixed one and back loses nothing.
+        let s = SendStats {
+            completion_latency_ns: grow.clone(),
+            ..SendStats::default()
+        };
+        let mut t = SendStats::default();
+        t.merge(&s);
+        assert_eq!(t.completion_latency_ns.len(), 4);
+        assert!(fixed.add(&grow).is_ok());
+    }
 }

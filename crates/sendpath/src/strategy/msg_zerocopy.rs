@@ -69,7 +69,7 @@ impl MsgZerocopy {
             self.stats.zc_copied += r.copied;
             self.stats.unexpected_completions += r.unexpected;
             for l in r.latencies_ns {
-                self.stats.completion_latency_ns.saturating_record(l);
+                crate::metrics::record_ns(&mut self.stats.completion_latency_ns, l);
             }
             for bufs in r.freed {
                 self.pool.put_all(bufs);

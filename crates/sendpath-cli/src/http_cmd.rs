@@ -1,0 +1,185 @@
+//! `sendpath serve` and `sendpath http-load`: flags in, a report printed and written out.
+
+use crate::cli::{raise_nofile, raise_nofile_upto, HttpLoadArgs, ServeArgs};
+use anyhow::Context;
+use sendpath_lab::cancel::Cancel;
+use sendpath_lab::http::load::{self, LoadConfig, LoadReport};
+use sendpath_lab::http::serve::{self, ServeConfig, ServeReport};
+use serde::Serialize;
+use std::process::ExitCode;
+
+pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    let workers = a.workers.map_or_else(
+        || {
+            sendpath::host::allowed_cpus()
+                .map(|c| c.len())
+                .unwrap_or(1)
+                .max(1)
+        },
+        usize::from,
+    );
+    let limit = raise_nofile_upto(workers * a.max_connections as usize + 256);
+    let fits = (limit.saturating_sub(256) / workers as u64).max(1) as usize;
+    let max_connections = (a.max_connections as usize).min(fits);
+    if max_connections < a.max_connections as usize {
+        eprintln!(
+            "note: the open-files limit is {limit} (ulimit -Hn caps it): at most {max_connections} connections per worker"
+        );
+    }
+    let cfg = ServeConfig {
+        listen: a.listen,
+        workers,
+        cpus: a.cpu.clone().unwrap_or_default(),
+        send: a.send,
+        body_len: a.body,
+        seed: a.seed,
+        zc_inflight: a.zc_inflight as usize,
+        idle_timeout: a.idle_timeout,
+        max_connections,
+        depth: a.uring_depth as usize,
+        duration: a.duration,
+    };
+    let listeners = serve::bind_listeners(a.listen, workers)
+        .with_context(|| format!("listening on {}", a.listen))?;
+    let at = listeners
+        .first()
+        .map(serve::local_addr)
+        .transpose()?
+        .unwrap_or(a.listen);
+    println!(
+        "serving http://{at}/ ({} workers, send {}, body {} B); stops on Ctrl-C, SIGTERM or after {:?}",
+        workers,
+        a.send.name(),
+        a.body,
+        a.duration
+    );
+    let report = serve::serve(&cfg, listeners, cancel);
+    print_serve(&report);
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+    }
+    Ok(if report.worker_errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_serve(r: &ServeReport) {
+    println!(
+        "{} requests in {:.1} s, {} response bytes; {} connections accepted, peak {}",
+        r.requests, r.seconds, r.response_bytes, r.accepted, r.peak_connections
+    );
+    match r.cpu_us_per_request {
+        Some(us) => println!("CPU {:.2} s, {:.2} us per request", r.cpu_seconds, us),
+        None => println!("CPU {:.2} s", r.cpu_seconds),
+    }
+    if let Some(m) = r.memory_per_connection_bytes {
+        println!("memory per connection: {m} B (resident, at the peak)");
+    }
+    if let Some(s) = &r.send_stats {
+        let copied = r
+            .copied_fraction
+            .map_or_else(|| "unknown".to_string(), |f| format!("{:.1}%", f * 100.0));
+        println!(
+            "sends: zero-copy attempts {}, copied {}; fallbacks: {}; CQ overflows {}{}",
+            s.zc_attempts,
+            copied,
+            fallbacks_line(&s.fallbacks),
+            r.cq_overflows,
+            r.ring_setup
+                .as_deref()
+                .map_or_else(String::new, |x| format!("; ring {x}"))
+        );
+    }
+    let refused: u64 = r.refused.values().sum();
+    println!(
+        "refused {refused} {:?}, idle timeouts {}, resets {}, receive errors {}, rejected {}, accept errors {:?}",
+        r.refused, r.idle_timeouts, r.resets, r.receive_errors, r.rejected, r.accept_errors
+    );
+    for e in &r.worker_errors {
+        eprintln!("error: a worker stopped: {e}");
+    }
+}
+
+fn fallbacks_line(f: &sendpath::metrics::Fallbacks) -> String {
+    format!(
+        "inflight_cap {}, enomem {}, enobufs {}, unsupported {}",
+        f.inflight_cap, f.enomem, f.enobufs, f.unsupported
+    )
+}
+
+pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    raise_nofile(a.connections as usize + 256)?;
+    let cfg = LoadConfig {
+        target: a.target,
+        connections: a.connections as usize,
+        threads: a.threads as usize,
+        cpus: a.cpu.clone().unwrap_or_default(),
+        duration: a.duration,
+        warmup: a.warmup,
+        rate: a.rate,
+        path: a.path.clone(),
+        timeout: a.timeout,
+    };
+    // Fail early and clearly when nothing listens there.
+    std::net::TcpStream::connect_timeout(&a.target, a.timeout)
+        .with_context(|| format!("connecting to {}: is a server listening there?", a.target))?;
+    let mode = a.rate.map_or_else(
+        || "closed loop".to_string(),
+        |r| format!("open loop at {r} req/s"),
+    );
+    println!(
+        "http-load {} for {:?} ({:?} warmup): {} connections on {} threads, {mode}",
+        a.target, a.duration, a.warmup, a.connections, a.threads
+    );
+    let report = load::run(&cfg, cancel);
+    print_load(&report);
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+    }
+    Ok(if report.requests > 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("error: no response completed in the measured window");
+        ExitCode::from(1)
+    })
+}
+
+fn print_load(r: &LoadReport) {
+    println!(
+        "{} requests in {:.2} s: {:.0} requests/s, {:.2} MB/s{}",
+        r.requests,
+        r.seconds,
+        r.requests_per_s,
+        r.bytes_per_s / 1e6,
+        r.body_bytes
+            .map_or_else(String::new, |b| format!(", body {b} B"))
+    );
+    match &r.latency_us {
+        Some(l) => println!(
+            "latency us: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  (mean {:.1})",
+            l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+        ),
+        None => println!("latency: not measured (no response in the window)"),
+    }
+    if r.rate_per_s.is_some() {
+        println!(
+            "late sends (previous response not in when due): {}",
+            r.late_sends
+        );
+    }
+    if r.errors.is_empty() {
+        println!("errors: none");
+    } else {
+        let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("errors: {}", e.join(", "));
+    }
+}
+
+fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

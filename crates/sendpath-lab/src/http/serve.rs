@@ -1,0 +1,1053 @@
+//! `sendpath serve`: an HTTP/1.1 keep-alive server answering every GET with the same body, one
+//! worker thread per CPU, each with its own `SO_REUSEPORT` listener.
+//!
+//! The io_uring modes (`copy`, `uring`, `uring-zc`) run one [`UringDriver`] per worker:
+//! multishot accept, multishot receive into a provided buffer ring, and the responses through
+//! each connection's send state, so pipelined requests are answered in order and one
+//! `io_uring_enter` submits the responses of every connection that has some. `uring` sends
+//! with SEND, `uring-zc` with SEND_ZC (from registered buffers, under a cap per worker with
+//! fallback by copy), `copy` writes with `send(2)` from the worker and queues on the ring only
+//! what the socket did not take. `epoll` is the classic baseline: non-blocking sockets,
+//! `epoll_wait`, `read` and `writev`.
+
+use super::{body_bytes, parse_request, Heads, Parsed, Refusal, MAX_HEAD};
+use crate::cancel::Cancel;
+use sendpath::engine::{
+    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, UringDriver,
+};
+use sendpath::metrics::SendStatsSummary;
+use sendpath::policy::InflightLimits;
+use sendpath::{Buf, SendStats, Socket};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How responses are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendMode {
+    /// `send(2)` from the worker; what the socket does not take goes on the ring by SEND.
+    Copy,
+    /// io_uring SEND.
+    Uring,
+    /// io_uring SEND_ZC.
+    UringZc,
+    /// epoll and `writev(2)`, no io_uring.
+    Epoll,
+}
+
+impl SendMode {
+    /// Every mode, in the order of `--send` help.
+    pub const ALL: [SendMode; 4] = [
+        SendMode::Copy,
+        SendMode::Uring,
+        SendMode::UringZc,
+        SendMode::Epoll,
+    ];
+
+    /// The name on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            SendMode::Copy => "copy",
+            SendMode::Uring => "uring",
+            SendMode::UringZc => "uring-zc",
+            SendMode::Epoll => "epoll",
+        }
+    }
+}
+
+impl std::str::FromStr for SendMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        SendMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = SendMode::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown send mode {s:?}; one of: {}", names.join(", "))
+            })
+    }
+}
+
+/// What `serve` runs with.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Worker threads, each with its own listener and ring.
+    pub workers: usize,
+    /// CPUs to pin workers to, in turn; empty to leave them unpinned.
+    pub cpus: Vec<usize>,
+    /// How responses are sent.
+    pub send: SendMode,
+    /// Body bytes of every 200 response.
+    pub body_len: usize,
+    /// Seed of the body bytes (see [`body_bytes`]).
+    pub seed: u64,
+    /// SEND_ZC requests awaiting notification per worker before sends go by copy.
+    pub zc_inflight: usize,
+    /// A connection with no complete request for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections per worker beyond which new ones are closed at once.
+    pub max_connections: usize,
+    /// Requests per io_uring chain per connection.
+    pub depth: usize,
+    /// The server stops by itself after this long.
+    pub duration: Duration,
+}
+
+/// What a run of `serve` did, summed over workers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServeReport {
+    /// The address served.
+    pub listen: String,
+    /// The send mode.
+    pub send: String,
+    /// Workers.
+    pub workers: usize,
+    /// Body bytes per response.
+    pub body_bytes: usize,
+    /// How the rings were set up (io_uring modes).
+    pub ring_setup: Option<String>,
+    /// Seconds served.
+    pub seconds: f64,
+    /// Requests answered with 200.
+    pub requests: u64,
+    /// Response bytes handed to the kernel (heads and bodies).
+    pub response_bytes: u64,
+    /// Requests refused (400, 405, 431), by reason.
+    pub refused: BTreeMap<String, u64>,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections closed at once because the worker had `max_connections`.
+    pub rejected: u64,
+    /// Accepts that failed (EMFILE and the like), by errno name.
+    pub accept_errors: BTreeMap<String, u64>,
+    /// Connections closed for idling past `--idle-timeout` (a half-sent request included).
+    pub idle_timeouts: u64,
+    /// Connections the client reset (`ECONNRESET`, `EPIPE`): a client that vanished, or one
+    /// that closed with responses unread (as load generators do when they stop).
+    pub resets: u64,
+    /// Connections that ended with another receive error.
+    pub receive_errors: u64,
+    /// Connections closed for pipelining more than the server queues.
+    pub pipeline_overflows: u64,
+    /// Most connections open at once (summed over workers at the same sample).
+    pub peak_connections: u64,
+    /// Resident memory added per open connection, at the sample with the most connections;
+    /// null when it was never measured with connections open.
+    pub memory_per_connection_bytes: Option<u64>,
+    /// CPU time of the whole process (all threads, user and system), seconds.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds` per 200 response, microseconds; null without requests.
+    pub cpu_us_per_request: Option<f64>,
+    /// Completions the kernel held back because a CQ was full (io_uring modes).
+    pub cq_overflows: u64,
+    /// Send accounting of the ring modes: sends, zero-copy attempts, copied notifications,
+    /// fallbacks by reason.
+    pub send_stats: Option<SendStatsSummary>,
+    /// The fraction of zero-copy sends the kernel copied; null when not known.
+    pub copied_fraction: Option<f64>,
+    /// Why a worker stopped early, if one did.
+    pub worker_errors: Vec<String>,
+}
+
+/// Counters of one worker.
+#[derive(Debug, Default)]
+struct Counts {
+    requests: u64,
+    response_bytes: u64,
+    refused: BTreeMap<String, u64>,
+    accepted: u64,
+    rejected: u64,
+    accept_errors: BTreeMap<String, u64>,
+    idle_timeouts: u64,
+    resets: u64,
+    receive_errors: u64,
+    pipeline_overflows: u64,
+    cq_overflows: u64,
+    send: Option<SendStats>,
+    setup: Option<String>,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.requests += o.requests;
+        self.response_bytes += o.response_bytes;
+        for (k, v) in o.refused {
+            *self.refused.entry(k).or_default() += v;
+        }
+        for (k, v) in o.accept_errors {
+            *self.accept_errors.entry(k).or_default() += v;
+        }
+        self.accepted += o.accepted;
+        self.rejected += o.rejected;
+        self.idle_timeouts += o.idle_timeouts;
+        self.resets += o.resets;
+        self.receive_errors += o.receive_errors;
+        self.pipeline_overflows += o.pipeline_overflows;
+        self.cq_overflows += o.cq_overflows;
+        match (&mut self.send, o.send) {
+            (Some(a), Some(b)) => a.merge(&b),
+            (None, b) => self.send = b,
+            _ => {}
+        }
+        self.setup = self.setup.take().or(o.setup);
+    }
+
+    fn refuse(&mut self, r: Refusal) {
+        *self.refused.entry(r.name().to_string()).or_default() += 1;
+    }
+
+    /// A connection ended with `errno`.
+    fn ended(&mut self, errno: Option<i32>) {
+        match errno {
+            Some(libc::ECONNRESET) | Some(libc::EPIPE) => self.resets += 1,
+            _ => self.receive_errors += 1,
+        }
+    }
+
+    fn accept_error(&mut self, e: &std::io::Error) {
+        let name = e
+            .raw_os_error()
+            .map_or_else(|| e.kind().to_string(), |n| errno_name(n).to_string());
+        *self.accept_errors.entry(name).or_default() += 1;
+    }
+}
+
+fn errno_name(n: i32) -> &'static str {
+    match n {
+        libc::EMFILE => "EMFILE",
+        libc::ENFILE => "ENFILE",
+        libc::ENOBUFS => "ENOBUFS",
+        libc::ENOMEM => "ENOMEM",
+        libc::ECONNABORTED => "ECONNABORTED",
+        _ => "other",
+    }
+}
+
+/// Pipelined requests a connection may have waiting for their response before it is closed.
+const MAX_OWED: usize = 4096;
+/// A head and body up to this size go out as one buffer (copied in); larger bodies are sent
+/// from the one shared body buffer.
+const INLINE: usize = 16 * 1024;
+
+/// The bytes every worker answers with.
+struct Responses {
+    heads: Heads,
+    body: Buf,
+    inline: bool,
+}
+
+impl Responses {
+    fn new(body_len: usize, seed: u64) -> Responses {
+        let body = Buf::shared(body_bytes(body_len, seed));
+        let heads = Heads::new(body_len);
+        let inline = heads.ok().len() + body_len <= INLINE;
+        Responses {
+            heads,
+            body,
+            inline,
+        }
+    }
+
+    fn len(&self, head_only: bool) -> usize {
+        self.heads.ok().len() + if head_only { 0 } else { self.body.len() }
+    }
+
+    fn write(&self, head_only: bool, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.heads.ok());
+        if !head_only {
+            out.extend_from_slice(self.body.as_slice());
+        }
+    }
+}
+
+/// Binds `workers` listeners on `addr` with `SO_REUSEPORT` (the kernel spreads connections
+/// over them); a port of 0 is chosen by the first and shared by the rest.
+pub fn bind_listeners(addr: SocketAddr, workers: usize) -> std::io::Result<Vec<OwnedFd>> {
+    use rustix::net::{self, sockopt, AddressFamily, SocketType};
+    let mut out = Vec::new();
+    let mut at = addr;
+    for _ in 0..workers.max(1) {
+        let fam = if at.is_ipv4() {
+            AddressFamily::INET
+        } else {
+            AddressFamily::INET6
+        };
+        let fd = net::socket_with(fam, SocketType::STREAM, net::SocketFlags::CLOEXEC, None)?;
+        sockopt::set_socket_reuseaddr(&fd, true)?;
+        sockopt::set_socket_reuseport(&fd, true)?;
+        net::bind(&fd, &at)?;
+        net::listen(&fd, 4096)?;
+        if at.port() == 0 {
+            at = local_addr(&fd)?;
+        }
+        out.push(fd);
+    }
+    Ok(out)
+}
+
+/// The address a listener is bound to.
+pub fn local_addr(fd: &OwnedFd) -> std::io::Result<SocketAddr> {
+    rustix::net::getsockname(fd)?
+        .try_into()
+        .map_err(|_| std::io::Error::other("not an IP socket"))
+}
+
+/// Runs the server until `cancel` or `cfg.duration`, on listeners from [`bind_listeners`].
+pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> ServeReport {
+    let started = Instant::now();
+    let cpu0 = process_cpu();
+    let ready = Arc::new(AtomicUsize::new(0));
+    let open: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..listeners.len()).map(|_| AtomicUsize::new(0)).collect());
+    let listen = listeners
+        .first()
+        .and_then(|l| local_addr(l).ok())
+        .map_or_else(|| cfg.listen.to_string(), |a| a.to_string());
+    let mut handles = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let cfg = cfg.clone();
+        let cancel = cancel.clone();
+        let open = open.clone();
+        let ready = ready.clone();
+        let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
+        handles.push(std::thread::spawn(move || {
+            if let Some(c) = cpu {
+                let _ = sendpath::host::pin_current_thread(c);
+            }
+            let open = &open[i];
+            match cfg.send {
+                SendMode::Epoll => epoll_worker(&cfg, l, &cancel, open, &ready),
+                _ => ring_worker(&cfg, l, &cancel, open, &ready),
+            }
+        }));
+    }
+    // Sample memory against open connections while the workers run, from a baseline taken
+    // once every worker has set up (rings, receive buffers) and before connections count.
+    let (mut peak, mut per_conn) = (0u64, None);
+    let end = started + cfg.duration;
+    let mut rss0 = None;
+    while handles.iter().any(|h| !h.is_finished()) {
+        if rss0.is_none() && ready.load(Ordering::Acquire) == handles.len() {
+            rss0 = rss_bytes();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if Instant::now() > end + Duration::from_secs(5) {
+            cancel.cancel();
+        }
+        let n: usize = open.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        if n as u64 > peak && rss0.is_some() {
+            peak = n as u64;
+            if let (Some(now), Some(base)) = (rss_bytes(), rss0) {
+                per_conn = Some(now.saturating_sub(base) / n as u64);
+            }
+        }
+    }
+    let mut total = Counts::default();
+    let mut worker_errors = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(Ok(c)) => total.add(c),
+            Ok(Err(b)) => {
+                let (c, e) = *b;
+                total.add(c);
+                worker_errors.push(e);
+            }
+            Err(_) => worker_errors.push("a worker panicked".into()),
+        }
+    }
+    let cpu_seconds = (process_cpu() - cpu0).as_secs_f64();
+    let send_stats = total.send.as_ref().map(|s| s.summary());
+    let copied_fraction = total.send.as_ref().and_then(|s| s.copied_fraction());
+    ServeReport {
+        listen,
+        send: cfg.send.name().into(),
+        workers: cfg.workers,
+        body_bytes: cfg.body_len,
+        ring_setup: total.setup.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+        requests: total.requests,
+        response_bytes: total.response_bytes,
+        refused: total.refused,
+        accepted: total.accepted,
+        rejected: total.rejected,
+        accept_errors: total.accept_errors,
+        idle_timeouts: total.idle_timeouts,
+        resets: total.resets,
+        receive_errors: total.receive_errors,
+        pipeline_overflows: total.pipeline_overflows,
+        peak_connections: peak,
+        memory_per_connection_bytes: per_conn,
+        cpu_seconds,
+        cpu_us_per_request: (total.requests > 0).then(|| cpu_seconds * 1e6 / total.requests as f64),
+        cq_overflows: total.cq_overflows,
+        send_stats,
+        copied_fraction,
+        worker_errors,
+    }
+}
+
+type WorkerResult = Result<Counts, Box<(Counts, String)>>;
+
+/// Counts a worker as set up when its loop starts ([`Ready::mark`]), or when it gives up
+/// before that (on drop).
+struct Ready<'a>(&'a AtomicUsize, bool);
+
+impl Ready<'_> {
+    fn mark(&mut self) {
+        if !self.1 {
+            self.1 = true;
+            self.0.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Ready<'_> {
+    fn drop(&mut self) {
+        self.mark();
+    }
+}
+
+/// A connection's state in a ring worker.
+#[derive(Debug, Default)]
+struct Client {
+    /// The start of a request not yet whole.
+    partial: Vec<u8>,
+    /// Requests parsed and not yet answered, in order (`true`: HEAD).
+    owed: VecDeque<bool>,
+    /// A refusal to send after the owed responses, then close.
+    refusal: Option<Refusal>,
+    /// Close once everything queued is on the socket (`Connection: close`, end of file).
+    close_when_flushed: bool,
+    last_active: Option<Instant>,
+}
+
+fn ring_worker(
+    cfg: &ServeConfig,
+    listener: OwnedFd,
+    cancel: &Cancel,
+    open: &AtomicUsize,
+    ready: &AtomicUsize,
+) -> WorkerResult {
+    let mut c = Counts::default();
+    // Counted ready even when setup fails, so the memory baseline is not held up.
+    let mut ready = Ready(ready, false);
+    let zc = cfg.send == SendMode::UringZc;
+    let choice = if zc { Choice::ZeroCopy } else { Choice::Copy };
+    let mut d = match UringDriver::new(DriverConfig {
+        connections: cfg.max_connections.min(4096),
+        depth: cfg.depth,
+        inflight: InflightLimits::default(),
+        fixed_buffers: zc,
+        ring_zc_inflight: zc.then_some(cfg.zc_inflight),
+    }) {
+        Ok(d) => d,
+        Err(e) => return Err(Box::new((c, format!("io_uring setup: {e}")))),
+    };
+    c.setup = Some(d.setup().name().to_string());
+    if let Err(e) = d.provide_recv_buffers(RecvConfig {
+        buffers: 2048,
+        size: 4096,
+    }) {
+        return Err(Box::new((c, format!("{e}"))));
+    }
+    if let Err(e) = d.listen(Socket::from(listener)) {
+        return Err(Box::new((c, format!("{e}"))));
+    }
+    let mut r = Responses::new(cfg.body_len, cfg.seed);
+    if zc && !r.inline {
+        d.register(&mut r.body);
+    }
+    let mut clients: Vec<Option<Client>> = Vec::new();
+    let mut events = Vec::new();
+    let mut writable = Vec::new();
+    let mut scratch = Vec::new();
+    let end = Instant::now() + cfg.duration;
+    let mut next_tick = Instant::now() + Duration::from_secs(1);
+    ready.mark();
+    while !cancel.is_cancelled() && Instant::now() < end {
+        if let Err(e) = d.run_for(Duration::from_millis(100)) {
+            c.send = Some(d.total_stats());
+            return Err(Box::new((c, format!("{e}"))));
+        }
+        d.take_events(&mut events);
+        for ev in events.drain(..) {
+            match ev {
+                Event::Accepted(sock) => {
+                    c.accepted += 1;
+                    if d.open_connections() >= cfg.max_connections {
+                        c.rejected += 1;
+                        continue;
+                    }
+                    let _ = rustix::net::sockopt::set_tcp_nodelay(&sock, true);
+                    let state = ConnState::new(d.state_config(true), Box::new(Fixed(choice)));
+                    match d.add_receiving(sock, state) {
+                        Ok(id) => {
+                            if clients.len() <= id.index() {
+                                clients.resize_with(id.index() + 1, || None);
+                            }
+                            clients[id.index()] = Some(Client {
+                                last_active: Some(Instant::now()),
+                                ..Client::default()
+                            });
+                            open.store(d.open_connections(), Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            c.accept_error(&std::io::Error::other(e.to_string()));
+                        }
+                    }
+                }
+                Event::AcceptFailed(e) => c.accept_error(&e),
+                Event::Received { conn, buf } => {
+                    on_received(&mut d, &mut clients, &mut c, &r, conn, buf, &mut scratch);
+                    respond(
+                        &mut d,
+                        &mut clients,
+                        &mut c,
+                        &r,
+                        conn,
+                        cfg.send,
+                        &mut scratch,
+                    );
+                }
+                Event::RecvEnded { conn, error } => {
+                    if let Some(e) = error {
+                        c.ended(e.raw_os_error());
+                        d.close(conn);
+                    } else if let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut())
+                    {
+                        cl.close_when_flushed = true;
+                        respond(
+                            &mut d,
+                            &mut clients,
+                            &mut c,
+                            &r,
+                            conn,
+                            cfg.send,
+                            &mut scratch,
+                        );
+                    }
+                }
+                Event::Closed(id) => {
+                    if let Some(x) = clients.get_mut(id.index()) {
+                        *x = None;
+                    }
+                    open.store(d.open_connections(), Ordering::Relaxed);
+                }
+            }
+        }
+        d.take_writable(&mut writable);
+        for id in writable.drain(..) {
+            respond(&mut d, &mut clients, &mut c, &r, id, cfg.send, &mut scratch);
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            next_tick = now + Duration::from_secs(1);
+            // Only the heads change (they are copied into each response); the body buffer the
+            // kernel may be reading is never touched.
+            r.heads.refresh(SystemTime::now());
+            for (i, cl) in clients.iter().enumerate() {
+                let Some(cl) = cl else { continue };
+                let idle = cl
+                    .last_active
+                    .is_some_and(|t| now.duration_since(t) > cfg.idle_timeout);
+                let id = conn_id(&d, i);
+                if idle && id.is_some_and(|id| d.is_open(id)) {
+                    c.idle_timeouts += 1;
+                    d.close(id.expect("checked"));
+                }
+            }
+        }
+    }
+    // Closing: stop accepting, close every connection, wait for the kernel to let go.
+    for (i, cl) in clients.iter().enumerate() {
+        if cl.is_some() {
+            if let Some(id) = conn_id(&d, i) {
+                d.close(id);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while d.open_connections() > 0 && Instant::now() < deadline {
+        if d.run_for(Duration::from_millis(10)).is_err() {
+            break;
+        }
+        d.take_events(&mut events);
+        for ev in events.drain(..) {
+            if let Event::Received { buf, .. } = ev {
+                d.recycle(buf);
+            }
+        }
+    }
+    open.store(0, Ordering::Relaxed);
+    c.cq_overflows = d.cq_overflows();
+    c.send = Some(d.total_stats());
+    Ok(c)
+}
+
+/// The id of connection slot `i`, when the driver has a connection there.
+fn conn_id(d: &UringDriver, i: usize) -> Option<ConnId> {
+    let id = ConnId::from_index(i)?;
+    d.is_open(id).then_some(id)
+}
+
+/// Parses what arrived, queueing a response per whole request.
+fn on_received(
+    d: &mut UringDriver,
+    clients: &mut [Option<Client>],
+    c: &mut Counts,
+    _r: &Responses,
+    conn: ConnId,
+    buf: RecvBuf,
+    scratch: &mut Vec<u8>,
+) {
+    let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut()) else {
+        d.recycle(buf);
+        return;
+    };
+    cl.last_active = Some(Instant::now());
+    if cl.refusal.is_some() || cl.close_when_flushed {
+        // Already refused or closing: ignore what else comes.
+        d.recycle(buf);
+        return;
+    }
+    let data = d.received(&buf);
+    let rest: &[u8] = if cl.partial.is_empty() {
+        data
+    } else {
+        cl.partial
+            .extend_from_slice(&data[..data.len().min(MAX_HEAD + 1)]);
+        scratch.clear();
+        scratch.append(&mut cl.partial);
+        scratch
+    };
+    let mut at = 0;
+    while at < rest.len() {
+        match parse_request(&rest[at..]) {
+            Parsed::Request {
+                len,
+                head_only,
+                close,
+            } => {
+                at += len;
+                cl.owed.push_back(head_only);
+                if close {
+                    cl.close_when_flushed = true;
+                    break;
+                }
+                if cl.owed.len() > MAX_OWED {
+                    c.pipeline_overflows += 1;
+                    cl.refusal = Some(Refusal::TooLarge);
+                    cl.owed.clear();
+                    break;
+                }
+            }
+            Parsed::Partial => {
+                cl.partial.extend_from_slice(&rest[at..]);
+                at = rest.len();
+            }
+            Parsed::Refused(why) => {
+                c.refuse(why);
+                cl.refusal = Some(why);
+                break;
+            }
+        }
+    }
+    d.recycle(buf);
+}
+
+/// Queues the owed responses that fit, then a refusal, and closes once all is out when asked.
+fn respond(
+    d: &mut UringDriver,
+    clients: &mut [Option<Client>],
+    c: &mut Counts,
+    r: &Responses,
+    conn: ConnId,
+    mode: SendMode,
+    scratch: &mut Vec<u8>,
+) {
+    if !d.is_open(conn) {
+        return;
+    }
+    let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut()) else {
+        return;
+    };
+    let mut queued = false;
+    while !cl.owed.is_empty() && d.room(conn) > 0 {
+        if r.inline {
+            // As many responses as fit in one buffer of at most 64 KiB.
+            scratch.clear();
+            while let Some(&head_only) = cl.owed.front() {
+                if !scratch.is_empty() && scratch.len() + r.len(head_only) > 64 * 1024 {
+                    break;
+                }
+                r.write(head_only, scratch);
+                cl.owed.pop_front();
+                c.requests += 1;
+            }
+            c.response_bytes += scratch.len() as u64;
+            let sent = if mode == SendMode::Copy && d.state(conn).is_flushed() {
+                send_now(d.socket(conn), scratch)
+            } else {
+                0
+            };
+            if sent < scratch.len() {
+                let mut b = d.take_buf(conn, scratch.len() - sent);
+                b.as_mut_slice().copy_from_slice(&scratch[sent..]);
+                let _ = d.push(conn, b, true);
+                queued = true;
+            }
+        } else {
+            let head_only = *cl.owed.front().expect("not empty");
+            if !head_only && d.room(conn) < 2 {
+                break;
+            }
+            cl.owed.pop_front();
+            c.requests += 1;
+            let head = r.heads.ok();
+            let mut b = d.take_buf(conn, head.len());
+            b.as_mut_slice().copy_from_slice(head);
+            c.response_bytes += head.len() as u64;
+            let _ = d.push(conn, b, head_only);
+            if !head_only {
+                let body = r.body.share().expect("the body is a shared buffer");
+                c.response_bytes += body.len() as u64;
+                let _ = d.push(conn, body, true);
+            }
+            queued = true;
+        }
+    }
+    if cl.owed.is_empty() {
+        if let Some(why) = cl.refusal.take() {
+            let bytes = Heads::refusal(why);
+            if d.room(conn) > 0 {
+                let mut b = d.take_buf(conn, bytes.len());
+                b.as_mut_slice().copy_from_slice(&bytes);
+                let _ = d.push(conn, b, true);
+                queued = true;
+                cl.close_when_flushed = true;
+            } else {
+                cl.refusal = Some(why);
+            }
+        }
+    }
+    if queued {
+        d.request_flush(conn);
+    }
+    if cl.close_when_flushed
+        && cl.owed.is_empty()
+        && cl.refusal.is_none()
+        && d.state(conn).is_flushed()
+    {
+        d.close(conn);
+    }
+}
+
+/// `send(2)` with `MSG_DONTWAIT`: how many bytes the socket took (0 when it would block or
+/// failed; the ring then sends the rest and reports any error).
+fn send_now(sock: &Socket, bytes: &[u8]) -> usize {
+    use rustix::net::SendFlags;
+    rustix::net::send(sock, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL).unwrap_or(0)
+}
+
+/// A connection's state in the epoll worker.
+struct EClient {
+    fd: OwnedFd,
+    partial: Vec<u8>,
+    /// Bytes to write, in order: owned bytes, or the shared body from an offset.
+    out: VecDeque<Chunk>,
+    close_when_flushed: bool,
+    last_active: Instant,
+    writing: bool,
+}
+
+enum Chunk {
+    Owned(Vec<u8>, usize),
+    Body(usize),
+}
+
+fn epoll_worker(
+    cfg: &ServeConfig,
+    listener: OwnedFd,
+    cancel: &Cancel,
+    open: &AtomicUsize,
+    ready: &AtomicUsize,
+) -> WorkerResult {
+    use rustix::event::epoll;
+    let mut c = Counts::default();
+    let mut ready = Ready(ready, false);
+    let fail =
+        |c: Counts, what: &str, e: rustix::io::Errno| Err(Box::new((c, format!("{what}: {e}"))));
+    if let Err(e) = rustix::io::ioctl_fionbio(&listener, true) {
+        return fail(c, "ioctl(FIONBIO)", e);
+    }
+    let ep = match epoll::create(epoll::CreateFlags::CLOEXEC) {
+        Ok(e) => e,
+        Err(e) => return fail(c, "epoll_create", e),
+    };
+    const LISTENER: u64 = u64::MAX;
+    if let Err(e) = epoll::add(
+        &ep,
+        &listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    ) {
+        return fail(c, "epoll_ctl", e);
+    }
+    let r = Responses::new(cfg.body_len, cfg.seed);
+    let body = r.body.as_slice();
+    let mut clients: Vec<Option<EClient>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut events = Vec::with_capacity(512);
+    let mut rbuf = vec![0u8; 16 * 1024];
+    let end = Instant::now() + cfg.duration;
+    let mut next_tick = Instant::now() + Duration::from_secs(1);
+    let mut heads = Heads::new(cfg.body_len);
+    let mut live = 0usize;
+    ready.mark();
+    while !cancel.is_cancelled() && Instant::now() < end {
+        if let Err(e) = super::epoll_wait(&ep, &mut events, Duration::from_millis(100)) {
+            if e != rustix::io::Errno::INTR {
+                return fail(c, "epoll_wait", e);
+            }
+        }
+        for ev in events.iter() {
+            let (key, flags) = (ev.data.u64(), { ev.flags });
+            if key == LISTENER {
+                loop {
+                    match rustix::net::accept_with(
+                        &listener,
+                        rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+                    ) {
+                        Ok(fd) => {
+                            c.accepted += 1;
+                            if live >= cfg.max_connections {
+                                c.rejected += 1;
+                                continue;
+                            }
+                            let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+                            let i = free.pop().unwrap_or_else(|| {
+                                clients.push(None);
+                                clients.len() - 1
+                            });
+                            if epoll::add(
+                                &ep,
+                                &fd,
+                                epoll::EventData::new_u64(i as u64),
+                                epoll::EventFlags::IN,
+                            )
+                            .is_err()
+                            {
+                                free.push(i);
+                                continue;
+                            }
+                            clients[i] = Some(EClient {
+                                fd,
+                                partial: Vec::new(),
+                                out: VecDeque::new(),
+                                close_when_flushed: false,
+                                last_active: Instant::now(),
+                                writing: false,
+                            });
+                            live += 1;
+                        }
+                        Err(rustix::io::Errno::AGAIN) => break,
+                        Err(e) => {
+                            c.accept_error(&std::io::Error::from(e));
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
+            let i = key as usize;
+            let Some(cl) = clients.get_mut(i).and_then(|x| x.as_mut()) else {
+                continue;
+            };
+            let mut close = false;
+            if flags
+                .intersects(epoll::EventFlags::IN | epoll::EventFlags::HUP | epoll::EventFlags::ERR)
+            {
+                match rustix::io::read(&cl.fd, &mut rbuf) {
+                    Ok(0) => {
+                        cl.close_when_flushed = true;
+                    }
+                    Ok(n) => {
+                        cl.last_active = Instant::now();
+                        if !cl.close_when_flushed {
+                            close |= epoll_parse(cl, &rbuf[..n], &heads, &r, &mut c);
+                        }
+                    }
+                    Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => {
+                        c.ended(Some(e.raw_os_error()));
+                        close = true;
+                    }
+                }
+            }
+            if !close {
+                if let Err(e) = epoll_write(cl, body) {
+                    c.ended(e.raw_os_error());
+                    close = true;
+                }
+            }
+            if !close {
+                let want_out = !cl.out.is_empty();
+                if want_out != cl.writing {
+                    cl.writing = want_out;
+                    let flags = if want_out {
+                        epoll::EventFlags::IN | epoll::EventFlags::OUT
+                    } else {
+                        epoll::EventFlags::IN
+                    };
+                    let _ = epoll::modify(&ep, &cl.fd, epoll::EventData::new_u64(i as u64), flags);
+                }
+                if cl.close_when_flushed && cl.out.is_empty() {
+                    close = true;
+                }
+            }
+            if close {
+                let _ = epoll::delete(&ep, &cl.fd);
+                clients[i] = None;
+                free.push(i);
+                live -= 1;
+            }
+        }
+        open.store(live, Ordering::Relaxed);
+        let now = Instant::now();
+        if now >= next_tick {
+            next_tick = now + Duration::from_secs(1);
+            heads.refresh(SystemTime::now());
+            for (i, slot) in clients.iter_mut().enumerate() {
+                if slot
+                    .as_ref()
+                    .is_some_and(|cl| now.duration_since(cl.last_active) > cfg.idle_timeout)
+                {
+                    c.idle_timeouts += 1;
+                    if let Some(cl) = slot.take() {
+                        let _ = epoll::delete(&ep, &cl.fd);
+                    }
+                    free.push(i);
+                    live -= 1;
+                }
+            }
+        }
+    }
+    open.store(0, Ordering::Relaxed);
+    Ok(c)
+}
+
+/// Parses `data` on an epoll connection and queues the responses; true to close at once.
+fn epoll_parse(
+    cl: &mut EClient,
+    data: &[u8],
+    heads: &Heads,
+    r: &Responses,
+    c: &mut Counts,
+) -> bool {
+    let mut buf = std::mem::take(&mut cl.partial);
+    buf.extend_from_slice(data);
+    let mut at = 0;
+    let mut small: Vec<u8> = Vec::new();
+    while at < buf.len() {
+        match parse_request(&buf[at..]) {
+            Parsed::Request {
+                len,
+                head_only,
+                close,
+            } => {
+                at += len;
+                c.requests += 1;
+                let n = heads.ok().len() + if head_only { 0 } else { r.body.len() };
+                c.response_bytes += n as u64;
+                small.extend_from_slice(heads.ok());
+                if !head_only {
+                    if r.inline {
+                        small.extend_from_slice(r.body.as_slice());
+                    } else {
+                        cl.out
+                            .push_back(Chunk::Owned(std::mem::take(&mut small), 0));
+                        cl.out.push_back(Chunk::Body(0));
+                    }
+                }
+                if cl.out.len() > MAX_OWED {
+                    c.pipeline_overflows += 1;
+                    return true;
+                }
+                if close {
+                    cl.close_when_flushed = true;
+                    break;
+                }
+            }
+            Parsed::Partial => {
+                cl.partial = buf[at..].to_vec();
+                break;
+            }
+            Parsed::Refused(why) => {
+                c.refuse(why);
+                small.extend_from_slice(&Heads::refusal(why));
+                cl.close_when_flushed = true;
+                break;
+            }
+        }
+    }
+    if !small.is_empty() {
+        cl.out.push_back(Chunk::Owned(small, 0));
+    }
+    false
+}
+
+/// Writes what is queued with `writev` until the socket is full; an error closes.
+fn epoll_write(cl: &mut EClient, body: &[u8]) -> std::io::Result<()> {
+    while !cl.out.is_empty() {
+        let iov: Vec<std::io::IoSlice<'_>> = cl
+            .out
+            .iter()
+            .take(8)
+            .map(|ch| match ch {
+                Chunk::Owned(v, off) => std::io::IoSlice::new(&v[*off..]),
+                Chunk::Body(off) => std::io::IoSlice::new(&body[*off..]),
+            })
+            .collect();
+        let mut n = match rustix::io::writev(&cl.fd, &iov) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::AGAIN) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        while n > 0 {
+            let front = cl.out.front_mut().expect("written bytes belong to a chunk");
+            let (left, off) = match front {
+                Chunk::Owned(v, off) => (v.len() - *off, off),
+                Chunk::Body(off) => (body.len() - *off, off),
+            };
+            if n >= left {
+                n -= left;
+                cl.out.pop_front();
+            } else {
+                *off += n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// CPU time of the whole process so far (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Resident memory of this process (`/proc/self/statm`), bytes.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
