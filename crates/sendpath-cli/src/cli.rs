@@ -54,7 +54,7 @@ pub(crate) struct ServeArgs {
     pub workers: Option<u16>,
     /// Pin worker i to the i-th of these CPUs (comma-separated), in turn.
     #[arg(long, value_name = "CPUS", value_parser = cpu_list)]
-    pub cpu: Option<Vec<usize>>,
+    pub cpu: Option<std::vec::Vec<usize>>,
     /// Body bytes of every response (written by the server, printable, seeded).
     #[arg(long, default_value = "88", value_parser = body_size)]
     pub body: usize,
@@ -95,7 +95,7 @@ pub(crate) struct HttpLoadArgs {
     pub threads: u16,
     /// Pin thread i to the i-th of these CPUs (comma-separated), in turn.
     #[arg(long, value_name = "CPUS", value_parser = cpu_list)]
-    pub cpu: Option<Vec<usize>>,
+    pub cpu: Option<std::vec::Vec<usize>>,
     /// Measured time.
     #[arg(long, short = 'd', default_value = "10s", value_parser = positive_duration)]
     pub duration: Duration,
@@ -123,6 +123,36 @@ fn send_mode() -> impl clap::builder::TypedValueParser<Value = sendpath_lab::htt
     use sendpath_lab::http::serve::SendMode;
     clap::builder::PossibleValuesParser::new(SendMode::ALL.map(SendMode::name))
         .try_map(|s| s.parse::<SendMode>())
+}
+
+fn body_sizes(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',').map(body_size).collect()
+}
+
+fn http_servers(s: &str) -> Result<Vec<sendpath_lab::http::study::Server>, String> {
+    use sendpath_lab::http::study::Server;
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| match x.trim() {
+            "nginx" => Ok(Server::Nginx),
+            m => m
+                .parse()
+                .map(Server::Sendpath)
+                .map_err(|e| format!("{e}, or nginx")),
+        })
+        .collect()
+}
+
+fn fractions(s: &str) -> Result<Vec<f64>, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| match x.trim().parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 2.0 => Ok(f),
+            _ => Err(format!(
+                "`{x}`: a fraction of the peak rate, above 0 and at most 2"
+            )),
+        })
+        .collect()
 }
 
 fn body_size(s: &str) -> Result<usize, String> {
@@ -166,6 +196,21 @@ pub(crate) struct SweepArgs {
     /// Rounds over all points (overrides the preset).
     #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub repeat: Option<u32>,
+    /// http-server preset: servers to compare (sendpath send modes, and nginx when installed).
+    #[arg(long, value_name = "LIST", default_value = "uring,uring-zc,epoll,nginx", value_parser = http_servers)]
+    pub http_servers: std::vec::Vec<sendpath_lab::http::study::Server>,
+    /// http-server preset: connection counts.
+    #[arg(long, value_name = "LIST", default_value = "100,1000,4000", value_parser = count_list)]
+    pub http_connections: std::vec::Vec<usize>,
+    /// http-server preset: body sizes.
+    #[arg(long, value_name = "LIST", default_value = "88,4K,64K,1M", value_parser = body_sizes)]
+    pub http_bodies: std::vec::Vec<usize>,
+    /// http-server preset: closed-loop load tool, wrk (when installed) or http-load.
+    #[arg(long, value_name = "TOOL", default_value = "wrk", value_parser = ["wrk", "http-load"])]
+    pub http_load: String,
+    /// http-server preset: open-loop rates as fractions of nginx's median peak (empty: none).
+    #[arg(long, value_name = "LIST", default_value = "0.5,0.8", value_parser = fractions)]
+    pub http_open_loop: std::vec::Vec<f64>,
     /// Seed for the shuffled order of each round (default: random; recorded in results.json).
     #[arg(long, conflicts_with = "resume")]
     pub seed: Option<u64>,

@@ -1,6 +1,6 @@
 //! `sendpath serve` and `sendpath http-load`: flags in, a report printed and written out.
 
-use crate::cli::{raise_nofile, raise_nofile_upto, HttpLoadArgs, ServeArgs};
+use crate::cli::{raise_nofile, raise_nofile_upto, HttpLoadArgs, ServeArgs, SweepArgs};
 use anyhow::Context;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::http::load::{self, LoadConfig, LoadReport};
@@ -182,4 +182,100 @@ fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> 
     std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// The preset name of the server study.
+pub(crate) const HTTP_PRESET: &str = "http-server";
+
+/// `sweep --preset http-server`: the server study, written to `dir` as http-results.json and
+/// summary.md (with the nginx configuration used).
+pub(crate) fn study(
+    a: &SweepArgs,
+    dir: &std::path::Path,
+    cancel: &Cancel,
+) -> anyhow::Result<ExitCode> {
+    use sendpath_lab::http::study::{self, LoadTool, Server, StudyConfig};
+    let mut servers = a.http_servers.clone();
+    if servers.contains(&Server::Nginx) && !study::installed("nginx") {
+        eprintln!(
+            "note: nginx is not installed (apt-get install nginx-light): sendpath's modes only"
+        );
+        servers.retain(|s| *s != Server::Nginx);
+    }
+    anyhow::ensure!(
+        !servers.is_empty(),
+        "no server to measure: give --http-servers"
+    );
+    let load = if a.http_load == "wrk" && study::installed("wrk") {
+        LoadTool::Wrk
+    } else {
+        if a.http_load == "wrk" {
+            eprintln!(
+                "note: wrk is not installed (apt-get install wrk): closed loop with http-load"
+            );
+        }
+        LoadTool::HttpLoad
+    };
+    let cpus = sendpath::host::allowed_cpus()
+        .map(|c| c.len())
+        .unwrap_or(1)
+        .max(1);
+    let max_conns = a.http_connections.iter().copied().max().unwrap_or(100);
+    raise_nofile(2 * max_conns + 1024)?;
+    let cfg = StudyConfig {
+        exe: std::env::current_exe().context("finding the sendpath binary")?,
+        servers,
+        connections: a.http_connections.clone(),
+        bodies: a.http_bodies.clone(),
+        rounds: a.repeat.unwrap_or(3),
+        duration: a.duration.unwrap_or(std::time::Duration::from_secs(10)),
+        warmup: a.warmup.unwrap_or(std::time::Duration::from_secs(2)),
+        workers: cpus,
+        load_threads: cpus,
+        load,
+        open_loop: a.http_open_loop.clone(),
+        wrk_check: true,
+        dir: dir.to_path_buf(),
+        seed: a.seed.unwrap_or_else(sendpath_lab::runner::fresh_seed),
+    };
+    let windows = cfg.rounds as usize
+        * cfg.bodies.len()
+        * cfg.connections.len()
+        * cfg.servers.len()
+        * (1 + cfg.open_loop.len());
+    eprintln!(
+        "sweep http-server: {} servers x {} connection counts x {} bodies x {} rounds, closed loop with {} and {} open-loop rates: about {} windows of {:?} + {:?} warmup; results in {}",
+        cfg.servers.len(),
+        cfg.connections.len(),
+        cfg.bodies.len(),
+        cfg.rounds,
+        if load == LoadTool::Wrk { "wrk" } else { "http-load" },
+        cfg.open_loop.len(),
+        windows,
+        cfg.duration,
+        cfg.warmup,
+        dir.display()
+    );
+    let done = std::cell::Cell::new(0usize);
+    let r = study::run(&cfg, cancel, |m| {
+        done.set(done.get() + 1);
+        eprintln!(
+            "[{}/~{windows}] {} {} B {} conns{} round {}: {:.0} req/s, p99 {} us, server CPU {} us/req",
+            done.get(),
+            m.server,
+            m.body_bytes,
+            m.connections,
+            m.rate_per_s.map_or_else(String::new, |r| format!(" at {r:.0}/s")),
+            m.round,
+            m.requests_per_s,
+            m.latency_us.map_or("null".into(), |l| format!("{:.0}", l.p99)),
+            m.server_cpu_us_per_request.map_or("null".into(), |c| format!("{c:.2}")),
+        );
+    })?;
+    write_json(&dir.join("http-results.json"), &r)?;
+    let md = study::summary(&r);
+    std::fs::write(dir.join("summary.md"), &md)?;
+    println!("{md}");
+    println!("wrote {}/http-results.json, summary.md", dir.display());
+    Ok(ExitCode::SUCCESS)
 }

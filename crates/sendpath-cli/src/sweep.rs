@@ -41,12 +41,21 @@ fn list() {
         let n = p.strategies.len() * p.sizes.len() * p.threads.len();
         println!("{:<16}{:>7}  {}", p.name, n, p.about);
     }
+    println!(
+        "{:<16}{:>7}  the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)",
+        crate::http_cmd::HTTP_PRESET,
+        4 * 3 * 4,
+    );
 }
 
 pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     if a.list_presets {
         list();
         return Ok(ExitCode::SUCCESS);
+    }
+    if a.preset == crate::http_cmd::HTTP_PRESET {
+        let dir = out_dir(a.out.as_deref(), &a.preset)?;
+        return crate::http_cmd::study(a, &dir, cancel);
     }
     let (dir, mut rec, plan) = match &a.resume {
         Some(dir) => {
@@ -145,7 +154,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
 
 /// The sweep's directory: `--out`, or a new timestamped one under `sendpath-results/` (with a
 /// `latest` link). Refuses a directory that already holds results.
-fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<PathBuf> {
     let dir = match out {
         Some(d) => d.to_path_buf(),
         None => {

@@ -1,0 +1,920 @@
+//! The server study (`sendpath sweep --preset http-server`): `serve` in each send mode, and
+//! nginx when it is installed, at each connection count and body size, in rounds that
+//! alternate the servers (ABBA) and shuffle the points. Each server runs as its own process,
+//! so its CPU is read from `/proc` the same way for sendpath and for nginx (master and
+//! workers), over the measured window only. Closed-loop load comes from wrk when installed (as
+//! the published study used) or from `http-load`; open-loop points at fractions of the peak
+//! rate use `http-load`, which counts latency from each request's intended send time.
+
+use super::load::{self, LatencyUs, LoadConfig};
+use super::serve::{SendMode, ServeReport};
+use crate::cancel::Cancel;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Server {
+    /// `sendpath serve --send MODE`.
+    Sendpath(SendMode),
+    /// nginx with the configuration [`nginx_config`] writes.
+    Nginx,
+}
+
+impl Server {
+    /// The name in tables and results.
+    pub fn name(self) -> String {
+        match self {
+            Server::Sendpath(m) => format!("sendpath-{}", m.name()),
+            Server::Nginx => "nginx".into(),
+        }
+    }
+}
+
+/// Which tool makes the closed-loop load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadTool {
+    /// `wrk -t THREADS -c CONNS -d SECS --latency`.
+    Wrk,
+    /// `sendpath http-load`, in this process.
+    HttpLoad,
+}
+
+/// What the study runs.
+#[derive(Debug, Clone)]
+pub struct StudyConfig {
+    /// The `sendpath` binary that runs `serve`.
+    pub exe: PathBuf,
+    /// Servers, compared in alternating order.
+    pub servers: Vec<Server>,
+    /// Connection counts.
+    pub connections: Vec<usize>,
+    /// Body sizes.
+    pub bodies: Vec<usize>,
+    /// Rounds over every point.
+    pub rounds: u32,
+    /// Measured time per point.
+    pub duration: Duration,
+    /// Load before each measured window (a separate run of the same tool, not counted).
+    pub warmup: Duration,
+    /// Server workers (nginx `worker_processes`, `serve --workers`).
+    pub workers: usize,
+    /// Load threads (wrk `-t`, http-load `--threads`).
+    pub load_threads: usize,
+    /// The closed-loop load tool.
+    pub load: LoadTool,
+    /// Open-loop points, as fractions of the reference server's median peak rate.
+    pub open_loop: Vec<f64>,
+    /// One cross-check of http-load against wrk on the reference server (100 connections,
+    /// first body), alternating.
+    pub wrk_check: bool,
+    /// Where configurations, server reports and results go.
+    pub dir: PathBuf,
+    /// Seed of the point order in each round.
+    pub seed: u64,
+}
+
+/// One measured window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Measurement {
+    /// `sendpath-uring`, `nginx`, ...
+    pub server: String,
+    /// Body bytes per response.
+    pub body_bytes: usize,
+    /// Connections.
+    pub connections: usize,
+    /// Round (from 1).
+    pub round: u32,
+    /// `wrk` or `http-load`.
+    pub load: String,
+    /// Open-loop rate, requests/s; null for closed loop.
+    pub rate_per_s: Option<f64>,
+    /// Requests per second the load tool counted.
+    pub requests_per_s: f64,
+    /// Latency percentiles; null when not measured.
+    pub latency_us: Option<LatencyUs>,
+    /// Errors the load tool counted, by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Server CPU (all its processes and threads) over the measured window, seconds; null
+    /// when `/proc` could not be read.
+    pub server_cpu_s: Option<f64>,
+    /// `server_cpu_s` per request, microseconds.
+    pub server_cpu_us_per_request: Option<f64>,
+    /// What `serve` reported (its copied fraction and fallbacks); null for nginx.
+    pub serve: Option<ServeReport>,
+}
+
+/// Everything the study measured, with the nginx configuration it used.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StudyResults {
+    /// The host.
+    pub environment: crate::results::Environment,
+    /// The nginx configuration written for the largest connection count, when nginx ran.
+    pub nginx_config: Option<String>,
+    /// Every window, in the order measured.
+    pub measurements: Vec<Measurement>,
+    /// The http-load against wrk cross-check: ratios of requests/s per paired round.
+    pub wrk_check_ratios: Vec<f64>,
+}
+
+/// Whether `prog` is on PATH and runs (`prog -v`).
+pub fn installed(prog: &str) -> bool {
+    Command::new(prog)
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// The nginx configuration the study uses: workers = `workers`, `worker_connections` and
+/// `worker_rlimit_nofile` well above `connections` (Debian's default of 768 per worker would
+/// cap nginx below 4000 connections), no access log, keep-alive requests effectively
+/// unlimited, `listen ... reuseport backlog=4096`, TCP_NODELAY like `serve`. A body of up to
+/// 2 KiB is answered from memory (`return 200`, as `serve` does); a larger one is a file sent
+/// with `sendfile` and `tcp_nopush`, which is how nginx serves large bodies.
+pub fn nginx_config(
+    dir: &Path,
+    port: u16,
+    workers: usize,
+    connections: usize,
+    body_len: usize,
+) -> String {
+    let d = dir.display();
+    let per_worker = connections + 1024;
+    let user = if sendpath::host::euid() == 0 {
+        "user root;\n"
+    } else {
+        ""
+    };
+    let location = if body_len <= 2048 {
+        let body = String::from_utf8(super::body_bytes(body_len, 1)).expect("ASCII");
+        format!("        location / {{ return 200 \"{body}\"; }}\n")
+    } else {
+        format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
+    };
+    format!(
+        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\nworker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen 127.0.0.1:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
+        2 * per_worker * workers
+    )
+}
+
+/// A log file in `dir` that a server's stderr is appended to.
+fn log(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+}
+
+/// A free loopback port (bound and released; the server binds it right after).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A server process and the pids whose CPU counts for it.
+struct Running {
+    child: Child,
+    server: Server,
+    report: Option<PathBuf>,
+}
+
+impl Running {
+    /// CPU seconds of the server: its process and, for nginx, every child (the workers).
+    fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.id();
+        let mut ticks = proc_ticks(pid)?;
+        if self.server == Server::Nginx {
+            for p in children(pid) {
+                ticks += proc_ticks(p).unwrap_or(0);
+            }
+        }
+        Some(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s; returns what `serve` wrote.
+    fn stop(mut self) -> Option<ServeReport> {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let path = self.report?;
+        let r = std::fs::read_to_string(&path).ok()?;
+        serde_json::from_str(&r).ok()
+    }
+}
+
+/// utime + stime of `pid` (`/proc/PID/stat` fields 14 and 15), clock ticks.
+fn proc_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Pids whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 2..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn start(
+    cfg: &StudyConfig,
+    server: Server,
+    body: usize,
+    conns: usize,
+    tag: &str,
+) -> anyhow::Result<(Running, SocketAddr)> {
+    use anyhow::Context;
+    let port = free_port()?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let (child, report) = match server {
+        Server::Sendpath(mode) => {
+            let report = cfg.dir.join(format!("serve-{tag}.json"));
+            let secs = (cfg.warmup + cfg.duration).as_secs() + 60;
+            let child = Command::new(&cfg.exe)
+                .args([
+                    "serve",
+                    "--listen",
+                    &addr.to_string(),
+                    "--send",
+                    mode.name(),
+                ])
+                .args([
+                    "--body",
+                    &body.to_string(),
+                    "--workers",
+                    &cfg.workers.to_string(),
+                ])
+                .args(["--max-connections", &(conns + 1000).to_string()])
+                .args(["--duration", &format!("{secs}s")])
+                .arg("--json")
+                .arg(&report)
+                .stdout(Stdio::null())
+                .stderr(log(&cfg.dir, "serve.stderr")?)
+                .spawn()
+                .with_context(|| format!("starting {}", cfg.exe.display()))?;
+            (child, Some(report))
+        }
+        Server::Nginx => {
+            let conf = cfg.dir.join("nginx.conf");
+            std::fs::create_dir_all(cfg.dir.join("tmp"))?;
+            std::fs::create_dir_all(cfg.dir.join("www"))?;
+            std::fs::write(cfg.dir.join("www/body"), super::body_bytes(body, 1))?;
+            std::fs::write(
+                &conf,
+                nginx_config(&cfg.dir, port, cfg.workers, conns, body),
+            )?;
+            let child = Command::new("nginx")
+                .arg("-c")
+                .arg(&conf)
+                .arg("-p")
+                .arg(&cfg.dir)
+                .stdout(Stdio::null())
+                .stderr(log(&cfg.dir, "nginx.stderr")?)
+                .spawn()
+                .context("starting nginx")?;
+            (child, None)
+        }
+    };
+    let mut running = Running {
+        child,
+        server,
+        report,
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok((running, addr));
+        }
+        if let Ok(Some(st)) = running.child.try_wait() {
+            anyhow::bail!(
+                "{} exited at start ({st}); its messages are in {}",
+                server.name(),
+                cfg.dir
+                    .join(if server == Server::Nginx {
+                        "nginx.stderr"
+                    } else {
+                        "serve.stderr"
+                    })
+                    .display()
+            );
+        }
+        if Instant::now() > end {
+            let _ = running.stop();
+            anyhow::bail!(
+                "{} did not start listening on {addr} within 10 s",
+                server.name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What one load window measured.
+struct Window {
+    requests_per_s: f64,
+    requests: f64,
+    latency: Option<LatencyUs>,
+    errors: BTreeMap<String, u64>,
+}
+
+fn http_load(
+    cfg: &StudyConfig,
+    addr: SocketAddr,
+    conns: usize,
+    d: Duration,
+    rate: Option<f64>,
+    cancel: &Cancel,
+) -> Window {
+    let r = load::run(
+        &LoadConfig {
+            target: addr,
+            connections: conns,
+            threads: cfg.load_threads,
+            cpus: Vec::new(),
+            duration: d,
+            warmup: Duration::ZERO,
+            rate,
+            path: "/".into(),
+            timeout: Duration::from_secs(5),
+        },
+        cancel,
+    );
+    Window {
+        requests_per_s: r.requests_per_s,
+        requests: r.requests as f64,
+        latency: r.latency_us,
+        errors: r.errors,
+    }
+}
+
+fn wrk(cfg: &StudyConfig, addr: SocketAddr, conns: usize, d: Duration) -> anyhow::Result<Window> {
+    use anyhow::Context;
+    let secs = d.as_secs().max(1);
+    let out = Command::new("wrk")
+        .args(["-t", &cfg.load_threads.min(conns).to_string()])
+        .args([
+            "-c",
+            &conns.to_string(),
+            "-d",
+            &format!("{secs}s"),
+            "--latency",
+            "--timeout",
+            "5s",
+        ])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .context("running wrk")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    parse_wrk(&text, secs as f64).with_context(|| format!("reading wrk's output:\n{text}"))
+}
+
+/// Requests/s, latency percentiles and errors from `wrk --latency` output.
+fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
+    let field = |prefix: &str| -> Option<&str> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .map(str::trim)
+    };
+    let rps: f64 = field("Requests/sec:")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no Requests/sec line"))?;
+    let us = |v: &str| -> Option<f64> {
+        let (num, unit) = v.split_at(v.find(|c: char| c.is_alphabetic())?);
+        let n: f64 = num.parse().ok()?;
+        Some(match unit {
+            "us" => n,
+            "ms" => n * 1e3,
+            "s" => n * 1e6,
+            _ => return None,
+        })
+    };
+    let pct = |p: &str| field(p).and_then(us);
+    let latency = match (pct("50%"), pct("90%"), pct("99%")) {
+        (Some(p50), Some(p90), Some(p99)) => {
+            let avg_max: Vec<&str> = field("Latency")
+                .map(|l| l.split_whitespace().collect())
+                .unwrap_or_default();
+            Some(LatencyUs {
+                mean: avg_max.first().and_then(|v| us(v)).unwrap_or(f64::NAN),
+                p50,
+                p90,
+                p99,
+                p999: f64::NAN,
+                max: avg_max.get(2).and_then(|v| us(v)).unwrap_or(f64::NAN),
+            })
+        }
+        _ => None,
+    };
+    let mut errors = BTreeMap::new();
+    if let Some(l) = field("Socket errors:") {
+        for part in l.split(',') {
+            let mut it = part.split_whitespace();
+            if let (Some(k), Some(v)) = (it.next(), it.next().and_then(|v| v.parse::<u64>().ok())) {
+                if v > 0 {
+                    errors.insert(k.to_string(), v);
+                }
+            }
+        }
+    }
+    if let Some(v) = field("Non-2xx or 3xx responses:").and_then(|v| v.parse::<u64>().ok()) {
+        errors.insert("status".into(), v);
+    }
+    Ok(Window {
+        requests_per_s: rps,
+        requests: rps * secs,
+        latency,
+        errors,
+    })
+}
+
+/// Runs one point: server up, a warmup window, the measured window with the server's CPU
+/// read around it, server down.
+#[allow(clippy::too_many_arguments)]
+fn point(
+    cfg: &StudyConfig,
+    server: Server,
+    body: usize,
+    conns: usize,
+    round: u32,
+    rate: Option<f64>,
+    tool: LoadTool,
+    cancel: &Cancel,
+) -> anyhow::Result<Measurement> {
+    let tag = format!(
+        "{}-{body}-{conns}-r{round}-{}",
+        server.name(),
+        rate.map_or(0, |r| r as u64)
+    );
+    let (srv, addr) = start(cfg, server, body, conns, &tag)?;
+    let run = |d: Duration| -> anyhow::Result<Window> {
+        match (tool, rate) {
+            (LoadTool::Wrk, None) => wrk(cfg, addr, conns, d),
+            _ => Ok(http_load(cfg, addr, conns, d, rate, cancel)),
+        }
+    };
+    let result = (|| {
+        if !cfg.warmup.is_zero() {
+            run(cfg.warmup)?;
+        }
+        let cpu0 = srv.cpu_seconds();
+        let w = run(cfg.duration)?;
+        let cpu1 = srv.cpu_seconds();
+        Ok::<_, anyhow::Error>((w, cpu0, cpu1))
+    })();
+    let serve = srv.stop();
+    let (w, cpu0, cpu1) = result?;
+    let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
+    Ok(Measurement {
+        server: server.name(),
+        body_bytes: body,
+        connections: conns,
+        round,
+        load: match (tool, rate) {
+            (LoadTool::Wrk, None) => "wrk".into(),
+            _ => "http-load".into(),
+        },
+        rate_per_s: rate,
+        requests_per_s: w.requests_per_s,
+        latency_us: w.latency,
+        errors: w.errors,
+        server_cpu_s: cpu,
+        server_cpu_us_per_request: cpu
+            .filter(|_| w.requests > 0.0)
+            .map(|c| c * 1e6 / w.requests),
+        serve,
+    })
+}
+
+/// Runs the whole study; `progress` is told each finished window. Stops early on `cancel`,
+/// keeping what was measured.
+pub fn run(
+    cfg: &StudyConfig,
+    cancel: &Cancel,
+    mut progress: impl FnMut(&Measurement),
+) -> anyhow::Result<StudyResults> {
+    std::fs::create_dir_all(&cfg.dir)?;
+    let mut out = StudyResults {
+        environment: crate::runner::environment(),
+        nginx_config: cfg.servers.contains(&Server::Nginx).then(|| {
+            nginx_config(
+                &cfg.dir,
+                8080,
+                cfg.workers,
+                cfg.connections.iter().copied().max().unwrap_or(100),
+                cfg.bodies.first().copied().unwrap_or(88),
+            )
+        }),
+        measurements: Vec::new(),
+        wrk_check_ratios: Vec::new(),
+    };
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    let mut points: Vec<(usize, usize)> = cfg
+        .bodies
+        .iter()
+        .flat_map(|&b| cfg.connections.iter().map(move |&c| (b, c)))
+        .collect();
+    // Closed loop: every point each round, servers in alternating order.
+    for round in 1..=cfg.rounds {
+        rng.shuffle(&mut points);
+        for &(body, conns) in &points {
+            for server in order(&cfg.servers, round) {
+                if cancel.is_cancelled() {
+                    return Ok(out);
+                }
+                let m = point(cfg, server, body, conns, round, None, cfg.load, cancel)?;
+                progress(&m);
+                out.measurements.push(m);
+            }
+        }
+    }
+    // Open loop at fractions of the reference server's median peak.
+    let reference = if cfg.servers.contains(&Server::Nginx) {
+        Server::Nginx
+    } else {
+        cfg.servers[0]
+    };
+    for round in 1..=cfg.rounds {
+        rng.shuffle(&mut points);
+        for &(body, conns) in &points {
+            let peak = median(
+                out.measurements
+                    .iter()
+                    .filter(|m| {
+                        m.server == reference.name()
+                            && m.body_bytes == body
+                            && m.connections == conns
+                            && m.rate_per_s.is_none()
+                    })
+                    .map(|m| m.requests_per_s),
+            );
+            let Some(peak) = peak else { continue };
+            for &f in &cfg.open_loop {
+                for server in order(&cfg.servers, round) {
+                    if cancel.is_cancelled() {
+                        return Ok(out);
+                    }
+                    let m = point(
+                        cfg,
+                        server,
+                        body,
+                        conns,
+                        round,
+                        Some(peak * f),
+                        LoadTool::HttpLoad,
+                        cancel,
+                    )?;
+                    progress(&m);
+                    out.measurements.push(m);
+                }
+            }
+        }
+    }
+    // http-load against wrk on the reference server, alternating which goes first.
+    if cfg.wrk_check && installed("wrk") {
+        let body = cfg.bodies[0];
+        for round in 1..=cfg.rounds {
+            let tools = if round % 2 == 1 {
+                [LoadTool::Wrk, LoadTool::HttpLoad]
+            } else {
+                [LoadTool::HttpLoad, LoadTool::Wrk]
+            };
+            let mut rps = [0.0; 2];
+            for t in tools {
+                if cancel.is_cancelled() {
+                    return Ok(out);
+                }
+                let m = point(cfg, reference, body, 100, round, None, t, cancel)?;
+                rps[usize::from(t == LoadTool::HttpLoad)] = m.requests_per_s;
+                progress(&m);
+                out.measurements.push(Measurement {
+                    load: format!("{}-check", m.load),
+                    ..m
+                });
+            }
+            if rps[0] > 0.0 {
+                out.wrk_check_ratios.push(rps[1] / rps[0]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The servers in the order of `round`: as given in odd rounds, reversed in even ones (ABBA).
+fn order(servers: &[Server], round: u32) -> Vec<Server> {
+    let mut v = servers.to_vec();
+    if round.is_multiple_of(2) {
+        v.reverse();
+    }
+    v
+}
+
+fn median(it: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = it.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match median(v.iter().copied()) {
+        Some(m) if v.len() > 1 => format!("{} ({}..{})", fmt_n(m), fmt_n(lo), fmt_n(hi)),
+        Some(m) => fmt_n(m),
+        None => "null".into(),
+    }
+}
+
+fn fmt_n(x: f64) -> String {
+    if x.abs() >= 1000.0 {
+        format!("{:.0}", x)
+    } else if x.abs() >= 10.0 {
+        format!("{:.1}", x)
+    } else {
+        format!("{:.3}", x)
+    }
+}
+
+/// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
+/// request against connections; the ratios of the first server to the reference per paired
+/// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
+pub fn summary(r: &StudyResults) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let mut servers: Vec<String> = Vec::new();
+    for m in &r.measurements {
+        if !servers.contains(&m.server) && !m.load.ends_with("-check") {
+            servers.push(m.server.clone());
+        }
+    }
+    let mut bodies: Vec<usize> = r.measurements.iter().map(|m| m.body_bytes).collect();
+    bodies.sort_unstable();
+    bodies.dedup();
+    let mut conns: Vec<usize> = r.measurements.iter().map(|m| m.connections).collect();
+    conns.sort_unstable();
+    conns.dedup();
+    let closed = |m: &&Measurement| m.rate_per_s.is_none() && !m.load.ends_with("-check");
+    let pick = |srv: &str, body: usize, c: usize| -> Vec<&Measurement> {
+        r.measurements
+            .iter()
+            .filter(closed)
+            .filter(|m| m.server == srv && m.body_bytes == body && m.connections == c)
+            .collect()
+    };
+    let _ = writeln!(s, "# HTTP server study\n");
+    let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
+    for &body in &bodies {
+        let _ = writeln!(s, "## Body {body} B\n");
+        let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | errors |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        for srv in &servers {
+            for &c in &conns {
+                let ms = pick(srv, body, c);
+                if ms.is_empty() {
+                    continue;
+                }
+                let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
+                    ms.iter().filter_map(|m| f(m)).collect()
+                };
+                let copied = col(&|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
+                let errors: u64 = ms.iter().map(|m| m.errors.values().sum::<u64>()).sum();
+                let _ = writeln!(
+                    s,
+                    "| {srv} | {c} | {} | {} | {} | {} | {} | {errors} |",
+                    spread(&col(&|m| Some(m.requests_per_s))),
+                    spread(&col(&|m| m.latency_us.map(|l| l.p50))),
+                    spread(&col(&|m| m.latency_us.map(|l| l.p99))),
+                    spread(&col(&|m| m.server_cpu_us_per_request)),
+                    if copied.is_empty() {
+                        "-".into()
+                    } else {
+                        format!("{:.0}%", 100.0 * median(copied.into_iter()).unwrap_or(0.0))
+                    },
+                );
+            }
+        }
+        // Paired ratios against nginx, per round.
+        if servers.iter().any(|x| x == "nginx") {
+            let _ = writeln!(
+                s,
+                "\nAgainst nginx, paired by round (median (min..max) of the per-round ratio):\n"
+            );
+            let _ = writeln!(
+                s,
+                "| server | connections | requests/s ratio | CPU/request ratio | rounds faster |"
+            );
+            let _ = writeln!(s, "|---|---|---|---|---|");
+            for srv in servers.iter().filter(|x| *x != "nginx") {
+                for &c in &conns {
+                    let a = pick(srv, body, c);
+                    let b = pick("nginx", body, c);
+                    let mut rps = Vec::new();
+                    let mut cpu = Vec::new();
+                    for m in &a {
+                        if let Some(n) = b.iter().find(|n| n.round == m.round) {
+                            if n.requests_per_s > 0.0 {
+                                rps.push(m.requests_per_s / n.requests_per_s);
+                            }
+                            if let (Some(x), Some(y)) =
+                                (m.server_cpu_us_per_request, n.server_cpu_us_per_request)
+                            {
+                                if y > 0.0 {
+                                    cpu.push(x / y);
+                                }
+                            }
+                        }
+                    }
+                    if rps.is_empty() {
+                        continue;
+                    }
+                    let faster = rps.iter().filter(|x| **x > 1.0).count();
+                    let _ = writeln!(
+                        s,
+                        "| {srv} | {c} | {} | {} | {faster}/{} |",
+                        spread(&rps),
+                        spread(&cpu),
+                        rps.len()
+                    );
+                }
+            }
+        }
+        // The published study's layout: SEND against SEND_ZC.
+        let (u, z) = ("sendpath-uring", "sendpath-uring-zc");
+        if servers.iter().any(|x| x == u) && servers.iter().any(|x| x == z) {
+            let _ = writeln!(
+                s,
+                "\nSEND against SEND_ZC, laid out like the published study:\n"
+            );
+            let _ = writeln!(s, "| Conns | Regular Send | ZC Send | Throughput Delta | Latency Delta (p99) | ZC copied |");
+            let _ = writeln!(s, "|---|---|---|---|---|---|");
+            for &c in &conns {
+                let a = pick(u, body, c);
+                let b = pick(z, body, c);
+                let med = |ms: &[&Measurement], f: &dyn Fn(&Measurement) -> Option<f64>| {
+                    median(ms.iter().filter_map(|m| f(m)))
+                };
+                let (Some(ra), Some(rb)) = (
+                    med(&a, &|m| Some(m.requests_per_s)),
+                    med(&b, &|m| Some(m.requests_per_s)),
+                ) else {
+                    continue;
+                };
+                let la = med(&a, &|m| m.latency_us.map(|l| l.p99));
+                let lb = med(&b, &|m| m.latency_us.map(|l| l.p99));
+                let copied = med(&b, &|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
+                let _ = writeln!(
+                    s,
+                    "| {c} | {:.0}K req/s, {} | {:.0}K req/s, {} | {:+.1}% | {} | {} |",
+                    ra / 1e3,
+                    la.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
+                    rb / 1e3,
+                    lb.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
+                    100.0 * (rb / ra - 1.0),
+                    la.zip(lb).map_or("null".into(), |(x, y)| format!(
+                        "{:+.0}%",
+                        100.0 * (y / x - 1.0)
+                    )),
+                    copied.map_or("unknown".into(), |f| format!("{:.0}%", f * 100.0)),
+                );
+            }
+        }
+        // Open loop.
+        let open: Vec<&Measurement> = r
+            .measurements
+            .iter()
+            .filter(|m| m.rate_per_s.is_some() && m.body_bytes == body)
+            .collect();
+        if !open.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nOpen loop (http-load, latency from each request's intended send time):\n"
+            );
+            let _ = writeln!(s, "| server | connections | rate req/s | achieved req/s | p50 us | p99 us | p99.9 us |");
+            let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+            let mut keys: Vec<(String, usize, u64)> = open
+                .iter()
+                .map(|m| {
+                    (
+                        m.server.clone(),
+                        m.connections,
+                        m.rate_per_s.unwrap_or(0.0) as u64,
+                    )
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            for (srv, c, rate) in keys {
+                let ms: Vec<&&Measurement> = open
+                    .iter()
+                    .filter(|m| {
+                        m.server == srv
+                            && m.connections == c
+                            && m.rate_per_s.unwrap_or(0.0) as u64 == rate
+                    })
+                    .collect();
+                let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
+                    ms.iter().filter_map(|m| f(m)).collect()
+                };
+                let _ = writeln!(
+                    s,
+                    "| {srv} | {c} | {rate} | {} | {} | {} | {} |",
+                    spread(&col(&|m| Some(m.requests_per_s))),
+                    spread(&col(&|m| m.latency_us.map(|l| l.p50))),
+                    spread(&col(&|m| m.latency_us.map(|l| l.p99))),
+                    spread(&col(&|m| m.latency_us.map(|l| l.p999))),
+                );
+            }
+        }
+        let _ = writeln!(s);
+    }
+    if !r.wrk_check_ratios.is_empty() {
+        let _ = writeln!(
+            s,
+            "http-load / wrk requests/s on the same server (100 connections, alternating): {}\n",
+            spread(&r.wrk_check_ratios)
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_output_is_read() {
+        let out = "Running 10s test @ http://127.0.0.1:8080/\n  2 threads and 100 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency   677.52us  767.03us   9.09ms   90.33%\n    Req/Sec    60.52k     3.07k   63.97k    84.00%\n  Latency Distribution\n     50%  519.00us\n     75%  700.00us\n     90%    1.10ms\n     99%    4.14ms\n  602386 requests in 5.01s, 127.53MB read\n  Socket errors: connect 0, read 3, write 0, timeout 2\nRequests/sec: 120341.38\nTransfer/sec:     25.45MB\n";
+        let w = parse_wrk(out, 5.0).unwrap();
+        assert_eq!(w.requests_per_s, 120341.38);
+        let l = w.latency.unwrap();
+        assert_eq!(
+            (l.p50, l.p90, l.p99, l.max),
+            (519.0, 1100.0, 4140.0, 9090.0)
+        );
+        assert_eq!(w.errors.get("read"), Some(&3));
+        assert_eq!(w.errors.get("timeout"), Some(&2));
+        assert!(!w.errors.contains_key("connect"));
+        assert!(parse_wrk("garbage", 1.0).is_err());
+    }
+
+    #[test]
+    fn the_nginx_configuration_is_fair_and_complete() {
+        let c = nginx_config(Path::new("/tmp/x"), 8099, 2, 4000, 88);
+        for want in [
+            "worker_processes 2;",
+            "worker_connections 5024;",
+            "access_log off;",
+            "keepalive_requests 1000000000;",
+            "listen 127.0.0.1:8099 reuseport backlog=4096;",
+            "return 200 \"",
+            "tcp_nodelay on;",
+        ] {
+            assert!(c.contains(want), "missing {want:?} in\n{c}");
+        }
+        let f = nginx_config(Path::new("/tmp/x"), 8099, 2, 100, 1 << 20);
+        assert!(f.contains("sendfile on;") && f.contains("try_files /body"));
+        assert_eq!(
+            order(&[Server::Nginx, Server::Sendpath(SendMode::Uring)], 2)[0],
+            Server::Sendpath(SendMode::Uring)
+        );
+    }
+}
