@@ -267,3 +267,37 @@ fn a_ring_accepts_receives_answers_and_closes() {
         "the armed accept is cancelled at drop without waiting out the timeout"
     );
 }
+
+/// An index handed out again after `Closed` gets a new id: the old one is not open, and
+/// closing it again does not touch the new connection.
+#[test]
+fn a_closed_connections_id_never_names_the_next_one() {
+    use sendpath::engine::Event;
+    let Some(mut d) = driver(4) else { return };
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let _a = TcpStream::connect(addr).unwrap();
+    let _b = TcpStream::connect(addr).unwrap();
+    let old = d.add(l.accept().unwrap().0, Choice::Copy, false).unwrap();
+    d.close(old);
+    let mut events = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !events
+        .iter()
+        .any(|e| matches!(e, Event::Closed(id) if *id == old))
+    {
+        assert!(std::time::Instant::now() < deadline, "no Closed event");
+        d.run_for(Duration::from_millis(10)).unwrap();
+        d.take_events(&mut events);
+    }
+    let new = d.add(l.accept().unwrap().0, Choice::Copy, false).unwrap();
+    assert_eq!(new.index(), old.index(), "the index is handed out again");
+    assert_ne!(new, old);
+    assert!(!d.is_open(old) && d.is_open(new));
+    d.close(old);
+    assert!(
+        d.is_open(new),
+        "closing a stale id leaves the new connection alone"
+    );
+    assert_eq!(d.conn_at(new.index()), Some(new));
+}

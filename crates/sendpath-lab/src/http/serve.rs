@@ -415,8 +415,10 @@ impl Drop for Ready<'_> {
 }
 
 /// A connection's state in a ring worker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Client {
+    /// The connection (its generation tells it from a later one at the same index).
+    id: ConnId,
     /// The start of a request not yet whole.
     partial: Vec<u8>,
     /// Requests parsed and not yet answered, in order (`true`: HEAD).
@@ -493,8 +495,12 @@ fn ring_worker(
                                 clients.resize_with(id.index() + 1, || None);
                             }
                             clients[id.index()] = Some(Client {
+                                id,
+                                partial: Vec::new(),
+                                owed: VecDeque::new(),
+                                refusal: None,
+                                close_when_flushed: false,
                                 last_active: Some(Instant::now()),
-                                ..Client::default()
                             });
                             open.store(d.open_connections(), Ordering::Relaxed);
                         }
@@ -520,8 +526,7 @@ fn ring_worker(
                     if let Some(e) = error {
                         c.ended(e.raw_os_error());
                         d.close(conn);
-                    } else if let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut())
-                    {
+                    } else if let Some(cl) = client(&mut clients, conn) {
                         cl.close_when_flushed = true;
                         respond(
                             &mut d,
@@ -535,8 +540,12 @@ fn ring_worker(
                     }
                 }
                 Event::Closed(id) => {
+                    // Only if the slot still holds that connection, not a later one at the
+                    // same index.
                     if let Some(x) = clients.get_mut(id.index()) {
-                        *x = None;
+                        if x.as_ref().is_some_and(|c| c.id == id) {
+                            *x = None;
+                        }
                     }
                     open.store(d.open_connections(), Ordering::Relaxed);
                 }
@@ -557,7 +566,7 @@ fn ring_worker(
                 let idle = cl
                     .last_active
                     .is_some_and(|t| now.duration_since(t) > cfg.idle_timeout);
-                let id = conn_id(&d, i);
+                let id = d.conn_at(i).filter(|id| d.is_open(*id));
                 if idle && id.is_some_and(|id| d.is_open(id)) {
                     c.idle_timeouts += 1;
                     d.close(id.expect("checked"));
@@ -568,7 +577,7 @@ fn ring_worker(
     // Closing: stop accepting, close every connection, wait for the kernel to let go.
     for (i, cl) in clients.iter().enumerate() {
         if cl.is_some() {
-            if let Some(id) = conn_id(&d, i) {
+            if let Some(id) = d.conn_at(i).filter(|id| d.is_open(*id)) {
                 d.close(id);
             }
         }
@@ -591,10 +600,9 @@ fn ring_worker(
     Ok(c)
 }
 
-/// The id of connection slot `i`, when the driver has a connection there.
-fn conn_id(d: &UringDriver, i: usize) -> Option<ConnId> {
-    let id = ConnId::from_index(i)?;
-    d.is_open(id).then_some(id)
+/// The state of connection `id`, if the table holds that very connection.
+fn client(clients: &mut [Option<Client>], id: ConnId) -> Option<&mut Client> {
+    clients.get_mut(id.index())?.as_mut().filter(|c| c.id == id)
 }
 
 /// Parses what arrived, queueing a response per whole request.
@@ -607,7 +615,7 @@ fn on_received(
     buf: RecvBuf,
     scratch: &mut Vec<u8>,
 ) {
-    let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut()) else {
+    let Some(cl) = client(clients, conn) else {
         d.recycle(buf);
         return;
     };
@@ -675,7 +683,7 @@ fn respond(
     if !d.is_open(conn) {
         return;
     }
-    let Some(cl) = clients.get_mut(conn.index()).and_then(|x| x.as_mut()) else {
+    let Some(cl) = client(clients, conn) else {
         return;
     };
     let mut queued = false;

@@ -16,20 +16,19 @@ use crate::{Buf, Error, Result, SendStats, Socket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// A connection's index in its driver.
+/// A connection of a driver: its index (connections are numbered from 0 in the order they
+/// were added, and the index of one that is gone is handed out again) and a generation, so an
+/// id kept past [`Event::Closed`] never names the connection that reuses its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(u32);
+pub struct ConnId {
+    idx: u32,
+    gen: u32,
+}
 
 impl ConnId {
-    /// The index (connections are numbered from 0 in the order they were added).
+    /// The index: small and dense, for tables kept by the owner.
     pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The id of index `i` (for a loop over a table kept by index); `None` past the range.
-    /// Whether a connection has it is [`UringDriver::is_open`].
-    pub fn from_index(i: usize) -> Option<ConnId> {
-        u32::try_from(i).ok().filter(|&i| i != LISTENER).map(ConnId)
+        self.idx as usize
     }
 }
 
@@ -158,6 +157,8 @@ pub struct UringDriver {
     ring: SendRing,
     cfg: DriverConfig,
     conns: Vec<Option<Conn>>,
+    /// The generation of each index (bumped when the index is handed out again).
+    gens: Vec<u32>,
     free_ids: Vec<u32>,
     closing: Vec<u32>,
     listener: Option<Socket>,
@@ -216,6 +217,7 @@ impl UringDriver {
             ring,
             cfg: DriverConfig { depth, ..cfg },
             conns: Vec::new(),
+            gens: Vec::new(),
             free_ids: Vec::new(),
             closing: Vec::new(),
             listener: None,
@@ -294,6 +296,7 @@ impl UringDriver {
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.conns[id as usize] = Some(conn);
+                self.gens[id as usize] = self.gens[id as usize].wrapping_add(1);
                 id
             }
             None => {
@@ -304,11 +307,33 @@ impl UringDriver {
                         Error::Config("more than 2^32 - 1 connections on one ring".into())
                     })?;
                 self.conns.push(Some(conn));
+                self.gens.push(0);
                 id
             }
         };
-        self.writable.push(ConnId(id));
-        Ok(ConnId(id))
+        self.writable.push(self.id_of(id));
+        Ok(self.id_of(id))
+    }
+
+    /// The current id of index `idx`.
+    fn id_of(&self, idx: u32) -> ConnId {
+        ConnId {
+            idx,
+            gen: self.gens.get(idx as usize).copied().unwrap_or(0),
+        }
+    }
+
+    /// The id of the connection at index `i`, if one is there (for a loop over a table kept by
+    /// index).
+    pub fn conn_at(&self, i: usize) -> Option<ConnId> {
+        let idx = u32::try_from(i).ok()?;
+        self.conns.get(i)?.as_ref()?;
+        Some(self.id_of(idx))
+    }
+
+    /// Whether `id` names the connection now at its index.
+    fn current(&self, id: ConnId) -> bool {
+        self.gens.get(id.index()) == Some(&id.gen)
     }
 
     /// Adds a connection that also receives on the ring: a multishot receive into the ring's
@@ -318,7 +343,7 @@ impl UringDriver {
         let id = self.add_with(sock, state)?;
         let c = self.conns[id.index()].as_mut().expect("just added");
         c.receiving = true;
-        if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), id.0) {
+        if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), id.idx) {
             self.close(id);
             return Err(Error::sys("io_uring RECV (multishot)")(e));
         }
@@ -364,6 +389,9 @@ impl UringDriver {
     /// [`Event::Closed`] says so. What it had queued is dropped; its counters join
     /// [`UringDriver::total_stats`].
     pub fn close(&mut self, id: ConnId) {
+        if !self.current(id) {
+            return;
+        }
         let Some(c) = self.conns.get_mut(id.index()).and_then(|c| c.as_mut()) else {
             return;
         };
@@ -372,20 +400,22 @@ impl UringDriver {
         }
         c.closing = true;
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
-        if self.ring.in_kernel_for(id.0) > 0 {
+        if self.ring.in_kernel_for(id.idx) > 0 {
             // A SEND waiting for room, or an armed receive, ends with -ECANCELED.
-            let _ = self.ring.push_cancel_fd(c.sock.as_fd(), id.0);
+            let _ = self.ring.push_cancel_fd(c.sock.as_fd(), id.idx);
         }
         c.state.fail(libc::ECONNABORTED);
-        self.closing.push(id.0);
+        self.closing.push(id.idx);
     }
 
     /// Whether `id` is a connection of this driver that is not closing.
     pub fn is_open(&self, id: ConnId) -> bool {
-        self.conns
-            .get(id.index())
-            .and_then(|c| c.as_ref())
-            .is_some_and(|c| !c.closing)
+        self.current(id)
+            && self
+                .conns
+                .get(id.index())
+                .and_then(|c| c.as_ref())
+                .is_some_and(|c| !c.closing)
     }
 
     /// Connections open now (added and not yet gone).
@@ -408,12 +438,14 @@ impl UringDriver {
     }
 
     fn conn(&self, id: ConnId) -> &Conn {
+        assert!(self.current(id), "a ConnId of a connection that is gone");
         self.conns[id.index()]
             .as_ref()
             .expect("a ConnId of a connection that is gone")
     }
 
     fn conn_mut(&mut self, id: ConnId) -> &mut Conn {
+        assert!(self.current(id), "a ConnId of a connection that is gone");
         self.conns[id.index()]
             .as_mut()
             .expect("a ConnId of a connection that is gone")
@@ -468,7 +500,7 @@ impl UringDriver {
         let st = &mut self.conn_mut(id).state;
         st.push(buf, end_of_message)?;
         if st.ready() {
-            self.dirty.push(id.0);
+            self.dirty.push(id.idx);
         }
         Ok(())
     }
@@ -479,7 +511,7 @@ impl UringDriver {
         let st = &mut self.conn_mut(id).state;
         st.request_flush();
         if st.ready() {
-            self.dirty.push(id.0);
+            self.dirty.push(id.idx);
         }
     }
 
@@ -523,7 +555,10 @@ impl UringDriver {
             }
             // Room was made, or the connection failed: either way its owner should look.
             if pushed.is_ok_and(|n| n > 0) || state.error().is_some() {
-                self.writable.push(ConnId(id));
+                self.writable.push(ConnId {
+                    idx: id,
+                    gen: self.gens[id as usize],
+                });
             }
         }
         self.dirty = dirty;
@@ -550,7 +585,10 @@ impl UringDriver {
                 }
                 if !failed && st.error().is_some() {
                     // Its owner should look: the connection is over.
-                    self.writable.push(ConnId(c.tag));
+                    self.writable.push(ConnId {
+                        idx: c.tag,
+                        gen: self.gens[c.tag as usize],
+                    });
                 }
             }
             if let Some(b) = c.released {
@@ -587,7 +625,7 @@ impl UringDriver {
                     }
                 }
                 AuxOp::Recv => {
-                    let id = ConnId(a.tag);
+                    let id = self.id_of(a.tag);
                     let open = self.is_open(id);
                     match (a.buf, a.res) {
                         (Some(b), n) if n > 0 && open => self.events.push(Event::Received {
@@ -638,7 +676,7 @@ impl UringDriver {
             }
             if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), tag) {
                 self.events.push(Event::RecvEnded {
-                    conn: ConnId(tag),
+                    conn: self.id_of(tag),
                     error: Some(e),
                 });
             }
@@ -660,7 +698,7 @@ impl UringDriver {
                 self.zc_inflight = self.zc_inflight.saturating_sub(c.state.zc_inflight());
             }
             self.free_ids.push(id);
-            self.events.push(Event::Closed(ConnId(id)));
+            self.events.push(Event::Closed(self.id_of(id)));
         }
     }
 
@@ -808,7 +846,7 @@ impl UringDriver {
         let deadline = Instant::now() + timeout;
         for i in 0..self.conns.len() {
             if self.conns[i].is_some() {
-                self.request_flush(ConnId(i as u32));
+                self.request_flush(self.id_of(i as u32));
             }
         }
         loop {
