@@ -115,6 +115,9 @@ pub(crate) struct HttpLoadArgs {
     /// Write the report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the report as CSV (a header and one record) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
 }
 
 fn send_mode() -> impl clap::builder::TypedValueParser<Value = sendpath_lab::http::serve::SendMode>

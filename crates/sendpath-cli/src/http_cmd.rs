@@ -138,6 +138,10 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
+    if let Some(path) = &a.csv {
+        sendpath_lab::export::write_text(path, &report.to_csv()?)?;
+        println!("wrote {}", path.display());
+    }
     Ok(if report.requests > 0 {
         ExitCode::SUCCESS
     } else {
@@ -216,10 +220,25 @@ pub(crate) fn study(
         }
         LoadTool::HttpLoad
     };
-    let cpus = sendpath::host::allowed_cpus()
-        .map(|c| c.len())
-        .unwrap_or(1)
-        .max(1);
+    // With at least 4 CPUs the server and the load get half each; with fewer they share.
+    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+    let (server_cpus, load_cpus) = if allowed.len() >= 4 {
+        let (a, b) = allowed.split_at(allowed.len() / 2);
+        (a.to_vec(), b.to_vec())
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let cpus = allowed.len().max(1);
+    let workers = if server_cpus.is_empty() {
+        cpus
+    } else {
+        server_cpus.len()
+    };
+    let load_threads = if load_cpus.is_empty() {
+        cpus
+    } else {
+        load_cpus.len()
+    };
     let max_conns = a.http_connections.iter().copied().max().unwrap_or(100);
     raise_nofile(2 * max_conns + 1024)?;
     let cfg = StudyConfig {
@@ -230,8 +249,10 @@ pub(crate) fn study(
         rounds: a.repeat.unwrap_or(3),
         duration: a.duration.unwrap_or(std::time::Duration::from_secs(10)),
         warmup: a.warmup.unwrap_or(std::time::Duration::from_secs(2)),
-        workers: cpus,
-        load_threads: cpus,
+        workers,
+        load_threads,
+        server_cpus,
+        load_cpus,
         load,
         open_loop: a.http_open_loop.clone(),
         wrk_check: true,

@@ -223,6 +223,7 @@ fn hostile_clients_are_refused_or_dropped_and_others_still_served() {
         assert_eq!(r.refused.get("too_large"), Some(&1), "{mode:?} {r:?}");
         assert!(r.idle_timeouts >= 1, "{mode:?} {r:?}");
         assert!(r.resets >= 1, "{mode:?}: resets counted {r:?}");
+        assert!(r.peak_connections >= 2, "{mode:?}: peak counted {r:?}");
         assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);
     }
 }

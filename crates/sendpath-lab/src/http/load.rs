@@ -101,6 +101,60 @@ pub struct LoadReport {
     pub late_sends: u64,
 }
 
+impl LoadReport {
+    /// The report as one CSV record under a header (empty fields where not measured), with
+    /// the same column names as the JSON keys, flattened.
+    pub fn to_csv(&self) -> anyhow::Result<String> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let l = self.latency_us;
+        let opt = |v: Option<f64>| v.map_or_else(String::new, |x| format!("{x:.3}"));
+        w.write_record([
+            "target",
+            "connections",
+            "threads",
+            "rate_per_s",
+            "seconds",
+            "requests",
+            "requests_per_s",
+            "bytes_per_s",
+            "body_bytes",
+            "latency_us_mean",
+            "latency_us_p50",
+            "latency_us_p90",
+            "latency_us_p99",
+            "latency_us_p999",
+            "latency_us_max",
+            "errors",
+            "late_sends",
+        ])?;
+        let errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        w.write_record([
+            self.target.clone(),
+            self.connections.to_string(),
+            self.threads.to_string(),
+            opt(self.rate_per_s),
+            format!("{:.3}", self.seconds),
+            self.requests.to_string(),
+            format!("{:.1}", self.requests_per_s),
+            format!("{:.1}", self.bytes_per_s),
+            self.body_bytes.map_or_else(String::new, |b| b.to_string()),
+            opt(l.map(|l| l.mean)),
+            opt(l.map(|l| l.p50)),
+            opt(l.map(|l| l.p90)),
+            opt(l.map(|l| l.p99)),
+            opt(l.map(|l| l.p999)),
+            opt(l.map(|l| l.max)),
+            errors.join(";"),
+            self.late_sends.to_string(),
+        ])?;
+        Ok(String::from_utf8(w.into_inner()?)?)
+    }
+}
+
 /// Runs the load; stops at the end of the window or when `cancel` is set (reporting what was
 /// measured so far).
 pub fn run(cfg: &LoadConfig, cancel: &Cancel) -> LoadReport {

@@ -136,7 +136,7 @@ pub struct ServeReport {
     pub receive_errors: u64,
     /// Connections closed for pipelining more than the server queues.
     pub pipeline_overflows: u64,
-    /// Most connections open at once (summed over workers at the same sample).
+    /// Most connections open at once, over all workers.
     pub peak_connections: u64,
     /// Resident memory added per open connection, at the sample with the most connections;
     /// null when it was never measured with connections open.
@@ -304,8 +304,10 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
     let started = Instant::now();
     let cpu0 = process_cpu();
     let ready = Arc::new(AtomicUsize::new(0));
-    let open: Arc<Vec<AtomicUsize>> =
-        Arc::new((0..listeners.len()).map(|_| AtomicUsize::new(0)).collect());
+    let open = Arc::new(Open {
+        per_worker: (0..listeners.len()).map(|_| AtomicUsize::new(0)).collect(),
+        peak: AtomicUsize::new(0),
+    });
     let listen = listeners
         .first()
         .and_then(|l| local_addr(l).ok())
@@ -321,10 +323,10 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
             if let Some(c) = cpu {
                 let _ = sendpath::host::pin_current_thread(c);
             }
-            let open = &open[i];
+            let open = Gauge(&open, i);
             match cfg.send {
-                SendMode::Epoll => epoll_worker(&cfg, l, &cancel, open, &ready),
-                _ => ring_worker(&cfg, l, &cancel, open, &ready),
+                SendMode::Epoll => epoll_worker(&cfg, l, &cancel, &open, &ready),
+                _ => ring_worker(&cfg, l, &cancel, &open, &ready),
             }
         }));
     }
@@ -341,7 +343,7 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
         if Instant::now() > end + Duration::from_secs(5) {
             cancel.cancel();
         }
-        let n: usize = open.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        let n = open.total();
         if n as u64 > peak && rss0.is_some() {
             peak = n as u64;
             if let (Some(now), Some(base)) = (rss_bytes(), rss0) {
@@ -382,7 +384,7 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
         resets: total.resets,
         receive_errors: total.receive_errors,
         pipeline_overflows: total.pipeline_overflows,
-        peak_connections: peak,
+        peak_connections: open.peak.load(Ordering::Relaxed) as u64,
         memory_per_connection_bytes: per_conn,
         cpu_seconds,
         cpu_us_per_request: (total.requests > 0).then(|| cpu_seconds * 1e6 / total.requests as f64),
@@ -394,6 +396,32 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
 }
 
 type WorkerResult = Result<Counts, Box<(Counts, String)>>;
+
+/// Open connections per worker, and the most open at once over all of them.
+struct Open {
+    per_worker: Vec<AtomicUsize>,
+    peak: AtomicUsize,
+}
+
+impl Open {
+    fn total(&self) -> usize {
+        self.per_worker
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// A worker's handle on [`Open`].
+struct Gauge<'a>(&'a Open, usize);
+
+impl Gauge<'_> {
+    /// This worker has `n` connections open now.
+    fn set(&self, n: usize) {
+        self.0.per_worker[self.1].store(n, Ordering::Relaxed);
+        self.0.peak.fetch_max(self.0.total(), Ordering::Relaxed);
+    }
+}
 
 /// Counts a worker as set up when its loop starts ([`Ready::mark`]), or when it gives up
 /// before that (on drop).
@@ -434,7 +462,7 @@ fn ring_worker(
     cfg: &ServeConfig,
     listener: OwnedFd,
     cancel: &Cancel,
-    open: &AtomicUsize,
+    open: &Gauge<'_>,
     ready: &AtomicUsize,
 ) -> WorkerResult {
     let mut c = Counts::default();
@@ -502,7 +530,7 @@ fn ring_worker(
                                 close_when_flushed: false,
                                 last_active: Some(Instant::now()),
                             });
-                            open.store(d.open_connections(), Ordering::Relaxed);
+                            open.set(d.open_connections());
                         }
                         Err(e) => {
                             c.accept_error(&std::io::Error::other(e.to_string()));
@@ -547,7 +575,7 @@ fn ring_worker(
                             *x = None;
                         }
                     }
-                    open.store(d.open_connections(), Ordering::Relaxed);
+                    open.set(d.open_connections());
                 }
             }
         }
@@ -594,7 +622,7 @@ fn ring_worker(
             }
         }
     }
-    open.store(0, Ordering::Relaxed);
+    open.set(0);
     c.cq_overflows = d.cq_overflows();
     c.send = Some(d.total_stats());
     Ok(c)
@@ -784,7 +812,7 @@ fn epoll_worker(
     cfg: &ServeConfig,
     listener: OwnedFd,
     cancel: &Cancel,
-    open: &AtomicUsize,
+    open: &Gauge<'_>,
     ready: &AtomicUsize,
 ) -> WorkerResult {
     use rustix::event::epoll;
@@ -864,6 +892,7 @@ fn epoll_worker(
                                 writing: false,
                             });
                             live += 1;
+                            open.set(live);
                         }
                         Err(rustix::io::Errno::AGAIN) => break,
                         Err(e) => {
@@ -927,7 +956,7 @@ fn epoll_worker(
                 live -= 1;
             }
         }
-        open.store(live, Ordering::Relaxed);
+        open.set(live);
         let now = Instant::now();
         if now >= next_tick {
             next_tick = now + Duration::from_secs(1);
@@ -947,7 +976,7 @@ fn epoll_worker(
             }
         }
     }
-    open.store(0, Ordering::Relaxed);
+    open.set(0);
     Ok(c)
 }
 

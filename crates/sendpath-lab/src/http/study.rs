@@ -66,6 +66,10 @@ pub struct StudyConfig {
     pub workers: usize,
     /// Load threads (wrk `-t`, http-load `--threads`).
     pub load_threads: usize,
+    /// CPUs for the server (nginx `worker_cpu_affinity`, `serve --cpu`); empty: unpinned.
+    pub server_cpus: Vec<usize>,
+    /// CPUs for the load (`taskset` for wrk, http-load's threads); empty: unpinned.
+    pub load_cpus: Vec<usize>,
     /// The closed-loop load tool.
     pub load: LoadTool,
     /// Open-loop points, as fractions of the reference server's median peak rate.
@@ -114,7 +118,8 @@ pub struct Measurement {
 pub struct StudyResults {
     /// The host.
     pub environment: crate::results::Environment,
-    /// The nginx configuration written for the largest connection count, when nginx ran.
+    /// The nginx configuration for the largest connection count and the first body, when
+    /// nginx ran (each window's port differs; the last one written is `nginx.conf`).
     pub nginx_config: Option<String>,
     /// Every window, in the order measured.
     pub measurements: Vec<Measurement>,
@@ -138,15 +143,35 @@ pub fn installed(prog: &str) -> bool {
 /// unlimited, `listen ... reuseport backlog=4096`, TCP_NODELAY like `serve`. A body of up to
 /// 2 KiB is answered from memory (`return 200`, as `serve` does); a larger one is a file sent
 /// with `sendfile` and `tcp_nopush`, which is how nginx serves large bodies.
+/// `worker_rlimit_nofile` stays within `max_nofile` (the hard limit, which nginx cannot pass);
+/// with `cpus`, workers are pinned to them in turn (`worker_cpu_affinity`).
 pub fn nginx_config(
     dir: &Path,
     port: u16,
     workers: usize,
     connections: usize,
     body_len: usize,
+    max_nofile: u64,
+    cpus: &[usize],
 ) -> String {
     let d = dir.display();
     let per_worker = connections + 1024;
+    // One worker per listed CPU, in turn: a bitmask per worker, lowest CPU rightmost.
+    let affinity = if cpus.is_empty() {
+        String::new()
+    } else {
+        let top = cpus.iter().copied().max().unwrap_or(0);
+        let masks: Vec<String> = (0..workers)
+            .map(|w| {
+                let c = cpus[w % cpus.len()];
+                (0..=top)
+                    .rev()
+                    .map(|b| if b == c { '1' } else { '0' })
+                    .collect()
+            })
+            .collect();
+        format!("worker_cpu_affinity {};\n", masks.join(" "))
+    };
     let user = if sendpath::host::euid() == 0 {
         "user root;\n"
     } else {
@@ -159,9 +184,25 @@ pub fn nginx_config(
         format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
     };
     format!(
-        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\nworker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen 127.0.0.1:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
-        2 * per_worker * workers
+        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen 127.0.0.1:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
+        ((2 * per_worker * workers) as u64).min(max_nofile)
     )
+}
+
+/// The hard open-files limit (`ulimit -Hn`).
+fn hard_nofile() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(u64::MAX)
+}
+
+/// `--cpu LIST` when `cpus` is not empty.
+fn cpu_arg(cpus: &[usize]) -> Vec<String> {
+    if cpus.is_empty() {
+        return Vec::new();
+    }
+    let l: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+    vec!["--cpu".into(), l.join(",")]
 }
 
 /// A log file in `dir` that a server's stderr is appended to.
@@ -277,6 +318,7 @@ fn start(
                     &cfg.workers.to_string(),
                 ])
                 .args(["--max-connections", &(conns + 1000).to_string()])
+                .args(cpu_arg(&cfg.server_cpus))
                 .args(["--duration", &format!("{secs}s")])
                 .arg("--json")
                 .arg(&report)
@@ -293,7 +335,15 @@ fn start(
             std::fs::write(cfg.dir.join("www/body"), super::body_bytes(body, 1))?;
             std::fs::write(
                 &conf,
-                nginx_config(&cfg.dir, port, cfg.workers, conns, body),
+                nginx_config(
+                    &cfg.dir,
+                    port,
+                    cfg.workers,
+                    conns,
+                    body,
+                    hard_nofile(),
+                    &cfg.server_cpus,
+                ),
             )?;
             let child = Command::new("nginx")
                 .arg("-c")
@@ -362,7 +412,7 @@ fn http_load(
             target: addr,
             connections: conns,
             threads: cfg.load_threads,
-            cpus: Vec::new(),
+            cpus: cfg.load_cpus.clone(),
             duration: d,
             warmup: Duration::ZERO,
             rate,
@@ -382,7 +432,15 @@ fn http_load(
 fn wrk(cfg: &StudyConfig, addr: SocketAddr, conns: usize, d: Duration) -> anyhow::Result<Window> {
     use anyhow::Context;
     let secs = d.as_secs().max(1);
-    let out = Command::new("wrk")
+    let mut cmd = if cfg.load_cpus.is_empty() {
+        Command::new("wrk")
+    } else {
+        let l: Vec<String> = cfg.load_cpus.iter().map(|c| c.to_string()).collect();
+        let mut c = Command::new("taskset");
+        c.args(["-c", &l.join(","), "wrk"]);
+        c
+    };
+    let out = cmd
         .args(["-t", &cfg.load_threads.min(conns).to_string()])
         .args([
             "-c",
@@ -534,6 +592,8 @@ pub fn run(
                 cfg.workers,
                 cfg.connections.iter().copied().max().unwrap_or(100),
                 cfg.bodies.first().copied().unwrap_or(88),
+                hard_nofile(),
+                &cfg.server_cpus,
             )
         }),
         measurements: Vec::new(),
@@ -654,6 +714,36 @@ fn median(it: impl Iterator<Item = f64>) -> Option<f64> {
     })
 }
 
+/// Zero-copy fallbacks by reason summed over `ms` (`-` for servers that do not report them).
+fn fallbacks_of(ms: &[&Measurement]) -> String {
+    let mut f = sendpath::metrics::Fallbacks::default();
+    let mut any = false;
+    for m in ms {
+        if let Some(s) = m.serve.as_ref().and_then(|r| r.send_stats.as_ref()) {
+            f.add(&s.fallbacks);
+            any = true;
+        }
+    }
+    if !any {
+        return "-".into();
+    }
+    let parts: Vec<String> = [
+        ("inflight_cap", f.inflight_cap),
+        ("enomem", f.enomem),
+        ("enobufs", f.enobufs),
+        ("unsupported", f.unsupported),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| format!("{k} {n}"))
+    .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 fn spread(v: &[f64]) -> String {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -704,8 +794,8 @@ pub fn summary(r: &StudyResults) -> String {
     let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
     for &body in &bodies {
         let _ = writeln!(s, "## Body {body} B\n");
-        let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | errors |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | fallbacks | errors |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for srv in &servers {
             for &c in &conns {
                 let ms = pick(srv, body, c);
@@ -717,9 +807,10 @@ pub fn summary(r: &StudyResults) -> String {
                 };
                 let copied = col(&|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
                 let errors: u64 = ms.iter().map(|m| m.errors.values().sum::<u64>()).sum();
+                let fallbacks = fallbacks_of(&ms);
                 let _ = writeln!(
                     s,
-                    "| {srv} | {c} | {} | {} | {} | {} | {} | {errors} |",
+                    "| {srv} | {c} | {} | {} | {} | {} | {} | {fallbacks} | {errors} |",
                     spread(&col(&|m| Some(m.requests_per_s))),
                     spread(&col(&|m| m.latency_us.map(|l| l.p50))),
                     spread(&col(&|m| m.latency_us.map(|l| l.p99))),
@@ -898,7 +989,7 @@ mod tests {
 
     #[test]
     fn the_nginx_configuration_is_fair_and_complete() {
-        let c = nginx_config(Path::new("/tmp/x"), 8099, 2, 4000, 88);
+        let c = nginx_config(Path::new("/tmp/x"), 8099, 2, 4000, 88, 1 << 20, &[]);
         for want in [
             "worker_processes 2;",
             "worker_connections 5024;",
@@ -907,10 +998,17 @@ mod tests {
             "listen 127.0.0.1:8099 reuseport backlog=4096;",
             "return 200 \"",
             "tcp_nodelay on;",
+            "worker_rlimit_nofile 20096;",
         ] {
             assert!(c.contains(want), "missing {want:?} in\n{c}");
         }
-        let f = nginx_config(Path::new("/tmp/x"), 8099, 2, 100, 1 << 20);
+        let f = nginx_config(Path::new("/tmp/x"), 8099, 2, 100, 1 << 20, 3000, &[2, 3]);
+        assert!(f.contains("worker_cpu_affinity 0100 1000;"), "{f}");
+        assert!(!c.contains("worker_cpu_affinity"));
+        assert!(
+            f.contains("worker_rlimit_nofile 3000;"),
+            "capped by the hard limit"
+        );
         assert!(f.contains("sendfile on;") && f.contains("try_files /body"));
         assert_eq!(
             order(&[Server::Nginx, Server::Sendpath(SendMode::Uring)], 2)[0],
