@@ -163,7 +163,12 @@ fn print_load(r: &LoadReport) {
     match &r.latency_us {
         Some(l) => println!(
             "latency us: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  (mean {:.1})",
-            l.p50, l.p90, l.p99, l.p999, l.max, l.mean
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max,
+            r.latency_mean_us.unwrap_or(f64::NAN)
         ),
         None => println!("latency: not measured (no response in the window)"),
     }

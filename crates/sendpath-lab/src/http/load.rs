@@ -9,6 +9,7 @@
 //! coordinated omission, as in wrk2).
 
 use crate::cancel::Cancel;
+pub use crate::results::LatencyUs;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -40,36 +41,6 @@ pub struct LoadConfig {
     pub timeout: Duration,
 }
 
-/// Latency percentiles of the measured window, microseconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct LatencyUs {
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-impl LatencyUs {
-    fn of(h: &Histogram<u64>) -> Option<LatencyUs> {
-        (!h.is_empty()).then(|| LatencyUs {
-            mean: h.mean() / 1e3,
-            p50: h.value_at_quantile(0.5) as f64 / 1e3,
-            p90: h.value_at_quantile(0.9) as f64 / 1e3,
-            p99: h.value_at_quantile(0.99) as f64 / 1e3,
-            p999: h.value_at_quantile(0.999) as f64 / 1e3,
-            max: h.max() as f64 / 1e3,
-        })
-    }
-}
-
 /// What a run of `http-load` measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LoadReport {
@@ -93,6 +64,8 @@ pub struct LoadReport {
     pub body_bytes: Option<u64>,
     /// Latency percentiles over the window; null when no response completed.
     pub latency_us: Option<LatencyUs>,
+    /// Mean latency over the window, microseconds; null when no response completed.
+    pub latency_mean_us: Option<f64>,
     /// Errors by kind (`connect`, `read`, `write`, `timeout`, `closed`, `parse`,
     /// `status_NNN`), over the window and the warmup.
     pub errors: BTreeMap<String, u64>,
@@ -142,7 +115,7 @@ impl LoadReport {
             format!("{:.1}", self.requests_per_s),
             format!("{:.1}", self.bytes_per_s),
             self.body_bytes.map_or_else(String::new, |b| b.to_string()),
-            opt(l.map(|l| l.mean)),
+            opt(self.latency_mean_us),
             opt(l.map(|l| l.p50)),
             opt(l.map(|l| l.p90)),
             opt(l.map(|l| l.p99)),
@@ -210,7 +183,10 @@ pub fn run(cfg: &LoadConfig, cancel: &Cancel) -> LoadReport {
         report.requests_per_s = report.requests as f64 / report.seconds;
         report.bytes_per_s = bytes as f64 / report.seconds;
     }
-    report.latency_us = LatencyUs::of(&hist);
+    if !hist.is_empty() {
+        report.latency_us = Some(LatencyUs::of(&hist));
+        report.latency_mean_us = Some(hist.mean() / 1e3);
+    }
     report
 }
 

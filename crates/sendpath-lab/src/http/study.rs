@@ -485,7 +485,6 @@ fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
                 .map(|l| l.split_whitespace().collect())
                 .unwrap_or_default();
             Some(LatencyUs {
-                mean: avg_max.first().and_then(|v| us(v)).unwrap_or(f64::NAN),
                 p50,
                 p90,
                 p99,
