@@ -67,10 +67,10 @@ pub(crate) struct ServeArgs {
     /// Close a connection with no request for this long (a half-sent request included).
     #[arg(long, default_value = "60s", value_parser = positive_duration)]
     pub idle_timeout: Duration,
-    /// Connections per worker beyond which new ones are closed at once (lowered to fit the
-    /// open-files limit).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections: u32,
+    /// Connections per worker beyond which new ones are closed at once (default: 10000, or
+    /// what the open-files limit allows).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: Option<u32>,
     /// Responses per io_uring chain per connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uring_depth: u32,

@@ -8,6 +8,15 @@ use sendpath_lab::http::serve::{self, ServeConfig, ServeReport};
 use serde::Serialize;
 use std::process::ExitCode;
 
+/// `println!` that ignores a closed stdout (`sendpath serve | head`), so a reader that went
+/// away neither panics the command nor stops it writing its files.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
 pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     let workers = a.workers.map_or_else(
         || {
@@ -18,10 +27,11 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         },
         usize::from,
     );
-    let limit = raise_nofile_upto(workers * a.max_connections as usize + 256);
+    let asked = a.max_connections.map_or(10_000, |n| n as usize);
+    let limit = raise_nofile_upto(workers * asked + 256);
     let fits = (limit.saturating_sub(256) / workers as u64).max(1) as usize;
-    let max_connections = (a.max_connections as usize).min(fits);
-    if max_connections < a.max_connections as usize {
+    let max_connections = asked.min(fits);
+    if a.max_connections.is_some() && max_connections < asked {
         eprintln!(
             "note: the open-files limit is {limit} (ulimit -Hn caps it): at most {max_connections} connections per worker"
         );
@@ -46,7 +56,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         .map(serve::local_addr)
         .transpose()?
         .unwrap_or(a.listen);
-    println!(
+    say!(
         "serving http://{at}/ ({} workers, send {}, body {} B); stops on Ctrl-C, SIGTERM or after {:?}",
         workers,
         a.send.name(),
@@ -54,10 +64,10 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         a.duration
     );
     let report = serve::serve(&cfg, listeners, cancel);
-    print_serve(&report);
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
+    print_serve(&report);
     Ok(if report.worker_errors.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -66,22 +76,26 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
 }
 
 fn print_serve(r: &ServeReport) {
-    println!(
+    say!(
         "{} requests in {:.1} s, {} response bytes; {} connections accepted, peak {}",
-        r.requests, r.seconds, r.response_bytes, r.accepted, r.peak_connections
+        r.requests,
+        r.seconds,
+        r.response_bytes,
+        r.accepted,
+        r.peak_connections
     );
     match r.cpu_us_per_request {
-        Some(us) => println!("CPU {:.2} s, {:.2} us per request", r.cpu_seconds, us),
-        None => println!("CPU {:.2} s", r.cpu_seconds),
+        Some(us) => say!("CPU {:.2} s, {:.2} us per request", r.cpu_seconds, us),
+        None => say!("CPU {:.2} s", r.cpu_seconds),
     }
     if let Some(m) = r.memory_per_connection_bytes {
-        println!("memory per connection: {m} B (resident, at the peak)");
+        say!("memory per connection: {m} B (resident, at the peak)");
     }
     if let Some(s) = &r.send_stats {
         let copied = r
             .copied_fraction
             .map_or_else(|| "unknown".to_string(), |f| format!("{:.1}%", f * 100.0));
-        println!(
+        say!(
             "sends: zero-copy attempts {}, copied {}; fallbacks: {}; CQ overflows {}{}",
             s.zc_attempts,
             copied,
@@ -93,7 +107,7 @@ fn print_serve(r: &ServeReport) {
         );
     }
     let refused: u64 = r.refused.values().sum();
-    println!(
+    say!(
         "refused {refused} {:?}, idle timeouts {}, resets {}, receive errors {}, rejected {}, accept errors {:?}",
         r.refused, r.idle_timeouts, r.resets, r.receive_errors, r.rejected, r.accept_errors
     );
@@ -129,19 +143,23 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
         || "closed loop".to_string(),
         |r| format!("open loop at {r} req/s"),
     );
-    println!(
+    say!(
         "http-load {} for {:?} ({:?} warmup): {} connections on {} threads, {mode}",
-        a.target, a.duration, a.warmup, a.connections, a.threads
+        a.target,
+        a.duration,
+        a.warmup,
+        a.connections,
+        a.threads
     );
     let report = load::run(&cfg, cancel);
-    print_load(&report);
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
     if let Some(path) = &a.csv {
         sendpath_lab::export::write_text(path, &report.to_csv()?)?;
-        println!("wrote {}", path.display());
+        say!("wrote {}", path.display());
     }
+    print_load(&report);
     Ok(if report.requests > 0 {
         ExitCode::SUCCESS
     } else {
@@ -151,7 +169,7 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
 }
 
 fn print_load(r: &LoadReport) {
-    println!(
+    say!(
         "{} requests in {:.2} s: {:.0} requests/s, {:.2} MB/s{}",
         r.requests,
         r.seconds,
@@ -161,7 +179,7 @@ fn print_load(r: &LoadReport) {
             .map_or_else(String::new, |b| format!(", body {b} B"))
     );
     match &r.latency_us {
-        Some(l) => println!(
+        Some(l) => say!(
             "latency us: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}  (mean {:.1})",
             l.p50,
             l.p90,
@@ -170,26 +188,26 @@ fn print_load(r: &LoadReport) {
             l.max,
             r.latency_mean_us.unwrap_or(f64::NAN)
         ),
-        None => println!("latency: not measured (no response in the window)"),
+        None => say!("latency: not measured (no response in the window)"),
     }
     if r.rate_per_s.is_some() {
-        println!(
+        say!(
             "late sends (previous response not in when due): {}",
             r.late_sends
         );
     }
     if r.errors.is_empty() {
-        println!("errors: none");
+        say!("errors: none");
     } else {
         let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("errors: {}", e.join(", "));
+        say!("errors: {}", e.join(", "));
     }
 }
 
 fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
     std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
+    say!("wrote {}", path.display());
     Ok(())
 }
 
@@ -301,7 +319,7 @@ pub(crate) fn study(
     write_json(&dir.join("http-results.json"), &r)?;
     let md = study::summary(&r);
     std::fs::write(dir.join("summary.md"), &md)?;
-    println!("{md}");
-    println!("wrote {}/http-results.json, summary.md", dir.display());
+    say!("{md}");
+    say!("wrote {}/http-results.json, summary.md", dir.display());
     Ok(ExitCode::SUCCESS)
 }
