@@ -187,6 +187,25 @@ fn hostile_clients_are_refused_or_dropped_and_others_still_served() {
         idle.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         idle.write_all(b"GET / HT").unwrap();
+        // A request trickled a byte at a time never completes: closed all the same.
+        let trickle = TcpStream::connect(srv.addr).unwrap();
+        let trickler = std::thread::spawn(move || {
+            let mut t = trickle;
+            let start = std::time::Instant::now();
+            for b in b"GET / HTTP/1.1\r\nX-Slow: "
+                .iter()
+                .chain(std::iter::repeat(&b'a'))
+            {
+                if t.write_all(&[*b]).is_err() {
+                    return Some(start.elapsed());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                if start.elapsed() > Duration::from_secs(8) {
+                    return None;
+                }
+            }
+            None
+        });
 
         // Meanwhile the good client is served, byte for byte.
         let want = body_bytes(1 << 20, 5);
@@ -205,6 +224,11 @@ fn hostile_clients_are_refused_or_dropped_and_others_still_served() {
             t.elapsed() < Duration::from_secs(8),
             "{mode:?}: closed by the timeout"
         );
+        let cut = trickler.join().unwrap();
+        assert!(
+            cut.is_some(),
+            "{mode:?}: a trickled request was never cut off"
+        );
         // `good` has idled past the timeout too by now; a new client is served.
         drop(good);
         let mut after = TcpStream::connect(srv.addr).unwrap();
@@ -221,7 +245,7 @@ fn hostile_clients_are_refused_or_dropped_and_others_still_served() {
         let r = srv.stop();
         assert_eq!(r.refused.get("malformed"), Some(&1), "{mode:?} {r:?}");
         assert_eq!(r.refused.get("too_large"), Some(&1), "{mode:?} {r:?}");
-        assert!(r.idle_timeouts >= 1, "{mode:?} {r:?}");
+        assert!(r.idle_timeouts >= 2, "{mode:?} {r:?}");
         assert!(r.resets >= 1, "{mode:?}: resets counted {r:?}");
         assert!(r.peak_connections >= 2, "{mode:?}: peak counted {r:?}");
         assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);

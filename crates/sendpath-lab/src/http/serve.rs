@@ -455,7 +455,12 @@ struct Client {
     refusal: Option<Refusal>,
     /// Close once everything queued is on the socket (`Connection: close`, end of file).
     close_when_flushed: bool,
+    /// When the connection opened or its last whole request arrived: a client that sends
+    /// nothing, or trickles a request, for `--idle-timeout` is closed.
     last_active: Option<Instant>,
+    /// Since when responses have been waiting to go out (seen at a tick): a client that stops
+    /// reading is closed after `--idle-timeout` too.
+    unflushed_since: Option<Instant>,
 }
 
 fn ring_worker(
@@ -529,6 +534,7 @@ fn ring_worker(
                                 refusal: None,
                                 close_when_flushed: false,
                                 last_active: Some(Instant::now()),
+                                unflushed_since: None,
                             });
                             open.set(d.open_connections());
                         }
@@ -589,15 +595,19 @@ fn ring_worker(
             // Only the heads change (they are copied into each response); the body buffer the
             // kernel may be reading is never touched.
             r.heads.refresh(SystemTime::now());
-            for (i, cl) in clients.iter().enumerate() {
-                let Some(cl) = cl else { continue };
-                let idle = cl
-                    .last_active
-                    .is_some_and(|t| now.duration_since(t) > cfg.idle_timeout);
-                let id = d.conn_at(i).filter(|id| d.is_open(*id));
-                if idle && id.is_some_and(|id| d.is_open(id)) {
+            for cl in clients.iter_mut().flatten() {
+                if !d.is_open(cl.id) {
+                    continue;
+                }
+                let since = if d.state(cl.id).is_flushed() {
+                    cl.unflushed_since = None;
+                    cl.last_active
+                } else {
+                    Some(*cl.unflushed_since.get_or_insert(now))
+                };
+                if since.is_some_and(|t| now.duration_since(t) > cfg.idle_timeout) {
                     c.idle_timeouts += 1;
-                    d.close(id.expect("checked"));
+                    d.close(cl.id);
                 }
             }
         }
@@ -647,7 +657,6 @@ fn on_received(
         d.recycle(buf);
         return;
     };
-    cl.last_active = Some(Instant::now());
     if cl.refusal.is_some() || cl.close_when_flushed {
         // Already refused or closing: ignore what else comes.
         d.recycle(buf);
@@ -672,6 +681,7 @@ fn on_received(
                 close,
             } => {
                 at += len;
+                cl.last_active = Some(Instant::now());
                 cl.owed.push_back(head_only);
                 if close {
                     cl.close_when_flushed = true;
@@ -799,7 +809,9 @@ struct EClient {
     /// Bytes to write, in order: owned bytes, or the shared body from an offset.
     out: VecDeque<Chunk>,
     close_when_flushed: bool,
+    /// As in the ring workers: opened or last whole request; and since when output waits.
     last_active: Instant,
+    unflushed_since: Option<Instant>,
     writing: bool,
 }
 
@@ -889,6 +901,7 @@ fn epoll_worker(
                                 out: VecDeque::new(),
                                 close_when_flushed: false,
                                 last_active: Instant::now(),
+                                unflushed_since: None,
                                 writing: false,
                             });
                             live += 1;
@@ -916,7 +929,6 @@ fn epoll_worker(
                         cl.close_when_flushed = true;
                     }
                     Ok(n) => {
-                        cl.last_active = Instant::now();
                         if !cl.close_when_flushed {
                             close |= epoll_parse(cl, &rbuf[..n], &heads, &r, &mut c);
                         }
@@ -962,10 +974,14 @@ fn epoll_worker(
             next_tick = now + Duration::from_secs(1);
             heads.refresh(SystemTime::now());
             for (i, slot) in clients.iter_mut().enumerate() {
-                if slot
-                    .as_ref()
-                    .is_some_and(|cl| now.duration_since(cl.last_active) > cfg.idle_timeout)
-                {
+                let Some(cl) = slot.as_mut() else { continue };
+                let since = if cl.out.is_empty() {
+                    cl.unflushed_since = None;
+                    cl.last_active
+                } else {
+                    *cl.unflushed_since.get_or_insert(now)
+                };
+                if now.duration_since(since) > cfg.idle_timeout {
                     c.idle_timeouts += 1;
                     if let Some(cl) = slot.take() {
                         let _ = epoll::delete(&ep, &cl.fd);
@@ -1000,6 +1016,7 @@ fn epoll_parse(
                 close,
             } => {
                 at += len;
+                cl.last_active = Instant::now();
                 c.requests += 1;
                 let n = heads.ok().len() + if head_only { 0 } else { r.body.len() };
                 c.response_bytes += n as u64;
