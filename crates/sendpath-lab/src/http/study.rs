@@ -9,6 +9,7 @@
 use super::load::{self, LatencyUs, LoadConfig};
 use super::serve::{SendMode, ServeReport};
 use crate::cancel::Cancel;
+use crate::results::Spread;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -699,18 +700,10 @@ fn order(servers: &[Server], round: u32) -> Vec<Server> {
     v
 }
 
+/// The median of the finite values of `it`; `None` when there are none.
 fn median(it: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = it.filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    let v: Vec<f64> = it.filter(|x| x.is_finite()).collect();
+    (!v.is_empty()).then(|| Spread::of(&v).median)
 }
 
 /// Zero-copy fallbacks by reason summed over `ms` (`-` for servers that do not report them).
@@ -743,13 +736,14 @@ fn fallbacks_of(ms: &[&Measurement]) -> String {
     }
 }
 
+/// "median (min..max)", or the one value, or "null".
 fn spread(v: &[f64]) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    match median(v.iter().copied()) {
-        Some(m) if v.len() > 1 => format!("{} ({}..{})", fmt_n(m), fmt_n(lo), fmt_n(hi)),
-        Some(m) => fmt_n(m),
-        None => "null".into(),
+    let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    let s = Spread::of(&v);
+    match v.len() {
+        0 => "null".into(),
+        1 => fmt_n(s.median),
+        _ => format!("{} ({}..{})", fmt_n(s.median), fmt_n(s.min), fmt_n(s.max)),
     }
 }
 
@@ -969,6 +963,48 @@ pub fn summary(r: &StudyResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn m(server: &str, round: u32, rps: f64, cpu_us: f64) -> Measurement {
+        Measurement {
+            server: server.into(),
+            body_bytes: 88,
+            connections: 100,
+            round,
+            load: "wrk".into(),
+            rate_per_s: None,
+            requests_per_s: rps,
+            latency_us: None,
+            errors: BTreeMap::new(),
+            server_cpu_s: Some(1.0),
+            server_cpu_us_per_request: Some(cpu_us),
+            serve: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_pairs_rounds_against_nginx() {
+        let r = StudyResults {
+            environment: crate::runner::environment(),
+            nginx_config: None,
+            measurements: vec![
+                m("sendpath-uring", 1, 110.0, 8.0),
+                m("nginx", 1, 100.0, 10.0),
+                m("nginx", 2, 100.0, 10.0),
+                m("sendpath-uring", 2, 120.0, 6.0),
+            ],
+            wrk_check_ratios: vec![1.05],
+        };
+        let s = summary(&r);
+        assert!(
+            s.contains(
+                "| sendpath-uring | 100 | 1.150 (1.100..1.200) | 0.700 (0.600..0.800) | 2/2 |"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("| nginx | 100 | 100.0 (100.0..100.0) |"), "{s}");
+        assert!(s.contains("http-load / wrk requests/s on the same server (100 connections, alternating): 1.050"), "{s}");
+        assert!(!s.contains("SEND against SEND_ZC"), "no SEND_ZC server ran");
+    }
 
     #[test]
     fn wrk_output_is_read() {
