@@ -76,7 +76,7 @@ pub struct StudyConfig {
     /// Open-loop points, as fractions of the reference server's median peak rate.
     pub open_loop: Vec<f64>,
     /// One cross-check of http-load against wrk on the reference server (100 connections,
-    /// first body), alternating.
+    /// first body), alternating; server and load on separate CPUs where there are two.
     pub wrk_check: bool,
     /// Where configurations, server reports and results go.
     pub dir: PathBuf,
@@ -661,8 +661,24 @@ pub fn run(
             }
         }
     }
-    // http-load against wrk on the reference server, alternating which goes first.
+    // http-load against wrk on the reference server, alternating which goes first. With two
+    // CPUs or more and nothing pinned, the server gets one worker on the first CPU and each
+    // tool one thread on the second, so the tools compete for neither the server's CPU nor
+    // each other's and the server sets the pace, as a load generator check wants.
     if cfg.wrk_check && installed("wrk") {
+        let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+        let check = if cfg.server_cpus.is_empty() && allowed.len() >= 2 {
+            StudyConfig {
+                workers: 1,
+                load_threads: 1,
+                server_cpus: vec![allowed[0]],
+                load_cpus: vec![allowed[1]],
+                ..cfg.clone()
+            }
+        } else {
+            cfg.clone()
+        };
+        let cfg = &check;
         let body = cfg.bodies[0];
         for round in 1..=cfg.rounds {
             let tools = if round % 2 == 1 {
@@ -953,7 +969,7 @@ pub fn summary(r: &StudyResults) -> String {
     if !r.wrk_check_ratios.is_empty() {
         let _ = writeln!(
             s,
-            "http-load / wrk requests/s on the same server (100 connections, alternating): {}\n",
+            "http-load / wrk requests/s, same server, 100 connections, alternating (server and load on CPUs of their own where there are two): {}\n",
             spread(&r.wrk_check_ratios)
         );
     }
@@ -1002,7 +1018,10 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("| nginx | 100 | 100.0 (100.0..100.0) |"), "{s}");
-        assert!(s.contains("http-load / wrk requests/s on the same server (100 connections, alternating): 1.050"), "{s}");
+        assert!(
+            s.contains("http-load / wrk requests/s, same server") && s.contains("two): 1.050"),
+            "{s}"
+        );
         assert!(!s.contains("SEND against SEND_ZC"), "no SEND_ZC server ran");
     }
 
