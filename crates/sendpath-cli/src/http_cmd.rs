@@ -27,6 +27,18 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         },
         usize::from,
     );
+    let body_len = match &a.file {
+        None => a.body,
+        Some(p) => {
+            anyhow::ensure!(
+                a.send == sendpath_lab::http::serve::SendMode::Epoll,
+                "--file is served with sendfile(2) by --send epoll only: io_uring has no sendfile operation, and splicing files through pipes on the ring is not built yet"
+            );
+            let m = std::fs::metadata(p).with_context(|| format!("--file {}", p.display()))?;
+            anyhow::ensure!(m.is_file(), "--file {}: not a regular file", p.display());
+            m.len() as usize
+        }
+    };
     let asked = a.max_connections.map_or(10_000, |n| n as usize);
     let limit = raise_nofile_upto(workers * asked + 256);
     let fits = (limit.saturating_sub(256) / workers as u64).max(1) as usize;
@@ -41,7 +53,8 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         workers,
         cpus: a.cpu.clone().unwrap_or_default(),
         send: a.send,
-        body_len: a.body,
+        body_len,
+        file: a.file.clone(),
         seed: a.seed,
         zc_inflight: a.zc_inflight as usize,
         idle_timeout: a.idle_timeout,
@@ -60,7 +73,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         "serving http://{at}/ ({} workers, send {}, body {} B); stops on Ctrl-C, SIGTERM or after {:?}",
         workers,
         a.send.name(),
-        a.body,
+        body_len,
         a.duration
     );
     let report = serve::serve(&cfg, listeners, cancel);

@@ -12,6 +12,22 @@ fn bad_http_flags_fail_clearly() {
     fails_with(&["serve", "--body", "2G"], &["--body", "between"]);
     fails_with(&["serve", "--workers", "0"], &["--workers"]);
     fails_with(
+        &["serve", "--file", "Cargo.toml", "--send", "uring"],
+        &["--send epoll"],
+    );
+    fails_with(
+        &["serve", "--file", "/nonexistent/body", "--send", "epoll"],
+        &["--file", "/nonexistent/body"],
+    );
+    fails_with(
+        &["serve", "--file", "/tmp", "--send", "epoll"],
+        &["not a regular file"],
+    );
+    fails_with(
+        &["serve", "--file", "Cargo.toml", "--body", "4K"],
+        &["--body", "--file"],
+    );
+    fails_with(
         &["http-load", "127.0.0.1:1", "--rate", "0"],
         &["--rate", "above 0"],
     );

@@ -40,6 +40,7 @@ fn start(send: SendMode, body_len: usize, idle: Duration) -> Running {
         cpus: Vec::new(),
         send,
         body_len,
+        file: None,
         seed: 5,
         zc_inflight: 256,
         idle_timeout: idle,
@@ -288,4 +289,50 @@ fn http_load_measures_closed_and_open_loop_without_errors() {
     );
     let r = srv.stop();
     assert!(r.requests >= closed.requests + open.requests);
+}
+
+/// `--send epoll --file`: the body is the file's bytes, sent with sendfile(2), in pipelined
+/// order with a HEAD between.
+#[test]
+fn epoll_serves_a_file_with_sendfile() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("body");
+    let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&path, &bytes).unwrap();
+    let cfg = ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        cpus: Vec::new(),
+        send: SendMode::Epoll,
+        body_len: bytes.len(),
+        file: Some(path),
+        seed: 5,
+        zc_inflight: 256,
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 100,
+        depth: 8,
+        duration: Duration::from_secs(60),
+    };
+    let listeners = serve::bind_listeners(cfg.listen, 1).unwrap();
+    let addr = serve::local_addr(&listeners[0]).unwrap();
+    let cancel = Cancel::new();
+    let c = cancel.clone();
+    let handle = std::thread::spawn(move || serve::serve(&cfg, listeners, &c));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\nHEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
+        .unwrap();
+    for head_only in [false, true, false] {
+        let (status, body) = read_response_to(&mut s, head_only).unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            body == if head_only { &[][..] } else { &bytes[..] },
+            "wrong body"
+        );
+    }
+    drop(s);
+    cancel.cancel();
+    let r = handle.join().unwrap();
+    assert_eq!(r.requests, 3);
+    assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);
 }

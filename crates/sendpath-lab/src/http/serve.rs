@@ -84,8 +84,10 @@ pub struct ServeConfig {
     pub cpus: Vec<usize>,
     /// How responses are sent.
     pub send: SendMode,
-    /// Body bytes of every 200 response.
+    /// Body bytes of every 200 response (the file's size with `file`).
     pub body_len: usize,
+    /// Serve this file's bytes as the body, sent with `sendfile(2)` (`--send epoll` only).
+    pub file: Option<std::path::PathBuf>,
     /// Seed of the body bytes (see [`body_bytes`]).
     pub seed: u64,
     /// SEND_ZC requests awaiting notification per worker before sends go by copy.
@@ -473,6 +475,14 @@ fn ring_worker(
     let mut c = Counts::default();
     // Counted ready even when setup fails, so the memory baseline is not held up.
     let mut ready = Ready(ready, false);
+    if cfg.file.is_some() {
+        return Err(Box::new((
+            c,
+            "--file needs --send epoll: io_uring has no sendfile operation, and serving a file \
+             by splicing it through pipes on the ring is not built yet"
+                .into(),
+        )));
+    }
     let zc = cfg.send == SendMode::UringZc;
     let choice = if zc { Choice::ZeroCopy } else { Choice::Copy };
     let mut d = match UringDriver::new(DriverConfig {
@@ -818,6 +828,8 @@ struct EClient {
 enum Chunk {
     Owned(Vec<u8>, usize),
     Body(usize),
+    /// The file body from this offset, sent with `sendfile(2)`.
+    File(u64),
 }
 
 fn epoll_worker(
@@ -848,7 +860,15 @@ fn epoll_worker(
     ) {
         return fail(c, "epoll_ctl", e);
     }
-    let r = Responses::new(cfg.body_len, cfg.seed);
+    let file = match &cfg.file {
+        Some(p) => match std::fs::File::open(p) {
+            Ok(f) => Some((f, cfg.body_len as u64)),
+            Err(e) => return Err(Box::new((c, format!("opening {}: {e}", p.display())))),
+        },
+        None => None,
+    };
+    // With a file the body never lives in memory.
+    let r = Responses::new(if file.is_some() { 0 } else { cfg.body_len }, cfg.seed);
     let body = r.body.as_slice();
     let mut clients: Vec<Option<EClient>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
@@ -930,7 +950,14 @@ fn epoll_worker(
                     }
                     Ok(n) => {
                         if !cl.close_when_flushed {
-                            close |= epoll_parse(cl, &rbuf[..n], &heads, &r, &mut c);
+                            close |= epoll_parse(
+                                cl,
+                                &rbuf[..n],
+                                &heads,
+                                &r,
+                                file.as_ref().map(|f| f.1),
+                                &mut c,
+                            );
                         }
                     }
                     Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
@@ -941,7 +968,7 @@ fn epoll_worker(
                 }
             }
             if !close {
-                if let Err(e) = epoll_write(cl, body) {
+                if let Err(e) = epoll_write(cl, body, file.as_ref()) {
                     c.ended(e.raw_os_error());
                     close = true;
                 }
@@ -1002,6 +1029,7 @@ fn epoll_parse(
     data: &[u8],
     heads: &Heads,
     r: &Responses,
+    file_len: Option<u64>,
     c: &mut Counts,
 ) -> bool {
     let mut buf = std::mem::take(&mut cl.partial);
@@ -1018,11 +1046,16 @@ fn epoll_parse(
                 at += len;
                 cl.last_active = Instant::now();
                 c.requests += 1;
-                let n = heads.ok().len() + if head_only { 0 } else { r.body.len() };
-                c.response_bytes += n as u64;
+                let body_len = file_len.unwrap_or(r.body.len() as u64);
+                let n = heads.ok().len() as u64 + if head_only { 0 } else { body_len };
+                c.response_bytes += n;
                 small.extend_from_slice(heads.ok());
                 if !head_only {
-                    if r.inline {
+                    if file_len.is_some() {
+                        cl.out
+                            .push_back(Chunk::Owned(std::mem::take(&mut small), 0));
+                        cl.out.push_back(Chunk::File(0));
+                    } else if r.inline {
                         small.extend_from_slice(r.body.as_slice());
                     } else {
                         cl.out
@@ -1057,16 +1090,45 @@ fn epoll_parse(
     false
 }
 
-/// Writes what is queued with `writev` until the socket is full; an error closes.
-fn epoll_write(cl: &mut EClient, body: &[u8]) -> std::io::Result<()> {
-    while !cl.out.is_empty() {
+/// Writes what is queued until the socket is full: bytes in memory with `writev`, the file
+/// body with `sendfile(2)`. An error closes.
+fn epoll_write(
+    cl: &mut EClient,
+    body: &[u8],
+    file: Option<&(std::fs::File, u64)>,
+) -> std::io::Result<()> {
+    while let Some(front) = cl.out.front_mut() {
+        if let Chunk::File(off) = front {
+            let Some((f, len)) = file else {
+                cl.out.pop_front();
+                continue;
+            };
+            let left = (len - *off) as usize;
+            match rustix::fs::sendfile(&cl.fd, f, Some(off), left) {
+                Ok(0) if left > 0 => {
+                    // The file is shorter than when the server started: end the connection
+                    // rather than send a short body under a longer Content-Length.
+                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+                }
+                Ok(_) => {
+                    if *off >= *len {
+                        cl.out.pop_front();
+                    }
+                    continue;
+                }
+                Err(rustix::io::Errno::AGAIN) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
         let iov: Vec<std::io::IoSlice<'_>> = cl
             .out
             .iter()
             .take(8)
-            .map(|ch| match ch {
-                Chunk::Owned(v, off) => std::io::IoSlice::new(&v[*off..]),
-                Chunk::Body(off) => std::io::IoSlice::new(&body[*off..]),
+            .map_while(|ch| match ch {
+                Chunk::Owned(v, off) => Some(std::io::IoSlice::new(&v[*off..])),
+                Chunk::Body(off) => Some(std::io::IoSlice::new(&body[*off..])),
+                Chunk::File(_) => None,
             })
             .collect();
         let mut n = match rustix::io::writev(&cl.fd, &iov) {
@@ -1080,6 +1142,7 @@ fn epoll_write(cl: &mut EClient, body: &[u8]) -> std::io::Result<()> {
             let (left, off) = match front {
                 Chunk::Owned(v, off) => (v.len() - *off, off),
                 Chunk::Body(off) => (body.len() - *off, off),
+                Chunk::File(_) => unreachable!("writev stops before a file chunk"),
             };
             if n >= left {
                 n -= left;
