@@ -5,6 +5,12 @@
 //! A connection's next chain goes in as soon as its previous chain's last result is reaped, in
 //! the same pass, so the kernel always has work while the application fills buffers. One
 //! `io_uring_enter` submits the chains of every connection that is ready.
+//!
+//! A server also accepts and receives on the same ring: [`UringDriver::listen`] (multishot
+//! accept), [`UringDriver::add_receiving`] (multishot receive into the ring's provided
+//! buffers), with what happened handed to the owner as [`Event`]s, and [`UringDriver::close`]
+//! to end a connection, whose id ([`ConnId`], with a generation) is reused only after
+//! [`Event::Closed`].
 
 use super::state::{ConnState, Payload, Pushed, StateConfig, ZcConfig};
 use super::{Choice, Fixed};
