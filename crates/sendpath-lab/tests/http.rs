@@ -33,8 +33,8 @@ impl Running {
     }
 }
 
-fn start(send: SendMode, body_len: usize, idle: Duration) -> Running {
-    let cfg = ServeConfig {
+fn config(send: SendMode, body_len: usize, idle: Duration) -> ServeConfig {
+    ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         workers: 1,
         cpus: Vec::new(),
@@ -47,7 +47,14 @@ fn start(send: SendMode, body_len: usize, idle: Duration) -> Running {
         max_connections: 1000,
         depth: 8,
         duration: Duration::from_secs(60),
-    };
+    }
+}
+
+fn start(send: SendMode, body_len: usize, idle: Duration) -> Running {
+    start_with(config(send, body_len, idle))
+}
+
+fn start_with(cfg: ServeConfig) -> Running {
     let listeners = serve::bind_listeners(cfg.listen, 1).unwrap();
     let addr = serve::local_addr(&listeners[0]).unwrap();
     let cancel = Cancel::new();
@@ -299,26 +306,11 @@ fn epoll_serves_a_file_with_sendfile() {
     let path = dir.path().join("body");
     let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&path, &bytes).unwrap();
-    let cfg = ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        workers: 1,
-        cpus: Vec::new(),
-        send: SendMode::Epoll,
-        body_len: bytes.len(),
+    let srv = start_with(ServeConfig {
         file: Some(path),
-        seed: 5,
-        zc_inflight: 256,
-        idle_timeout: Duration::from_secs(30),
-        max_connections: 100,
-        depth: 8,
-        duration: Duration::from_secs(60),
-    };
-    let listeners = serve::bind_listeners(cfg.listen, 1).unwrap();
-    let addr = serve::local_addr(&listeners[0]).unwrap();
-    let cancel = Cancel::new();
-    let c = cancel.clone();
-    let handle = std::thread::spawn(move || serve::serve(&cfg, listeners, &c));
-    let mut s = TcpStream::connect(addr).unwrap();
+        ..config(SendMode::Epoll, bytes.len(), Duration::from_secs(30))
+    });
+    let mut s = TcpStream::connect(srv.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET / HTTP/1.1\r\n\r\nHEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n")
         .unwrap();
@@ -331,8 +323,7 @@ fn epoll_serves_a_file_with_sendfile() {
         );
     }
     drop(s);
-    cancel.cancel();
-    let r = handle.join().unwrap();
+    let r = srv.stop();
     assert_eq!(r.requests, 3);
     assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);
 }
