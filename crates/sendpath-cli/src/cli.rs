@@ -58,7 +58,8 @@ pub(crate) struct ServeArgs {
     /// Body bytes of every response (written by the server, printable, seeded).
     #[arg(long, default_value = "88", value_parser = body_size)]
     pub body: usize,
-    /// Serve this file as the body instead, sent with sendfile(2) (with --send epoll).
+    /// Serve this file as the body instead: spliced through a pipe on the ring (copy, uring,
+    /// uring-zc), or sent with sendfile(2) (epoll).
     #[arg(long, value_name = "PATH", conflicts_with = "body")]
     pub file: Option<PathBuf>,
     /// Seed of the body bytes.

@@ -30,10 +30,6 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
     let body_len = match &a.file {
         None => a.body,
         Some(p) => {
-            anyhow::ensure!(
-                a.send == sendpath_lab::http::serve::SendMode::Epoll,
-                "--file is served with sendfile(2) by --send epoll only: io_uring has no sendfile operation, and splicing files through pipes on the ring is not built yet"
-            );
             let m = std::fs::metadata(p).with_context(|| format!("--file {}", p.display()))?;
             anyhow::ensure!(m.is_file(), "--file {}: not a regular file", p.display());
             m.len() as usize

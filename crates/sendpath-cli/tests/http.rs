@@ -12,10 +12,6 @@ fn bad_http_flags_fail_clearly() {
     fails_with(&["serve", "--body", "2G"], &["--body", "between"]);
     fails_with(&["serve", "--workers", "0"], &["--workers"]);
     fails_with(
-        &["serve", "--file", "Cargo.toml", "--send", "uring"],
-        &["--send epoll"],
-    );
-    fails_with(
         &["serve", "--file", "/nonexistent/body", "--send", "epoll"],
         &["--file", "/nonexistent/body"],
     );

@@ -251,6 +251,7 @@ fn a_ring_accepts_receives_answers_and_closes() {
                 }
                 Event::Closed(_) => closed += 1,
                 Event::AcceptFailed(e) => panic!("accept failed: {e}"),
+                Event::Spliced { .. } => panic!("no splice was asked for"),
             }
         }
     }

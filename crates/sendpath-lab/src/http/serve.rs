@@ -13,7 +13,8 @@
 use super::{body_bytes, parse_request, Heads, Parsed, Refusal, MAX_HEAD};
 use crate::cancel::Cancel;
 use sendpath::engine::{
-    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, UringDriver,
+    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, SplicePipe,
+    UringDriver,
 };
 use sendpath::metrics::SendStatsSummary;
 use sendpath::policy::InflightLimits;
@@ -243,6 +244,8 @@ struct Responses {
     heads: Heads,
     body: Buf,
     inline: bool,
+    /// The ring modes with `--file`: the file and its length, spliced instead of `body`.
+    file: Option<(std::fs::File, u64)>,
 }
 
 impl Responses {
@@ -254,6 +257,7 @@ impl Responses {
             heads,
             body,
             inline,
+            file: None,
         }
     }
 
@@ -463,6 +467,22 @@ struct Client {
     /// Since when responses have been waiting to go out (seen at a tick): a client that stops
     /// reading is closed after `--idle-timeout` too.
     unflushed_since: Option<Instant>,
+    /// `--file`: the pipe the body is spliced through, and the response being spliced.
+    pipe: Option<(SplicePipe, u64)>,
+    job: Option<FileJob>,
+}
+
+/// A file response on its way through a connection's pipe.
+#[derive(Debug)]
+struct FileJob {
+    /// The next file offset to splice in.
+    off: u64,
+    /// File bytes not yet spliced in.
+    left: u64,
+    /// Bytes in the pipe (the head, then body bytes).
+    in_pipe: u64,
+    /// Splice completions still to come.
+    pending: u8,
 }
 
 fn ring_worker(
@@ -475,14 +495,6 @@ fn ring_worker(
     let mut c = Counts::default();
     // Counted ready even when setup fails, so the memory baseline is not held up.
     let mut ready = Ready(ready, false);
-    if cfg.file.is_some() {
-        return Err(Box::new((
-            c,
-            "--file needs --send epoll: io_uring has no sendfile operation, and serving a file \
-             by splicing it through pipes on the ring is not built yet"
-                .into(),
-        )));
-    }
     let zc = cfg.send == SendMode::UringZc;
     let choice = if zc { Choice::ZeroCopy } else { Choice::Copy };
     let mut d = match UringDriver::new(DriverConfig {
@@ -505,7 +517,14 @@ fn ring_worker(
     if let Err(e) = d.listen(Socket::from(listener)) {
         return Err(Box::new((c, format!("{e}"))));
     }
-    let mut r = Responses::new(cfg.body_len, cfg.seed);
+    let mut r = Responses::new(if cfg.file.is_some() { 0 } else { cfg.body_len }, cfg.seed);
+    if let Some(p) = &cfg.file {
+        match std::fs::File::open(p) {
+            Ok(f) => r.file = Some((f, cfg.body_len as u64)),
+            Err(e) => return Err(Box::new((c, format!("opening {}: {e}", p.display())))),
+        }
+        r.heads = Heads::new(cfg.body_len);
+    }
     if zc && !r.inline {
         d.register(&mut r.body);
     }
@@ -545,6 +564,8 @@ fn ring_worker(
                                 close_when_flushed: false,
                                 last_active: Some(Instant::now()),
                                 unflushed_since: None,
+                                pipe: None,
+                                job: None,
                             });
                             open.set(d.open_connections());
                         }
@@ -583,6 +604,22 @@ fn ring_worker(
                         );
                     }
                 }
+                Event::Spliced {
+                    conn,
+                    into_pipe,
+                    res,
+                } => {
+                    on_spliced(&mut d, &mut clients, &mut c, &r, conn, into_pipe, res);
+                    respond(
+                        &mut d,
+                        &mut clients,
+                        &mut c,
+                        &r,
+                        conn,
+                        cfg.send,
+                        &mut scratch,
+                    );
+                }
                 Event::Closed(id) => {
                     // Only if the slot still holds that connection, not a later one at the
                     // same index.
@@ -609,7 +646,7 @@ fn ring_worker(
                 if !d.is_open(cl.id) {
                     continue;
                 }
-                let since = if d.state(cl.id).is_flushed() {
+                let since = if d.state(cl.id).is_flushed() && cl.job.is_none() {
                     cl.unflushed_since = None;
                     cl.last_active
                 } else {
@@ -734,6 +771,14 @@ fn respond(
     let Some(cl) = client(clients, conn) else {
         return;
     };
+    if let Some(file) = &r.file {
+        if cl.job.is_some() {
+            return;
+        }
+        if let Some(head_only) = cl.owed.pop_front() {
+            return start_file_response(d, cl, c, &r.heads, file, conn, head_only);
+        }
+    }
     let mut queued = false;
     while !cl.owed.is_empty() && d.room(conn) > 0 {
         if r.inline {
@@ -802,6 +847,146 @@ fn respond(
         && d.state(conn).is_flushed()
     {
         d.close(conn);
+    }
+}
+
+/// Starts a `--file` response on `conn`: the head is written into the connection's pipe, then
+/// the file is spliced in behind it and the pipe out to the socket, a pipe-full at a time.
+fn start_file_response(
+    d: &mut UringDriver,
+    cl: &mut Client,
+    c: &mut Counts,
+    heads: &Heads,
+    file: &(std::fs::File, u64),
+    conn: ConnId,
+    head_only: bool,
+) {
+    if cl.pipe.is_none() {
+        match new_pipe() {
+            Ok(p) => cl.pipe = Some(p),
+            Err(e) => {
+                c.ended(Some(e.raw_os_error()));
+                return d.close(conn);
+            }
+        }
+    }
+    let (pipe, _) = cl.pipe.as_ref().expect("made above");
+    let head = heads.ok();
+    // The pipe is empty between responses and holds at least 4 KiB: this write never waits.
+    if rustix::io::write(&pipe.write, head).ok() != Some(head.len()) {
+        c.receive_errors += 1;
+        return d.close(conn);
+    }
+    c.requests += 1;
+    let body = if head_only { 0 } else { file.1 };
+    c.response_bytes += head.len() as u64 + body;
+    cl.job = Some(FileJob {
+        off: 0,
+        left: body,
+        in_pipe: head.len() as u64,
+        pending: 0,
+    });
+    next_splice(d, cl, c, file, conn);
+}
+
+/// A pipe for splicing, as large as the system lets it be (up to 1 MiB), and its size.
+fn new_pipe() -> rustix::io::Result<(SplicePipe, u64)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&write, 1 << 20);
+    let size = rustix::pipe::fcntl_getpipe_size(&write)? as u64;
+    Ok((SplicePipe { read, write }, size))
+}
+
+/// Splices the next part of the job: more of the file into the pipe and the pipe out, or only
+/// the pipe out when it is full.
+fn next_splice(
+    d: &mut UringDriver,
+    cl: &mut Client,
+    c: &mut Counts,
+    file: &(std::fs::File, u64),
+    conn: ConnId,
+) {
+    let (Some(job), Some((pipe, size))) = (cl.job.as_mut(), cl.pipe.as_ref()) else {
+        return;
+    };
+    // A pipe holds `size / 4096` buffers of up to a page each, whatever their fill: the head
+    // takes whole buffers, and a file range that does not start on a page boundary spans one
+    // more. Asking for more than fits would block the first half forever, since the second,
+    // which empties the pipe, runs only after it.
+    const PAGE: u64 = 4096;
+    let free = (size / PAGE).saturating_sub(job.in_pipe.div_ceil(PAGE) + 1);
+    let len = job.left.min(free * PAGE).min(u32::MAX as u64 / 2);
+    if len == 0 && job.in_pipe == 0 {
+        // A pipe too small to take a page past the head: nothing can move.
+        c.receive_errors += 1;
+        cl.job = None;
+        return d.close(conn);
+    }
+    use std::os::fd::AsFd;
+    match d.splice(
+        conn,
+        file.0.as_fd(),
+        job.off,
+        len as u32,
+        pipe,
+        job.in_pipe as u32,
+    ) {
+        Ok(()) => job.pending = if len > 0 { 2 } else { 1 },
+        Err(_) => {
+            c.receive_errors += 1;
+            cl.job = None;
+            d.close(conn);
+        }
+    }
+}
+
+/// One half of a splice completed on `conn`.
+fn on_spliced(
+    d: &mut UringDriver,
+    clients: &mut [Option<Client>],
+    c: &mut Counts,
+    r: &Responses,
+    conn: ConnId,
+    into_pipe: bool,
+    res: i32,
+) {
+    let (Some(cl), Some(file)) = (client(clients, conn), r.file.as_ref()) else {
+        return;
+    };
+    let Some(job) = cl.job.as_mut() else { return };
+    job.pending = job.pending.saturating_sub(1);
+    let failed = match (into_pipe, res) {
+        // The file ended early (it shrank): a short body under its Content-Length would
+        // corrupt the stream, so the connection ends.
+        (true, 0) => true,
+        (true, n) if n > 0 => {
+            job.in_pipe += n as u64;
+            job.off += n as u64;
+            job.left -= (n as u64).min(job.left);
+            false
+        }
+        (false, n) if n > 0 => {
+            job.in_pipe -= (n as u64).min(job.in_pipe);
+            false
+        }
+        // The first half moved less than asked, so the linked second half did not run.
+        (false, n) if n == -libc::ECANCELED => false,
+        (_, n) => {
+            c.ended(Some(-n));
+            true
+        }
+    };
+    if failed {
+        cl.job = None;
+        return d.close(conn);
+    }
+    if job.pending > 0 {
+        return;
+    }
+    if job.in_pipe == 0 && job.left == 0 {
+        cl.job = None;
+    } else {
+        next_splice(d, cl, c, file, conn);
     }
 }
 

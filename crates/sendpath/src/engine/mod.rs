@@ -26,4 +26,4 @@ mod uring;
 
 pub use choose::{Choice, Choose, Fixed, SendContext};
 pub use state::{ConnState, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};
-pub use uring::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, UringDriver};
+pub use uring::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, SplicePipe, UringDriver};

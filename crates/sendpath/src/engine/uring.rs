@@ -144,6 +144,26 @@ pub enum Event {
     /// A connection given to [`UringDriver::close`] is gone: its socket is closed, no
     /// completion names it any more, and its id may be handed out again.
     Closed(ConnId),
+    /// A splice of [`UringDriver::splice`] completed: `into_pipe` for the file-to-pipe half,
+    /// `res` bytes moved or `-errno` (`-ECANCELED` for the pipe-to-socket half when the first
+    /// half moved fewer bytes than asked).
+    Spliced {
+        /// The connection.
+        conn: ConnId,
+        /// Which half.
+        into_pipe: bool,
+        /// Bytes moved, or `-errno`.
+        res: i32,
+    },
+}
+
+/// A pipe a connection splices a file through ([`UringDriver::splice`]).
+#[derive(Debug)]
+pub struct SplicePipe {
+    /// The read end.
+    pub read: std::os::fd::OwnedFd,
+    /// The write end.
+    pub write: std::os::fd::OwnedFd,
 }
 
 /// The tag of the listener's accepts (connections are numbered from 0).
@@ -383,6 +403,41 @@ impl UringDriver {
     /// Gives a receive buffer back to the kernel.
     pub fn recycle(&mut self, buf: RecvBuf) {
         self.ring.recycle(buf.id);
+    }
+
+    /// Sends `len` bytes of `file` from `offset` to `id`'s socket through `pipe`, which must be
+    /// empty but for `in_pipe` bytes already written to it: one linked pair of
+    /// `IORING_OP_SPLICE` (file to pipe, then `in_pipe + len` bytes pipe to socket), or with
+    /// `len` 0 only the second. Nothing else may be sent on `id` until both
+    /// [`Event::Spliced`] are in; the caller keeps `file` and `pipe` open until then (a closed
+    /// connection's events come before its [`Event::Closed`]).
+    pub fn splice(
+        &mut self,
+        id: ConnId,
+        file: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: u32,
+        pipe: &SplicePipe,
+        in_pipe: u32,
+    ) -> Result<()> {
+        if !self.is_open(id) {
+            return Err(Error::Config(
+                "splice on a connection that is closing".into(),
+            ));
+        }
+        let c = self.conns[id.index()].as_ref().expect("open");
+        self.ring
+            .push_splice(
+                file,
+                offset,
+                len,
+                pipe.write.as_fd(),
+                pipe.read.as_fd(),
+                c.sock.as_fd(),
+                in_pipe + len,
+                id.idx,
+            )
+            .map_err(Error::sys("io_uring SPLICE"))
     }
 
     /// Moves the events since the last call into `out`.
@@ -656,6 +711,16 @@ impl UringDriver {
                             // arm it again.
                             self.rearm.push(a.tag);
                         }
+                    }
+                }
+                AuxOp::SpliceIn | AuxOp::SpliceOut => {
+                    let id = self.id_of(a.tag);
+                    if self.is_open(id) {
+                        self.events.push(Event::Spliced {
+                            conn: id,
+                            into_pipe: a.op == AuxOp::SpliceIn,
+                            res: a.res,
+                        });
                     }
                 }
                 AuxOp::Cancel => {}

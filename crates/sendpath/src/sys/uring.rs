@@ -68,6 +68,10 @@ pub(crate) enum AuxOp {
     Recv,
     /// A cancellation (its own completion carries nothing of interest).
     Cancel,
+    /// `SPLICE` from a file into a pipe.
+    SpliceIn,
+    /// `SPLICE` from a pipe into a socket.
+    SpliceOut,
 }
 
 impl AuxOp {
@@ -76,7 +80,14 @@ impl AuxOp {
             AuxOp::Accept => 1,
             AuxOp::Recv => 2,
             AuxOp::Cancel => 3,
+            AuxOp::SpliceIn => 4,
+            AuxOp::SpliceOut => 5,
         }
+    }
+
+    /// Requests of one connection, which must all be in before its tag is reused.
+    fn per_connection(self) -> bool {
+        matches!(self, AuxOp::Recv | AuxOp::SpliceIn | AuxOp::SpliceOut)
     }
 
     fn from_code(c: u64) -> Option<AuxOp> {
@@ -84,6 +95,8 @@ impl AuxOp {
             1 => Some(AuxOp::Accept),
             2 => Some(AuxOp::Recv),
             3 => Some(AuxOp::Cancel),
+            4 => Some(AuxOp::SpliceIn),
+            5 => Some(AuxOp::SpliceOut),
             _ => None,
         }
     }
@@ -675,18 +688,67 @@ impl SendRing {
         self.push_aux(e, AuxOp::Cancel, tag)
     }
 
+    /// Queues `len` bytes of `file` from `offset` into the pipe (`pipe_w`), linked to a splice
+    /// of `out_len` bytes from the pipe (`pipe_r`) into `sock` (`IORING_OP_SPLICE`, see
+    /// splice(2)); or, with `len` 0, only the second. Each comes back as an [`AuxCqe`]
+    /// (`SpliceIn`, `SpliceOut`); when the first moves fewer bytes than asked, the second ends
+    /// with `-ECANCELED`. The descriptors must stay open until both completions are in.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_splice(
+        &mut self,
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: u32,
+        pipe_w: BorrowedFd<'_>,
+        pipe_r: BorrowedFd<'_>,
+        sock: BorrowedFd<'_>,
+        out_len: u32,
+        tag: u32,
+    ) -> io::Result<()> {
+        // Both SQEs must go in one submission, or the link would end between them.
+        let room = {
+            let sq = self.ring.submission();
+            sq.capacity() - sq.len()
+        };
+        if room < 2 {
+            self.submit()?;
+        }
+        if len > 0 {
+            let e = opcode::Splice::new(
+                types::Fd(file.as_raw_fd()),
+                offset as i64,
+                types::Fd(pipe_w.as_raw_fd()),
+                -1,
+                len,
+            )
+            .build()
+            .flags(squeue::Flags::IO_LINK);
+            self.push_aux(e, AuxOp::SpliceIn, tag)?;
+        }
+        let e = opcode::Splice::new(
+            types::Fd(pipe_r.as_raw_fd()),
+            -1,
+            types::Fd(sock.as_raw_fd()),
+            -1,
+            out_len,
+        )
+        .build();
+        self.push_aux(e, AuxOp::SpliceOut, tag)
+    }
+
     fn push_aux(&mut self, e: squeue::Entry, op: AuxOp, tag: u32) -> io::Result<()> {
         let e = e.user_data(AUX | (op.code() << 32) | u64::from(tag));
         loop {
             // SAFETY: accept, multishot receive (into buffers `RecvBufs` owns for the ring's
-            // life) and cancel requests point at no memory of the caller's.
+            // life), splice (between descriptors, through no memory of ours) and cancel
+            // requests point at no memory of the caller's.
             if unsafe { self.ring.submission().push(&e) }.is_ok() {
                 break;
             }
             self.submit()?;
         }
         self.aux_pending += 1;
-        if op == AuxOp::Recv {
+        if op.per_connection() {
             bump(&mut self.tag_busy, tag, true);
         }
         Ok(())
@@ -700,7 +762,7 @@ impl SendRing {
         let more = cqueue::more(flags);
         if !more {
             self.aux_pending = self.aux_pending.saturating_sub(1);
-            if op == AuxOp::Recv {
+            if op.per_connection() {
                 bump(&mut self.tag_busy, tag, false);
             }
         }
