@@ -87,7 +87,8 @@ pub struct ServeConfig {
     pub send: SendMode,
     /// Body bytes of every 200 response (the file's size with `file`).
     pub body_len: usize,
-    /// Serve this file's bytes as the body, sent with `sendfile(2)` (`--send epoll` only).
+    /// Serve this file's bytes as the body: spliced through a pipe on the ring, or sent with
+    /// `sendfile(2)` by `--send epoll`.
     pub file: Option<std::path::PathBuf>,
     /// Seed of the body bytes (see [`body_bytes`]).
     pub seed: u64,
@@ -249,16 +250,26 @@ struct Responses {
 }
 
 impl Responses {
-    fn new(body_len: usize, seed: u64) -> Responses {
-        let body = Buf::shared(body_bytes(body_len, seed));
-        let heads = Heads::new(body_len);
-        let inline = heads.ok().len() + body_len <= INLINE;
-        Responses {
+    /// What a worker answers with: heads for `body_len` bytes, and the body in memory, or
+    /// the `--file` opened (the body then never lives in memory).
+    fn new(cfg: &ServeConfig) -> Result<Responses, String> {
+        let file = match &cfg.file {
+            Some(p) => Some((
+                std::fs::File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?,
+                cfg.body_len as u64,
+            )),
+            None => None,
+        };
+        let in_memory = if file.is_some() { 0 } else { cfg.body_len };
+        let body = Buf::shared(body_bytes(in_memory, cfg.seed));
+        let heads = Heads::new(cfg.body_len);
+        let inline = heads.ok().len() + in_memory <= INLINE;
+        Ok(Responses {
             heads,
             body,
             inline,
-            file: None,
-        }
+            file,
+        })
     }
 
     fn len(&self, head_only: bool) -> usize {
@@ -463,7 +474,7 @@ struct Client {
     close_when_flushed: bool,
     /// When the connection opened or its last whole request arrived: a client that sends
     /// nothing, or trickles a request, for `--idle-timeout` is closed.
-    last_active: Option<Instant>,
+    last_active: Instant,
     /// Since when responses have been waiting to go out (seen at a tick): a client that stops
     /// reading is closed after `--idle-timeout` too.
     unflushed_since: Option<Instant>,
@@ -517,14 +528,10 @@ fn ring_worker(
     if let Err(e) = d.listen(Socket::from(listener)) {
         return Err(Box::new((c, format!("{e}"))));
     }
-    let mut r = Responses::new(if cfg.file.is_some() { 0 } else { cfg.body_len }, cfg.seed);
-    if let Some(p) = &cfg.file {
-        match std::fs::File::open(p) {
-            Ok(f) => r.file = Some((f, cfg.body_len as u64)),
-            Err(e) => return Err(Box::new((c, format!("opening {}: {e}", p.display())))),
-        }
-        r.heads = Heads::new(cfg.body_len);
-    }
+    let mut r = match Responses::new(cfg) {
+        Ok(r) => r,
+        Err(e) => return Err(Box::new((c, e))),
+    };
     if zc && !r.inline {
         d.register(&mut r.body);
     }
@@ -562,7 +569,7 @@ fn ring_worker(
                                 owed: VecDeque::new(),
                                 refusal: None,
                                 close_when_flushed: false,
-                                last_active: Some(Instant::now()),
+                                last_active: Instant::now(),
                                 unflushed_since: None,
                                 pipe: None,
                                 job: None,
@@ -576,7 +583,7 @@ fn ring_worker(
                 }
                 Event::AcceptFailed(e) => c.accept_error(&e),
                 Event::Received { conn, buf } => {
-                    on_received(&mut d, &mut clients, &mut c, &r, conn, buf, &mut scratch);
+                    on_received(&mut d, &mut clients, &mut c, conn, buf, &mut scratch);
                     respond(
                         &mut d,
                         &mut clients,
@@ -646,13 +653,9 @@ fn ring_worker(
                 if !d.is_open(cl.id) {
                     continue;
                 }
-                let since = if d.state(cl.id).is_flushed() && cl.job.is_none() {
-                    cl.unflushed_since = None;
-                    cl.last_active
-                } else {
-                    Some(*cl.unflushed_since.get_or_insert(now))
-                };
-                if since.is_some_and(|t| now.duration_since(t) > cfg.idle_timeout) {
+                let waiting = !d.state(cl.id).is_flushed() || cl.job.is_some();
+                let since = idle_since(waiting, cl.last_active, &mut cl.unflushed_since, now);
+                if now.duration_since(since) > cfg.idle_timeout {
                     c.idle_timeouts += 1;
                     d.close(cl.id);
                 }
@@ -660,12 +663,8 @@ fn ring_worker(
         }
     }
     // Closing: stop accepting, close every connection, wait for the kernel to let go.
-    for (i, cl) in clients.iter().enumerate() {
-        if cl.is_some() {
-            if let Some(id) = d.conn_at(i).filter(|id| d.is_open(*id)) {
-                d.close(id);
-            }
-        }
+    for cl in clients.iter().flatten() {
+        d.close(cl.id);
     }
     let deadline = Instant::now() + Duration::from_secs(2);
     while d.open_connections() > 0 && Instant::now() < deadline {
@@ -695,7 +694,6 @@ fn on_received(
     d: &mut UringDriver,
     clients: &mut [Option<Client>],
     c: &mut Counts,
-    _r: &Responses,
     conn: ConnId,
     buf: RecvBuf,
     scratch: &mut Vec<u8>,
@@ -728,7 +726,7 @@ fn on_received(
                 close,
             } => {
                 at += len;
-                cl.last_active = Some(Instant::now());
+                cl.last_active = Instant::now();
                 cl.owed.push_back(head_only);
                 if close {
                     cl.close_when_flushed = true;
@@ -990,6 +988,23 @@ fn on_spliced(
     }
 }
 
+/// Since when a connection has been idle at `now`: since its last whole request (or its
+/// opening), or, while responses are `waiting` to go out, since they were first seen waiting
+/// (kept in `unflushed_since`), so a client that stops reading times out too.
+fn idle_since(
+    waiting: bool,
+    last_active: Instant,
+    unflushed_since: &mut Option<Instant>,
+    now: Instant,
+) -> Instant {
+    if waiting {
+        *unflushed_since.get_or_insert(now)
+    } else {
+        *unflushed_since = None;
+        last_active
+    }
+}
+
 /// `send(2)` with `MSG_DONTWAIT`: how many bytes the socket took (0 when it would block or
 /// failed; the ring then sends the rest and reports any error).
 fn send_now(sock: &Socket, bytes: &[u8]) -> usize {
@@ -1045,23 +1060,16 @@ fn epoll_worker(
     ) {
         return fail(c, "epoll_ctl", e);
     }
-    let file = match &cfg.file {
-        Some(p) => match std::fs::File::open(p) {
-            Ok(f) => Some((f, cfg.body_len as u64)),
-            Err(e) => return Err(Box::new((c, format!("opening {}: {e}", p.display())))),
-        },
-        None => None,
+    let mut r = match Responses::new(cfg) {
+        Ok(r) => r,
+        Err(e) => return Err(Box::new((c, e))),
     };
-    // With a file the body never lives in memory.
-    let r = Responses::new(if file.is_some() { 0 } else { cfg.body_len }, cfg.seed);
-    let body = r.body.as_slice();
     let mut clients: Vec<Option<EClient>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut events = Vec::with_capacity(512);
     let mut rbuf = vec![0u8; 16 * 1024];
     let end = Instant::now() + cfg.duration;
     let mut next_tick = Instant::now() + Duration::from_secs(1);
-    let mut heads = Heads::new(cfg.body_len);
     let mut live = 0usize;
     ready.mark();
     while !cancel.is_cancelled() && Instant::now() < end {
@@ -1135,14 +1143,7 @@ fn epoll_worker(
                     }
                     Ok(n) => {
                         if !cl.close_when_flushed {
-                            close |= epoll_parse(
-                                cl,
-                                &rbuf[..n],
-                                &heads,
-                                &r,
-                                file.as_ref().map(|f| f.1),
-                                &mut c,
-                            );
+                            close |= epoll_parse(cl, &rbuf[..n], &r, &mut c);
                         }
                     }
                     Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
@@ -1153,7 +1154,7 @@ fn epoll_worker(
                 }
             }
             if !close {
-                if let Err(e) = epoll_write(cl, body, file.as_ref()) {
+                if let Err(e) = epoll_write(cl, &r) {
                     c.ended(e.raw_os_error());
                     close = true;
                 }
@@ -1184,15 +1185,15 @@ fn epoll_worker(
         let now = Instant::now();
         if now >= next_tick {
             next_tick = now + Duration::from_secs(1);
-            heads.refresh(SystemTime::now());
+            r.heads.refresh(SystemTime::now());
             for (i, slot) in clients.iter_mut().enumerate() {
                 let Some(cl) = slot.as_mut() else { continue };
-                let since = if cl.out.is_empty() {
-                    cl.unflushed_since = None;
-                    cl.last_active
-                } else {
-                    *cl.unflushed_since.get_or_insert(now)
-                };
+                let since = idle_since(
+                    !cl.out.is_empty(),
+                    cl.last_active,
+                    &mut cl.unflushed_since,
+                    now,
+                );
                 if now.duration_since(since) > cfg.idle_timeout {
                     c.idle_timeouts += 1;
                     if let Some(cl) = slot.take() {
@@ -1209,14 +1210,9 @@ fn epoll_worker(
 }
 
 /// Parses `data` on an epoll connection and queues the responses; true to close at once.
-fn epoll_parse(
-    cl: &mut EClient,
-    data: &[u8],
-    heads: &Heads,
-    r: &Responses,
-    file_len: Option<u64>,
-    c: &mut Counts,
-) -> bool {
+fn epoll_parse(cl: &mut EClient, data: &[u8], r: &Responses, c: &mut Counts) -> bool {
+    let heads = &r.heads;
+    let file_len = r.file.as_ref().map(|f| f.1);
     let mut buf = std::mem::take(&mut cl.partial);
     buf.extend_from_slice(data);
     let mut at = 0;
@@ -1277,11 +1273,8 @@ fn epoll_parse(
 
 /// Writes what is queued until the socket is full: bytes in memory with `writev`, the file
 /// body with `sendfile(2)`. An error closes.
-fn epoll_write(
-    cl: &mut EClient,
-    body: &[u8],
-    file: Option<&(std::fs::File, u64)>,
-) -> std::io::Result<()> {
+fn epoll_write(cl: &mut EClient, r: &Responses) -> std::io::Result<()> {
+    let (body, file) = (r.body.as_slice(), r.file.as_ref());
     while let Some(front) = cl.out.front_mut() {
         if let Chunk::File(off) = front {
             let Some((f, len)) = file else {
