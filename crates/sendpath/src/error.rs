@@ -27,6 +27,9 @@ pub enum Error {
     /// A path needs something the caller did not give (such as a file for `sendfile`).
     #[error("{0}")]
     Config(String),
+    /// A host profile that cannot be used (another schema version, malformed); says what to do.
+    #[error("{0}")]
+    Profile(String),
     /// The byte stream could not be kept in order (io_uring links ran out of order).
     #[error("io_uring send chain failed: {0}")]
     Chain(io::Error),

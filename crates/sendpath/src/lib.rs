@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod pattern;
 pub mod policy;
 pub mod probe;
+pub mod profile;
 mod socket;
 pub mod strategy;
 #[allow(unsafe_code)]

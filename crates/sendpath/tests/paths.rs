@@ -269,3 +269,61 @@ fn unknown_strategy_names_the_choices() {
         assert_eq!(Strategy::parse(s.name()).unwrap(), s);
     }
 }
+
+#[test]
+fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
+    let p = probe::run();
+    if p.msg_zerocopy.local_copied != Some(true) {
+        common::skip("this kernel does not report local MSG_ZEROCOPY sends as copied");
+        return;
+    }
+    // The defaults expect real zero-copy from 64 KiB: on loopback the completions come back
+    // copied, so the sender stops using zero-copy and retries later.
+    let o = stream(
+        Strategy::Adaptive,
+        1 << 20,
+        1,
+        600,
+        Options::default(),
+        NO_PAUSE,
+    );
+    report("adaptive, default profile, 1 MiB", &o);
+    assert_eq!(o.name, "adaptive");
+    assert_intact(&o);
+    let d = o.stats.decisions.expect("adaptive counts its decisions");
+    assert!(d.zerocopy_sends > 0, "{d:?}");
+    assert!(d.backoffs >= 1 && d.backoff_copies > 0, "{d:?}");
+    assert!(
+        d.backoff_copies > d.zerocopy_sends,
+        "most sends go by copy once it backed off: {d:?}"
+    );
+    assert_eq!(d.copy_sends, 0, "no 1 MiB send is in a copy tier");
+    assert_eq!(o.stats.zc_attempts, d.zerocopy_sends);
+
+    // Below the crossover every send copies; nothing is held.
+    let o = stream(
+        Strategy::Adaptive,
+        4096,
+        1,
+        2000,
+        Options::default(),
+        NO_PAUSE,
+    );
+    assert_intact(&o);
+    let d = o.stats.decisions.unwrap();
+    assert_eq!((d.copy_sends, d.zerocopy_sends), (2000, 0), "{d:?}");
+
+    // A profile measured on this kind of route (zero-copy won although copied) keeps it.
+    let mut profile = sendpath::profile::Profile::defaults();
+    profile.zerocopy_measured_copied = true;
+    let opts = Options {
+        profile: Some(std::sync::Arc::new(profile)),
+        ..Options::default()
+    };
+    let o = stream(Strategy::Adaptive, 1 << 20, 1, 300, opts, NO_PAUSE);
+    report("adaptive, profile measured copied, 1 MiB", &o);
+    assert_intact(&o);
+    let d = o.stats.decisions.unwrap();
+    assert_eq!(d.backoffs, 0, "{d:?}");
+    assert_eq!(d.zerocopy_sends + d.cap_copies, 300, "{d:?}");
+}

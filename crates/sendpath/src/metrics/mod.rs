@@ -2,6 +2,7 @@
 
 pub mod cpu;
 
+use crate::policy::adaptive::Decisions;
 use crate::policy::FallbackReason;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -140,6 +141,8 @@ pub struct SendStats {
     pub registered_sends: u64,
     /// Send-call-to-completion latency of zero-copy sends, nanoseconds.
     pub completion_latency_ns: Histogram<u64>,
+    /// What the adaptive sender decided; `None` for the fixed paths.
+    pub decisions: Option<Decisions>,
 }
 
 impl Default for SendStats {
@@ -158,6 +161,7 @@ impl Default for SendStats {
             leaked_buffers: 0,
             registered_sends: 0,
             completion_latency_ns: growing_histogram(),
+            decisions: None,
         }
     }
 }
@@ -186,6 +190,11 @@ impl SendStats {
         self.registered_sends += o.registered_sends;
         // Both histograms grow as needed, so adding cannot fail for lack of range.
         let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
+        match (&mut self.decisions, &o.decisions) {
+            (Some(d), Some(e)) => d.merge(e),
+            (None, Some(e)) => self.decisions = Some(*e),
+            _ => {}
+        }
     }
 
     /// A plain-data snapshot for reports.
@@ -203,6 +212,7 @@ impl SendStats {
             leaked_buffers: self.leaked_buffers,
             registered_sends: self.registered_sends,
             completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
+            decisions: self.decisions,
         }
     }
 }
@@ -235,6 +245,9 @@ pub struct SendStatsSummary {
     pub registered_sends: u64,
     /// Send-to-completion latency.
     pub completion_latency: LatencySummaryNs,
+    /// The adaptive sender's decisions; null for the fixed paths.
+    #[serde(default)]
+    pub decisions: Option<Decisions>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! I/O-free decisions: whether a send may go zero-copy now, and what to do when the kernel
 //! refuses. The send paths ask; they never decide on their own.
 
+pub mod adaptive;
+
 use serde::{Deserialize, Serialize};
 
 /// Why a send meant to be zero-copy went by copy instead.

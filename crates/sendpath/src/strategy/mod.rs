@@ -1,5 +1,6 @@
 //! The send paths, one file each, behind [`SendPath`].
 
+mod adaptive;
 mod copy;
 mod gather;
 mod mmap_send;
@@ -13,7 +14,9 @@ mod uring_zc;
 mod vmsplice;
 
 use crate::buffer::Buf;
+use crate::policy::adaptive::AdaptiveConfig;
 use crate::policy::InflightLimits;
+use crate::profile::Profile;
 use crate::sys::SendFlags;
 use crate::{sys, Error, Result, SendStats, Socket};
 use serde::{Deserialize, Serialize};
@@ -137,11 +140,14 @@ pub enum Strategy {
     Splice,
     /// `vmsplice()` user pages, then `splice()` to the socket.
     Vmsplice,
+    /// Per send, the path the host profile says wins at its size: `send()`, `MSG_ZEROCOPY` or
+    /// `sendfile()`, backing off from zero-copy where the kernel copies.
+    Adaptive,
 }
 
 impl Strategy {
     /// Every path, memory paths first.
-    pub const ALL: [Strategy; 11] = [
+    pub const ALL: [Strategy; 12] = [
         Strategy::Copy,
         Strategy::Serialize,
         Strategy::Gather,
@@ -149,6 +155,7 @@ impl Strategy {
         Strategy::Uring,
         Strategy::UringZc,
         Strategy::Vmsplice,
+        Strategy::Adaptive,
         Strategy::ReadSend,
         Strategy::MmapSend,
         Strategy::Sendfile,
@@ -169,6 +176,7 @@ impl Strategy {
             Strategy::MmapSend => &mmap_send::INFO,
             Strategy::Sendfile => &sendfile::INFO,
             Strategy::Splice => &splice::INFO,
+            Strategy::Adaptive => &adaptive::INFO,
         }
     }
 
@@ -249,8 +257,13 @@ pub struct Options {
     pub uring_fixed_buffers: bool,
     /// Pipe size for splice and vmsplice (the kernel may grant less).
     pub pipe_size: usize,
-    /// The file for file paths.
+    /// The file for file paths (and for `adaptive`'s file data).
     pub file: Option<std::sync::Arc<File>>,
+    /// The host profile `adaptive` decides from; `None` for [`Profile::defaults`]. Load the
+    /// active one with [`Profile::load_active`].
+    pub profile: Option<std::sync::Arc<Profile>>,
+    /// `adaptive`'s tunables.
+    pub adaptive: AdaptiveConfig,
 }
 
 impl Default for Options {
@@ -262,6 +275,8 @@ impl Default for Options {
             uring_fixed_buffers: false,
             pipe_size: 1 << 20,
             file: None,
+            profile: None,
+            adaptive: AdaptiveConfig::default(),
         }
     }
 }
@@ -415,11 +430,18 @@ mod tests {
         );
         assert_eq!(
             with(Strategy::avoids_send_copy),
-            ["msg-zerocopy", "uring-zc", "vmsplice", "sendfile", "splice"]
+            [
+                "msg-zerocopy",
+                "uring-zc",
+                "vmsplice",
+                "adaptive",
+                "sendfile",
+                "splice"
+            ]
         );
         assert_eq!(
             with(Strategy::has_zc_completions),
-            ["msg-zerocopy", "uring-zc"]
+            ["msg-zerocopy", "uring-zc", "adaptive"]
         );
         assert_eq!(
             with(Strategy::uses_fields),

@@ -6,17 +6,25 @@
 //! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
-use super::{fields, sendmsg_all, SendPath};
+use super::{fields, send_all, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
+use crate::policy::adaptive::{Adaptive, Pick};
 use crate::policy::{self, InflightLimits, ZcDecision};
 use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
+use std::fs::File;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The MSG_ZEROCOPY path.
+/// The MSG_ZEROCOPY path, and with an [`Adaptive`] the `adaptive` path: copy, MSG_ZEROCOPY or
+/// sendfile chosen per send.
 pub(super) struct MsgZerocopy {
+    /// The adaptive sender's decisions (the `adaptive` path); `None` for `msg-zerocopy`.
+    adaptive: Option<Adaptive>,
+    /// The file `adaptive` sends file data from.
+    file: Option<Arc<File>>,
     sock: Socket,
     stats: SendStats,
     limits: InflightLimits,
@@ -40,6 +48,8 @@ impl MsgZerocopy {
             ),
         };
         MsgZerocopy {
+            adaptive: None,
+            file: None,
             sock,
             stats: SendStats::default(),
             limits,
@@ -49,6 +59,27 @@ impl MsgZerocopy {
             pool: BufPool::new(),
             origin: Instant::now(),
             scratch: Vec::new(),
+        }
+    }
+
+    /// The `adaptive` path: each send's path chosen by `adaptive`; file data from `file`.
+    pub(super) fn adaptive(
+        sock: Socket,
+        limits: InflightLimits,
+        adaptive: Adaptive,
+        file: Option<Arc<File>>,
+    ) -> MsgZerocopy {
+        let mut p = MsgZerocopy::new(sock, limits);
+        p.stats.decisions = Some(*adaptive.decisions());
+        p.adaptive = Some(adaptive);
+        p.file = file;
+        p
+    }
+
+    /// Copies the adaptive sender's counters into the stats.
+    fn sync_decisions(&mut self) {
+        if let Some(a) = &self.adaptive {
+            self.stats.decisions = Some(*a.decisions());
         }
     }
 
@@ -74,12 +105,22 @@ impl MsgZerocopy {
             for bufs in r.freed {
                 self.pool.put_all(bufs);
             }
+            if let Some(a) = &mut self.adaptive {
+                a.on_completions(r.completions, r.copied);
+            }
         }
+        self.sync_decisions();
         Ok(())
     }
 
-    /// Sends by copy (`sendmsg` without `MSG_ZEROCOPY`); the buffers are free at once.
+    /// Sends by copy (`send` for one buffer, `sendmsg` without `MSG_ZEROCOPY` for several);
+    /// the buffers are free at once.
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
+        if let [one] = f.as_slice() {
+            let sent = send_all(self.sock.as_fd(), one.as_slice(), &mut self.stats);
+            self.pool.put_all(f);
+            return sent;
+        }
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
         let (_, sent) = sendmsg_all(
             self.sock.as_fd(),
@@ -109,7 +150,11 @@ impl MsgZerocopy {
 
 impl SendPath for MsgZerocopy {
     fn name(&self) -> &'static str {
-        "msg-zerocopy"
+        if self.adaptive.is_some() {
+            "adaptive"
+        } else {
+            "msg-zerocopy"
+        }
     }
 
     fn note(&self) -> Option<&str> {
@@ -117,8 +162,27 @@ impl SendPath for MsgZerocopy {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        let mut f = fields(self.name(), msg)?;
+        let mut f = match (msg, &mut self.adaptive, &self.file) {
+            (Msg::File { offset, len }, Some(a), Some(file)) => {
+                a.choose_file();
+                let r =
+                    super::sendfile::sendfile_all(&self.sock, file, offset, len, &mut self.stats);
+                self.sync_decisions();
+                return r;
+            }
+            (msg, _, _) => fields(self.name(), msg)?,
+        };
         let len: usize = f.iter().map(Buf::len).sum();
+        if let Some(a) = &mut self.adaptive {
+            let pick = a.choose(len, self.held.outstanding());
+            self.sync_decisions();
+            if pick == Pick::Copy {
+                self.send_copy(f)?;
+                self.stats.sends += 1;
+                self.stats.bytes += len as u64;
+                return Ok(());
+            }
+        }
         let mut reaped = false;
         let mut enobufs_retries = 0;
         loop {
@@ -153,6 +217,9 @@ impl SendPath for MsgZerocopy {
                         // ENOBUFS before any byte went: nothing is held, decide what to do.
                         (Err(e), Some(back)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                             f = back;
+                            if let Some(a) = &mut self.adaptive {
+                                a.on_no_memory();
+                            }
                             match policy::on_enobufs(enobufs_retries) {
                                 ZcDecision::Copy(r) => {
                                     self.stats.fallbacks.count(r);

@@ -35,25 +35,8 @@ impl SendPath for Sendfile {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        let (mut offset, len) = file_range(self.name(), msg)?;
-        let end = offset + len as u64;
-        while offset < end {
-            let want = (end - offset) as usize;
-            match sys::file::sendfile(self.sock.as_fd(), self.file.as_fd(), &mut offset, want) {
-                Ok(0) => {
-                    return Err(Error::Config(format!(
-                        "sendfile: the file ends before offset {end}"
-                    )))
-                }
-                Ok(n) if n < want => self.stats.short_sends += 1,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::sys("sendfile")(e)),
-            }
-        }
-        self.stats.sends += 1;
-        self.stats.bytes += len as u64;
-        Ok(())
+        let (offset, len) = file_range(self.name(), msg)?;
+        sendfile_all(&self.sock, &self.file, offset, len, &mut self.stats)
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
@@ -67,6 +50,34 @@ impl SendPath for Sendfile {
     fn socket(&self) -> &Socket {
         &self.sock
     }
+}
+
+/// `sendfile()` until `len` bytes of `file` from `offset` are on the socket; counts the send.
+pub(super) fn sendfile_all(
+    sock: &Socket,
+    file: &File,
+    mut offset: u64,
+    len: usize,
+    stats: &mut SendStats,
+) -> Result<()> {
+    let end = offset + len as u64;
+    while offset < end {
+        let want = (end - offset) as usize;
+        match sys::file::sendfile(sock.as_fd(), file.as_fd(), &mut offset, want) {
+            Ok(0) => {
+                return Err(Error::Config(format!(
+                    "sendfile: the file ends before offset {end}"
+                )))
+            }
+            Ok(n) if n < want => stats.short_sends += 1,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::sys("sendfile")(e)),
+        }
+    }
+    stats.sends += 1;
+    stats.bytes += len as u64;
+    Ok(())
 }
 
 /// `sendfile` in the table of paths.

@@ -1,0 +1,416 @@
+//! A host profile: where, by message size, zero-copy beat copying on this host, measured by
+//! `sendpath calibrate`. The adaptive sender ([`policy::adaptive`](crate::policy::adaptive))
+//! decides from it.
+//!
+//! Profiles are JSON with a `schema_version`; a file of another version is refused with a
+//! message that says to re-run `sendpath calibrate`. Without a profile, [`Profile::defaults`]
+//! applies: copy below 64 KiB (the break-even the Net.ZMQ study found), zero-copy from 64 KiB,
+//! expecting the kernel not to copy (so on a route that copies, the sender backs off).
+//!
+//! Where the active profile lives ([`Profile::active_path`]): `$SENDPATH_PROFILE`, else
+//! `$XDG_CONFIG_HOME/sendpath/profile.json`, else `$HOME/.config/sendpath/profile.json`.
+
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The profile format this version reads and writes.
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+/// The path of a tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TierPath {
+    /// Copy (`send`, io_uring SEND).
+    Copy,
+    /// Zero-copy (`MSG_ZEROCOPY`, io_uring SEND_ZC).
+    ZeroCopy,
+}
+
+/// Messages from `from_bytes` up to the next tier's `from_bytes` take `path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tier {
+    /// Smallest message size of the tier, bytes.
+    pub from_bytes: usize,
+    /// The path its messages take.
+    pub path: TierPath,
+}
+
+/// Where a profile came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProfileOrigin {
+    /// The documented defaults (no profile file).
+    Defaults,
+    /// Measured by `sendpath calibrate`.
+    Calibrated,
+}
+
+/// One size `sendpath calibrate` measured: copy against zero-copy in paired rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Message size, bytes.
+    pub size_bytes: usize,
+    /// Paired rounds.
+    pub rounds: u32,
+    /// Median throughput of copy, Gbit/s.
+    pub copy_gbps: f64,
+    /// Median throughput of zero-copy, Gbit/s.
+    pub zerocopy_gbps: f64,
+    /// Median of the per-round ratios zero-copy / copy.
+    pub ratio_median: f64,
+    /// Smallest per-round ratio.
+    pub ratio_min: f64,
+    /// Largest per-round ratio.
+    pub ratio_max: f64,
+    /// Rounds zero-copy was faster in.
+    pub zerocopy_wins: u32,
+    /// Fraction of zero-copy completions the kernel reported copied; null when none came.
+    pub zerocopy_copied_fraction: Option<f64>,
+}
+
+/// Where and how a profile was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileEnvironment {
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu: String,
+    /// CPUs the calibration could run on.
+    pub cpus: usize,
+    /// The route measured (`loopback`).
+    pub route: String,
+    /// The zero-copy and copy paths compared (`msg-zerocopy` against `copy`).
+    pub paths: String,
+    /// Seconds since the epoch when it was written.
+    pub created_unix_s: u64,
+    /// sendpath's version.
+    pub sendpath_version: String,
+    /// The command that made it.
+    pub command_line: Vec<String>,
+}
+
+/// A host profile. See the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// [`PROFILE_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Defaults or measured.
+    pub origin: ProfileOrigin,
+    /// The tiers, by ascending `from_bytes`, the first from 0.
+    pub tiers: Vec<Tier>,
+    /// The zero-copy tiers were measured on a route where the kernel copied zero-copy sends
+    /// (loopback, a veth pair): they won *including* that copy, so copied completions are
+    /// expected and do not make the sender back off. False for the defaults, which assume a
+    /// route that delivers zero-copy.
+    pub zerocopy_measured_copied: bool,
+    /// The crossover: the smallest size sent zero-copy; null when no tier is.
+    pub crossover_bytes: Option<usize>,
+    /// What was measured; empty for the defaults.
+    pub measurements: Vec<Measurement>,
+    /// Where; null for the defaults.
+    pub environment: Option<ProfileEnvironment>,
+}
+
+/// The defaults' crossover: 64 KiB, the Net.ZMQ study's break-even.
+pub const DEFAULT_CROSSOVER_BYTES: usize = 64 << 10;
+
+impl Profile {
+    /// Copy below 64 KiB, zero-copy from 64 KiB, expecting non-copied completions.
+    pub fn defaults() -> Profile {
+        let tiers = vec![
+            Tier {
+                from_bytes: 0,
+                path: TierPath::Copy,
+            },
+            Tier {
+                from_bytes: DEFAULT_CROSSOVER_BYTES,
+                path: TierPath::ZeroCopy,
+            },
+        ];
+        Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            origin: ProfileOrigin::Defaults,
+            crossover_bytes: crossover(&tiers),
+            tiers,
+            zerocopy_measured_copied: false,
+            measurements: Vec::new(),
+            environment: None,
+        }
+    }
+
+    /// A profile from what `calibrate` measured: a size is in a zero-copy tier when zero-copy
+    /// was faster in a clear majority of its rounds (a one-sided sign test at 5%) and its
+    /// median per-round ratio exceeds 1 by `margin` (0.03 for 3%). Tier boundaries sit at the
+    /// geometric mean of neighbouring measured sizes.
+    pub fn from_measurements(
+        mut measurements: Vec<Measurement>,
+        margin: f64,
+        environment: ProfileEnvironment,
+    ) -> Profile {
+        measurements.sort_by_key(|m| m.size_bytes);
+        let mut tiers: Vec<Tier> = Vec::new();
+        let mut prev: Option<usize> = None;
+        for m in &measurements {
+            let path = if zerocopy_won(m, margin) {
+                TierPath::ZeroCopy
+            } else {
+                TierPath::Copy
+            };
+            let from = match prev {
+                None => 0,
+                Some(p) => ((p as f64) * (m.size_bytes as f64)).sqrt().round() as usize,
+            };
+            prev = Some(m.size_bytes);
+            if tiers.last().map(|t| t.path) != Some(path) {
+                tiers.push(Tier {
+                    from_bytes: from,
+                    path,
+                });
+            }
+        }
+        if tiers.is_empty() {
+            tiers.push(Tier {
+                from_bytes: 0,
+                path: TierPath::Copy,
+            });
+        }
+        let copied = measurements
+            .iter()
+            .filter(|m| zerocopy_won(m, margin))
+            .any(|m| m.zerocopy_copied_fraction.is_some_and(|f| f >= 0.5));
+        Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            origin: ProfileOrigin::Calibrated,
+            crossover_bytes: crossover(&tiers),
+            tiers,
+            zerocopy_measured_copied: copied,
+            measurements,
+            environment: Some(environment),
+        }
+    }
+
+    /// The path for a message of `len` bytes.
+    pub fn tier(&self, len: usize) -> TierPath {
+        self.tiers
+            .iter()
+            .rev()
+            .find(|t| t.from_bytes <= len)
+            .map_or(TierPath::Copy, |t| t.path)
+    }
+
+    /// Parses and checks a profile: its version, and tiers ascending from 0.
+    pub fn from_json(text: &str) -> Result<Profile> {
+        let bad = |why: String| Error::Profile(why);
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| bad(format!("not a sendpath profile (invalid JSON: {e})")))?;
+        match v.get("schema_version").and_then(|s| s.as_u64()) {
+            Some(n) if n == u64::from(PROFILE_SCHEMA_VERSION) => {}
+            Some(n) => {
+                return Err(bad(format!(
+                "profile schema_version {n}, this sendpath reads {PROFILE_SCHEMA_VERSION}: re-run `sendpath calibrate`"
+            )))
+            }
+            None => return Err(bad("not a sendpath profile (no schema_version)".into())),
+        }
+        let p: Profile = serde_json::from_value(v).map_err(|e| {
+            bad(format!(
+                "malformed profile: {e}; re-run `sendpath calibrate`"
+            ))
+        })?;
+        if p.tiers.first().map(|t| t.from_bytes) != Some(0)
+            || p.tiers
+                .windows(2)
+                .any(|w| w[0].from_bytes >= w[1].from_bytes)
+        {
+            return Err(bad(
+                "malformed profile: tiers must start at 0 bytes and ascend; re-run `sendpath calibrate`"
+                    .into(),
+            ));
+        }
+        Ok(p)
+    }
+
+    /// The profile as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a profile is plain data")
+    }
+
+    /// Reads the profile at `path`.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let text = std::fs::read_to_string(path).map_err(Error::sys("read(profile)"))?;
+        Profile::from_json(&text).map_err(|e| Error::Profile(format!("{}: {e}", path.display())))
+    }
+
+    /// Writes the profile to `path`, creating its directory.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(Error::sys("mkdir(profile directory)"))?;
+        }
+        std::fs::write(path, self.to_json() + "\n").map_err(Error::sys("write(profile)"))
+    }
+
+    /// Where the active profile lives (see the module docs); `None` when neither
+    /// `$SENDPATH_PROFILE`, `$XDG_CONFIG_HOME` nor `$HOME` is set.
+    pub fn active_path() -> Option<PathBuf> {
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        if let Some(p) = var("SENDPATH_PROFILE") {
+            return Some(PathBuf::from(p));
+        }
+        let config = var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(config.join("sendpath").join("profile.json"))
+    }
+
+    /// The active profile and the file it came from: the file at [`Profile::active_path`]
+    /// when there is one, else the defaults (`None`). A file that exists but cannot be read
+    /// or is not a valid profile is an error, never silently replaced by the defaults.
+    pub fn load_active() -> Result<(Profile, Option<PathBuf>)> {
+        match Profile::active_path() {
+            Some(p) if p.exists() => Ok((Profile::load(&p)?, Some(p))),
+            _ => Ok((Profile::defaults(), None)),
+        }
+    }
+
+    /// One line per tier, for people: `0 B.. copy`, `48 KiB.. zero-copy`.
+    pub fn describe_tiers(&self) -> Vec<String> {
+        self.tiers
+            .iter()
+            .map(|t| {
+                let path = match t.path {
+                    TierPath::Copy => "copy",
+                    TierPath::ZeroCopy => "zero-copy",
+                };
+                format!("{}.. {path}", human_bytes(t.from_bytes))
+            })
+            .collect()
+    }
+}
+
+fn zerocopy_won(m: &Measurement, margin: f64) -> bool {
+    m.ratio_median > 1.0 + margin
+        && clear_majority(m.rounds as usize).is_some_and(|k| m.zerocopy_wins as usize >= k)
+}
+
+/// The fewest wins out of `n` rounds that a coin toss reaches with probability 5% or less
+/// (one-sided sign test); `None` when no count is that unlikely (fewer than 5 rounds). The
+/// rule `sendpath report` ranks paths by, and `calibrate` places tiers by.
+pub fn clear_majority(n: usize) -> Option<usize> {
+    // P(X >= k) for X ~ Binomial(n, 1/2), from the top down.
+    let mut tail = 0.0;
+    let mut choose = 1.0; // C(n, k), starting at k = n
+    let total = 2f64.powi(n as i32);
+    let mut best = None;
+    for k in (0..=n).rev() {
+        if k < n {
+            choose = choose * (k + 1) as f64 / (n - k) as f64;
+        }
+        tail += choose / total;
+        if tail <= 0.05 {
+            best = Some(k);
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+fn crossover(tiers: &[Tier]) -> Option<usize> {
+    tiers
+        .iter()
+        .find(|t| t.path == TierPath::ZeroCopy)
+        .map(|t| t.from_bytes)
+}
+
+/// `65536` as `64 KiB`, `1000` as `1000 B`.
+fn human_bytes(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(size: usize, ratio: f64, wins: u32, copied: Option<f64>) -> Measurement {
+        Measurement {
+            size_bytes: size,
+            rounds: 8,
+            copy_gbps: 8.0,
+            zerocopy_gbps: 8.0 * ratio,
+            ratio_median: ratio,
+            ratio_min: ratio - 0.125,
+            ratio_max: ratio + 0.125,
+            zerocopy_wins: wins,
+            zerocopy_copied_fraction: copied,
+        }
+    }
+
+    fn env() -> ProfileEnvironment {
+        ProfileEnvironment {
+            kernel: "6.18".into(),
+            cpu: "test".into(),
+            cpus: 2,
+            route: "loopback".into(),
+            paths: "msg-zerocopy against copy".into(),
+            created_unix_s: 1,
+            sendpath_version: "0".into(),
+            command_line: vec![],
+        }
+    }
+
+    #[test]
+    fn tiers_follow_the_rounds_won_and_bounds_sit_between_measured_sizes() {
+        let p = Profile::from_measurements(
+            vec![
+                m(1 << 20, 0.9, 1, Some(1.0)),
+                m(256, 0.8, 0, Some(1.0)),
+                m(64 << 10, 1.15, 8, Some(1.0)),
+                m(16 << 10, 1.02, 8, Some(1.0)), // won every round, but by less than 3%
+                m(256 << 10, 1.2, 5, Some(1.0)), // by enough, but in too few rounds
+            ],
+            0.03,
+            env(),
+        );
+        assert_eq!(p.crossover_bytes, Some(32 << 10), "between 16 and 64 KiB");
+        assert_eq!(p.tier(100), TierPath::Copy);
+        assert_eq!(p.tier(16 << 10), TierPath::Copy);
+        assert_eq!(p.tier(64 << 10), TierPath::ZeroCopy);
+        assert_eq!(p.tier(256 << 10), TierPath::Copy);
+        assert_eq!(p.tier(1 << 20), TierPath::Copy);
+        assert!(p.zerocopy_measured_copied, "it won while copied");
+        assert_eq!(p.describe_tiers()[1], "32 KiB.. zero-copy");
+        let back = Profile::from_json(&p.to_json()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn defaults_and_foreign_files() {
+        let d = Profile::defaults();
+        assert_eq!(d.tier(64 << 10), TierPath::ZeroCopy);
+        assert_eq!(d.tier((64 << 10) - 1), TierPath::Copy);
+        assert!(!d.zerocopy_measured_copied);
+        let e = Profile::from_json("{\"schema_version\": 99}").unwrap_err();
+        assert!(e.to_string().contains("re-run `sendpath calibrate`"), "{e}");
+        let e = Profile::from_json("[1,2").unwrap_err();
+        assert!(e.to_string().contains("invalid JSON"), "{e}");
+        let mut bad = d.clone();
+        bad.tiers.reverse();
+        let e = Profile::from_json(&bad.to_json()).unwrap_err();
+        assert!(e.to_string().contains("ascend"), "{e}");
+    }
+
+    #[test]
+    fn save_and_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/profile.json");
+        let p = Profile::from_measurements(vec![m(64 << 10, 1.2, 8, None)], 0.03, env());
+        p.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap(), p);
+        assert!(!p.zerocopy_measured_copied, "no copied completions seen");
+    }
+}
