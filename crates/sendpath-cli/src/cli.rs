@@ -221,6 +221,9 @@ pub(crate) struct SweepArgs {
     /// Seed for the shuffled order of each round (default: random; recorded in results.json).
     #[arg(long, conflicts_with = "resume")]
     pub seed: Option<u64>,
+    /// The host profile `adaptive` decides from (default: the active profile).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -379,7 +382,7 @@ fn strategy_list(s: &str) -> Result<Vec<sendpath::Strategy>, String> {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct RunArgs {
     /// Send paths, comma-separated, or `all`: copy, serialize, gather, msg-zerocopy, uring,
-    /// uring-zc, vmsplice, read-send, mmap-send, sendfile, splice.
+    /// uring-zc, vmsplice, adaptive, read-send, mmap-send, sendfile, splice.
     #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
     pub strategy: std::vec::Vec<sendpath::Strategy>,
     /// Buffers per message for memory paths (serialize copies them into one, gather and
@@ -432,6 +435,40 @@ pub(crate) struct RunArgs {
     /// shows what measuring costs (scripts/overhead).
     #[arg(long, value_enum, default_value = "full")]
     pub metrics: Metrics,
+    /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
+    /// released) and/or fresh (allocate and fill a new one per message); each is a point.
+    #[arg(long, default_value = "pool", value_parser = alloc_list)]
+    pub alloc: std::vec::Vec<sendpath_lab::workload::mix::Alloc>,
+    /// The host profile `adaptive` decides from (default: the active profile, see
+    /// `sendpath probe`; the documented defaults when there is none).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+}
+
+fn alloc_list(s: &str) -> Result<Vec<sendpath_lab::workload::mix::Alloc>, String> {
+    s.split(',').map(|x| x.trim().parse()).collect()
+}
+
+fn size_mix(s: &str) -> Result<sendpath_lab::workload::mix::SizeMix, String> {
+    sendpath_lab::workload::mix::SizeMix::parse(s, MAX_MESSAGE)
+}
+
+/// The host profile for `adaptive`: `file` when given, else the active one (the defaults when
+/// there is none); `None` when no strategy is `adaptive`.
+pub(crate) fn load_profile(
+    file: Option<&std::path::Path>,
+    strategies: &[sendpath::Strategy],
+) -> anyhow::Result<Option<std::sync::Arc<sendpath::profile::Profile>>> {
+    use anyhow::Context;
+    use sendpath::profile::Profile;
+    if !strategies.contains(&sendpath::Strategy::Adaptive) {
+        return Ok(None);
+    }
+    let p = match file {
+        Some(f) => Profile::load(f).with_context(|| format!("--profile {}", f.display()))?,
+        None => Profile::load_active().context("the active host profile (see `sendpath probe`; remove the file or re-run `sendpath calibrate`)")?.0,
+    };
+    Ok(Some(std::sync::Arc::new(p)))
 }
 
 /// How much is measured around each window.
@@ -444,7 +481,11 @@ pub(crate) enum Metrics {
 }
 
 impl RunArgs {
-    pub(crate) fn options(&self) -> sendpath::Options {
+    /// The send paths' options; `profile` is what [`load_profile`] returned.
+    pub(crate) fn options(
+        &self,
+        profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+    ) -> sendpath::Options {
         sendpath::Options {
             inflight: sendpath::policy::InflightLimits {
                 max_sends: self.inflight as usize,
@@ -453,6 +494,7 @@ impl RunArgs {
             uring_depth: self.uring_depth as usize,
             uring_fixed_buffers: self.fixed_buffers,
             pipe_size: self.pipe_size,
+            profile,
             ..Default::default()
         }
     }
@@ -465,6 +507,10 @@ pub(crate) struct StreamArgs {
     /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
     #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
     pub size: std::vec::Vec<usize>,
+    /// Draw each message's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
+    /// 88:70,4K:20,1M:10); every path sends the same sequence of sizes.
+    #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "size")]
+    pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
     /// Sender threads, comma-separated; each has its own connection(s) and receiver thread.
     #[arg(long, short = 'P', default_value = "1", value_parser = count_list)]
     pub threads: std::vec::Vec<usize>,
@@ -528,6 +574,10 @@ pub(crate) struct RrArgs {
     /// Response sizes, comma-separated (the response is sent with the strategy).
     #[arg(long, short = 'l', default_value = "64", value_parser = message_sizes)]
     pub response: std::vec::Vec<usize>,
+    /// Draw each response's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
+    /// 88:70,4K:20,1M:10); client and server follow the same sequence.
+    #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "response")]
+    pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
     /// Connections, comma-separated list.
     #[arg(long, short = 'C', default_value = "1", value_parser = count_list)]
     pub concurrency: std::vec::Vec<usize>,

@@ -2,14 +2,17 @@
 
 use crate::cli::{RrArgs, RunArgs, StreamArgs};
 use anyhow::bail;
+use sendpath::profile::Profile;
 use sendpath::Source;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
 use sendpath_lab::runner::{fresh_seed, source_file, stream_matrix, Point, Recorder};
+use sendpath_lab::workload::mix::Alloc;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
 use sendpath_lab::workload::{PatternFile, RecvMode};
+use std::sync::Arc;
 
 fn recv_size(a: &RunArgs, size: usize) -> usize {
     a.recv_size
@@ -20,7 +23,20 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     let per_thread = a.connections as usize;
     let most_threads = a.threads.iter().copied().max().unwrap_or(1);
     let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();
-    crate::cli::check_memory(&a.size, &conns, &a.run)?;
+    let sizes: Vec<usize> = match &a.size_mix {
+        Some(m) => vec![m.mean().round() as usize],
+        None => a.size.clone(),
+    };
+    let largest: Vec<usize> = match &a.size_mix {
+        Some(m) => vec![m.max()],
+        None => a.size.clone(),
+    };
+    crate::cli::check_memory(&largest, &conns, &a.run)?;
+    if per_thread > 1 && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh)) {
+        bail!(
+            "--size-mix and --alloc fresh run one connection per sender thread: drop --connections"
+        );
+    }
     if per_thread > 1 {
         let other: Vec<&str> = a
             .run
@@ -43,31 +59,37 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     }
     let verify = a.run.recv == RecvMode::Verify;
     let file = if a.run.strategy.iter().any(|s| s.source() == Source::File) {
-        Some(source_file(&a.size, a.file_size, verify, a.cold)?)
+        Some(source_file(&largest, a.file_size, verify, a.cold)?)
     } else {
         None
     };
-    let points = stream_matrix(
-        &a.run.strategy,
-        &a.size,
-        &a.threads,
-        |strategy, size, threads| StreamPoint {
-            strategy,
-            size,
-            threads,
-            connections: a.connections as usize,
-            fields: usize::from(a.run.fields),
-            recv: a.run.recv,
-            recv_size: recv_size(&a.run, size),
-            duration: a.run.duration,
-            warmup: a.run.warmup,
-            connect: a.connect,
-            cpus: a.cpu,
-            cold: a.cold,
-            opts: a.run.options(),
-        },
-    );
-    run_matrix(&a.run, &points, file.as_ref(), cancel)
+    let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
+    let mut points = Vec::new();
+    for &alloc in &a.run.alloc {
+        points.extend(stream_matrix(
+            &a.run.strategy,
+            &sizes,
+            &a.threads,
+            |strategy, size, threads| StreamPoint {
+                strategy,
+                size,
+                threads,
+                connections: a.connections as usize,
+                fields: usize::from(a.run.fields),
+                recv: a.run.recv,
+                recv_size: recv_size(&a.run, a.size_mix.as_ref().map_or(size, |m| m.max())),
+                duration: a.run.duration,
+                warmup: a.run.warmup,
+                connect: a.connect,
+                cpus: a.cpu,
+                cold: a.cold,
+                opts: a.run.options(profile.clone()),
+                mix: a.size_mix.clone(),
+                alloc,
+            },
+        ));
+    }
+    run_matrix(&a.run, &points, file.as_ref(), profile, cancel)
 }
 
 /// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
@@ -76,6 +98,7 @@ fn run_matrix(
     a: &RunArgs,
     points: &[Point],
     file: Option<&PatternFile>,
+    profile: Option<Arc<Profile>>,
     cancel: &Cancel,
 ) -> anyhow::Result<std::process::ExitCode> {
     let schedule = Schedule {
@@ -84,6 +107,7 @@ fn run_matrix(
     };
     let mut rec = Recorder::new(a.json.clone(), a.csv.clone(), schedule);
     rec.cancel = cancel.clone();
+    rec.results.environment.profile = profile.map(|p| (*p).clone());
     if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",
@@ -107,14 +131,26 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
     if a.run.recv == RecvMode::Discard {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
     }
-    crate::cli::check_memory(&a.response, &a.concurrency, &a.run)?;
+    let responses: Vec<usize> = match &a.size_mix {
+        Some(m) => vec![m.mean().round() as usize],
+        None => a.response.clone(),
+    };
+    let largest: Vec<usize> = match &a.size_mix {
+        Some(m) => vec![m.max()],
+        None => a.response.clone(),
+    };
+    crate::cli::check_memory(&largest, &a.concurrency, &a.run)?;
+    let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
     let mut points = Vec::new();
     for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
             eprintln!("note: rr sends responses from memory; skipping file path {strategy}");
             continue;
         }
-        for &response in &a.response {
+        for (&response, &alloc) in responses
+            .iter()
+            .flat_map(|r| a.run.alloc.iter().map(move |al| (r, al)))
+        {
             for &concurrency in &a.concurrency {
                 points.push(Point::Rr(RrPoint {
                     strategy,
@@ -127,10 +163,12 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
                     warmup: a.run.warmup,
                     rate: a.rate,
                     cpus: a.cpu,
-                    opts: a.run.options(),
+                    opts: a.run.options(profile.clone()),
+                    mix: a.size_mix.clone(),
+                    alloc,
                 }));
             }
         }
     }
-    run_matrix(&a.run, &points, None, cancel)
+    run_matrix(&a.run, &points, None, profile, cancel)
 }

@@ -38,7 +38,7 @@ fn timestamp() -> String {
 fn list() {
     println!("{:<16}{:>7}  about", "preset", "points");
     for p in presets::all() {
-        let n = p.strategies.len() * p.sizes.len() * p.threads.len();
+        let n = sendpath_lab::plan::points(&p).len();
         println!("{:<16}{:>7}  {}", p.name, n, p.about);
     }
     println!(
@@ -88,6 +88,15 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         }
     };
     rec.cancel = cancel.clone();
+    let strategies = plan.preset.strategies.clone();
+    let profile = crate::cli::load_profile(a.profile.as_deref(), &strategies)?;
+    let mut plan = plan;
+    for p in &mut plan.points {
+        if let sendpath_lab::runner::Point::Stream(s) = p {
+            s.opts.profile = profile.clone();
+        }
+    }
+    rec.results.environment.profile = profile.map(|p| (*p).clone());
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         plan.preset.name,

@@ -4,7 +4,6 @@
 
 use crate::report::analysis::{analyse, Analysis};
 use crate::results::{ConnectionBytes, CpuNsPerByte, Receiver, Results, Row};
-use crate::units::fmt_size;
 use anyhow::Context;
 use std::cell::OnceCell;
 use std::path::Path;
@@ -124,7 +123,7 @@ pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub const CSV_HEADER: [&str; 50] = [
+pub const CSV_HEADER: [&str; 57] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -175,6 +174,13 @@ pub const CSV_HEADER: [&str; 50] = [
     "conn_bytes_min",
     "conn_bytes_median",
     "conn_bytes_max",
+    "size_mix",
+    "alloc",
+    "adaptive_copy_sends",
+    "adaptive_zerocopy_sends",
+    "adaptive_file_sends",
+    "adaptive_backoffs",
+    "adaptive_switches",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -191,6 +197,12 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
         let c = row.cpu_ns_per_byte;
         let cpu = |g: fn(&CpuNsPerByte) -> f64| opt(c.as_ref().map(g));
         let cpu_o = |g: fn(&CpuNsPerByte) -> Option<f64>| opt(c.as_ref().and_then(g));
+        let dec = |g: fn(&sendpath::policy::adaptive::Decisions) -> u64| {
+            row.zerocopy
+                .decisions
+                .as_ref()
+                .map_or(String::new(), |d| g(d).to_string())
+        };
         let cb = |g: fn(&ConnectionBytes) -> u64| {
             row.connection_bytes
                 .as_ref()
@@ -249,6 +261,13 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
             cb(|c| c.min),
             cb(|c| c.median),
             cb(|c| c.max),
+            row.size_mix.clone().unwrap_or_default(),
+            row.alloc.name().to_string(),
+            dec(|d| d.copy_sends),
+            dec(|d| d.zerocopy_sends),
+            dec(|d| d.file_sends),
+            dec(|d| d.backoffs),
+            dec(|d| d.switches),
         ])?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
@@ -279,6 +298,16 @@ pub fn table_line(row: &Row) -> String {
     } else {
         String::new()
     };
+    let decided = row.zerocopy.decisions.map_or(String::new(), |d| {
+        format!(
+            "  sends copy/zc/file {}/{}/{} backoffs {} switches {}",
+            d.copy_sends + d.backoff_copies + d.cap_copies,
+            d.zerocopy_sends,
+            d.file_sends,
+            d.backoffs,
+            d.switches
+        )
+    });
     let cpu = match row.cpu_ns_per_byte {
         Some(c) => format!(
             "{:>6.3}/{:<6}/{:>6.3}",
@@ -289,9 +318,9 @@ pub fn table_line(row: &Row) -> String {
         None => format!("{:^20}", "not measured"),
     };
     format!(
-        "{:<13}{:>8}{:>4}  {:>8.3} Gbit/s [{:.3}..{:.3}]  {:>10.0} msg/s  cpu {cpu} ns/B  copied {:>7}  fallbacks {:>6}{lat}{integ}",
+        "{:<13}{:>8}{:>4}  {:>8.3} Gbit/s [{:.3}..{:.3}]  {:>10.0} msg/s  cpu {cpu} ns/B  copied {:>7}  fallbacks {:>6}{lat}{integ}{decided}",
         row.strategy,
-        fmt_size(row.size_bytes),
+        row.size_label(),
         row.threads,
         t.median,
         t.min,

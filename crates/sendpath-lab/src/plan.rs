@@ -6,6 +6,7 @@
 use crate::presets::{self, Preset};
 use crate::results::{Results, Schedule, SweepInfo};
 use crate::runner::{stream_matrix, Point};
+use crate::workload::mix::{Alloc, SizeMix};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
 use std::time::Duration;
@@ -123,28 +124,49 @@ fn plan(preset: Preset, schedule: Schedule, windows_done: usize) -> SweepPlan {
     }
 }
 
-/// The points of a preset, in preset order.
+/// The points of a preset, in preset order: every size with every allocation mode, then every
+/// mix, with default send options (the runner sets the host profile for `adaptive`).
 pub fn points(preset: &Preset) -> Vec<Point> {
-    stream_matrix(
-        &preset.strategies,
-        &preset.sizes,
-        &preset.threads,
-        |strategy, size, threads| StreamPoint {
+    let point = |strategy, size, threads, mix: Option<&SizeMix>, alloc| {
+        let recv_size = default_recv_size(mix.map_or(size, SizeMix::max));
+        StreamPoint {
             strategy,
             size,
             threads,
             connections: 1,
             fields: preset.fields,
             recv: RecvMode::Copy,
-            recv_size: default_recv_size(size),
+            recv_size,
             duration: preset.duration,
             warmup: preset.warmup,
             connect: None,
             cpus: None,
             cold: false,
             opts: sendpath::Options::default(),
-        },
-    )
+            mix: mix.cloned(),
+            alloc,
+        }
+    };
+    let mut v = Vec::new();
+    for &alloc in &preset.allocs {
+        v.extend(stream_matrix(
+            &preset.strategies,
+            &preset.sizes,
+            &preset.threads,
+            |s, size, t| point(s, size, t, None, alloc),
+        ));
+    }
+    for m in &preset.mixes {
+        let mix = SizeMix::parse(m, 1 << 30).expect("presets' mixes parse (tested)");
+        let mean = mix.mean().round() as usize;
+        v.extend(stream_matrix(
+            &preset.strategies,
+            &[mean],
+            &preset.threads,
+            |s, size, t| point(s, size, t, Some(&mix), Alloc::Pool),
+        ));
+    }
+    v
 }
 
 #[cfg(test)]
@@ -156,7 +178,9 @@ mod tests {
     fn every_preset_plans_its_whole_matrix() {
         for p in presets::all() {
             let plan = new_sweep(p.name, &Overrides::default(), 9).unwrap();
-            let n = p.strategies.len() * p.sizes.len() * p.threads.len();
+            let n = p.strategies.len()
+                * (p.sizes.len() * p.allocs.len() + p.mixes.len())
+                * p.threads.len();
             assert_eq!(plan.points.len(), n, "{}", p.name);
             assert_eq!(plan.windows_total, n * p.repeat as usize);
             assert_eq!(plan.windows_left(), plan.windows_total);

@@ -1,6 +1,7 @@
 //! Sweep presets, several of them shaped after published studies of this question so results
 //! can be set beside the published ones.
 
+use crate::workload::mix::Alloc;
 use sendpath::Strategy;
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ pub struct Preset {
     pub duration: Duration,
     pub warmup: Duration,
     pub repeat: u32,
+    /// Buffer allocation modes: every point is measured with each.
+    pub allocs: Vec<Alloc>,
+    /// Size mixes measured as points of their own, after the single sizes.
+    pub mixes: Vec<&'static str>,
 }
 
 const K: usize = 1024;
@@ -41,6 +46,8 @@ pub fn all() -> Vec<Preset> {
             duration: ms(500),
             warmup: ms(200),
             repeat: 8,
+            allocs: vec![Alloc::Pool],
+            mixes: vec![],
         },
         Preset {
             name: "pa02",
@@ -52,6 +59,8 @@ pub fn all() -> Vec<Preset> {
             duration: ms(2000),
             warmup: ms(500),
             repeat: 5,
+            allocs: vec![Alloc::Pool],
+            mixes: vec![],
         },
         Preset {
             name: "zerocopy-paper",
@@ -63,17 +72,36 @@ pub fn all() -> Vec<Preset> {
             duration: ms(3000),
             warmup: ms(500),
             repeat: 5,
+            allocs: vec![Alloc::Pool],
+            mixes: vec![],
         },
         Preset {
             name: "message-sizes",
-            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths, one buffer per message (the pooling vs zero-copy break-even question)",
-            strategies: vec![Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice],
+            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths and adaptive, one buffer per message, from pooled buffers and from buffers allocated and filled per message (the Net.ZMQ study's pooling vs zero-copy question)",
+            strategies: vec![
+                Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Adaptive,
+            ],
             sizes: vec![64, 512, K, 64 * K],
             threads: vec![1],
             fields: 1,
             duration: ms(2000),
             warmup: ms(500),
             repeat: 5,
+            allocs: vec![Alloc::Pool, Alloc::Fresh],
+            mixes: vec![],
+        },
+        Preset {
+            name: "mixed",
+            about: "message sizes drawn from a mix (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20, the same sequence for every path): adaptive against each fixed memory path",
+            strategies: vec![Copy, MsgZerocopy, Uring, UringZc, Adaptive],
+            sizes: vec![],
+            threads: vec![1],
+            fields: 1,
+            duration: ms(2000),
+            warmup: ms(500),
+            repeat: 8,
+            allocs: vec![Alloc::Pool],
+            mixes: vec!["88:70,4K:20,1M:10", "256:50,4K:30,64K:20"],
         },
         Preset {
             name: "file-paths",
@@ -85,6 +113,8 @@ pub fn all() -> Vec<Preset> {
             duration: ms(2000),
             warmup: ms(500),
             repeat: 5,
+            allocs: vec![Alloc::Pool],
+            mixes: vec![],
         },
     ]
 }
@@ -115,6 +145,16 @@ mod tests {
             let want = if p.name == "pa02" { 8 } else { 1 };
             assert_eq!(p.fields, want, "{}", p.name);
         }
+    }
+
+    #[test]
+    fn every_mix_of_a_preset_parses() {
+        for p in all() {
+            for m in &p.mixes {
+                crate::workload::mix::SizeMix::parse(m, 1 << 30).unwrap();
+            }
+        }
+        assert_eq!(find("mixed").unwrap().mixes.len(), 2);
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub struct Environment {
     pub start_time_unix_s: u64,
     /// sendpath version.
     pub sendpath_version: String,
+    /// The host profile `adaptive` decided from (null when no `adaptive` point ran).
+    #[serde(default)]
+    pub profile: Option<sendpath::profile::Profile>,
 }
 
 /// Median, min and max over repeats.
@@ -334,6 +337,9 @@ pub struct ZerocopyCounts {
     pub registered: u64,
     /// Send-to-completion latency, median over the window's completions, microseconds.
     pub completion_p50_us: Option<f64>,
+    /// What `adaptive` decided in the window; null for the fixed paths.
+    #[serde(default)]
+    pub decisions: Option<sendpath::policy::adaptive::Decisions>,
 }
 
 /// Zero-copy accounting for the row (summed over repeats and connections).
@@ -356,6 +362,10 @@ pub struct Zerocopy {
     pub completion_p50_us: Option<f64>,
     /// Why the path is not the one asked for, if it fell back at open time.
     pub note: Option<String>,
+    /// What `adaptive` decided, summed over repeats and connections (sends per path,
+    /// switches, back-offs, retries, cap halvings); null for the fixed paths.
+    #[serde(default)]
+    pub decisions: Option<sendpath::policy::adaptive::Decisions>,
 }
 
 /// Bytes sent and received, and receiver-side verification.
@@ -508,6 +518,14 @@ pub struct Row {
     pub connection_bytes: Option<ConnectionBytes>,
     /// Warnings about this row (wide spread, fallbacks).
     pub warnings: Vec<String>,
+    /// The size mix messages were drawn from (`--size-mix`, e.g. `88:70,4K:20,1M:10`); then
+    /// `size_bytes` is the mix's mean, rounded. Null for a single size.
+    #[serde(default)]
+    pub size_mix: Option<String>,
+    /// Where memory paths got message buffers: `pool` (reused) or `fresh` (allocated and
+    /// filled per message).
+    #[serde(default)]
+    pub alloc: crate::workload::mix::Alloc,
 }
 
 fn one() -> usize {
@@ -515,6 +533,24 @@ fn one() -> usize {
 }
 
 impl Row {
+    /// The size column: `64KiB`, `64KiB fresh`, or `mix 88:70,4K:20,1M:10`.
+    pub fn size_label(&self) -> String {
+        let size = self.size_mix.as_ref().map_or_else(
+            || crate::units::fmt_size(self.size_bytes),
+            |m| format!("mix {m}"),
+        );
+        match self.alloc {
+            crate::workload::mix::Alloc::Pool => size,
+            crate::workload::mix::Alloc::Fresh => format!("{size} fresh"),
+        }
+    }
+
+    /// One size from pooled buffers: the rows the crossover and recommendation analysis
+    /// compares (a mix or fresh buffers are other questions, shown in the table).
+    pub fn is_plain(&self) -> bool {
+        self.size_mix.is_none() && self.alloc == crate::workload::mix::Alloc::Pool
+    }
+
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.
     pub fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
         let v: Vec<f64> = self.repeats.iter().filter_map(f).collect();
@@ -632,6 +668,9 @@ impl Row {
             z.copied += c.copied;
             z.fallbacks.add(&c.fallbacks);
             z.registered += c.registered;
+            if let Some(d) = &c.decisions {
+                z.decisions.get_or_insert_with(Default::default).merge(d);
+            }
             if c.copied_known {
                 known = true;
                 known_completions += c.completions;

@@ -12,6 +12,7 @@ use crate::results::{
     Environment, FileCache, Receiver, Results, Row, Schedule, Workload, SCHEMA_VERSION,
 };
 use crate::units::fmt_size;
+use crate::workload::mix::Alloc;
 use crate::workload::rr::{self, RrPoint};
 use crate::workload::stream::{self, Outcome, StreamPoint};
 use crate::workload::{cold_file_dir, PatternFile};
@@ -31,6 +32,7 @@ pub fn environment() -> Environment {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         sendpath_version: env!("CARGO_PKG_VERSION").to_string(),
+        profile: None,
     }
 }
 
@@ -97,6 +99,8 @@ impl Point {
                         file_bytes: f.len,
                         resident_fraction: None,
                     }),
+                size_mix: p.mix.as_ref().map(|m| m.name()),
+                alloc: p.alloc,
                 ..Default::default()
             },
             Point::Rr(p) => Row {
@@ -110,14 +114,26 @@ impl Point {
                 recv_mode: p.recv.into(),
                 recv_size_bytes: Some(p.response),
                 rate_per_s: p.rate,
+                size_mix: p.mix.as_ref().map(|m| m.name()),
+                alloc: p.alloc,
                 ..Default::default()
             },
         }
     }
 
     /// What identifies the point's row: workload, strategy, size, threads, connections per
-    /// thread.
-    fn key(&self) -> (Workload, Strategy, usize, usize, usize) {
+    /// thread, then the size mix and the allocation mode.
+    fn key(
+        &self,
+    ) -> (
+        Workload,
+        Strategy,
+        usize,
+        usize,
+        usize,
+        Option<String>,
+        Alloc,
+    ) {
         match self {
             Point::Stream(p) => (
                 Workload::Stream,
@@ -125,8 +141,18 @@ impl Point {
                 p.size,
                 p.threads,
                 p.connections,
+                p.mix.as_ref().map(|m| m.name()),
+                p.alloc,
             ),
-            Point::Rr(p) => (Workload::Rr, p.strategy, p.response, p.concurrency, 1),
+            Point::Rr(p) => (
+                Workload::Rr,
+                p.strategy,
+                p.response,
+                p.concurrency,
+                1,
+                p.mix.as_ref().map(|m| m.name()),
+                p.alloc,
+            ),
         }
     }
 
@@ -139,20 +165,28 @@ impl Point {
                 row.size_bytes,
                 row.threads,
                 row.connections_per_thread,
+                row.size_mix.clone(),
+                row.alloc,
             )
     }
 
-    /// The points this one is compared with share its block: workload, size, connections.
-    fn block(&self) -> (Workload, usize, usize, usize) {
-        let (workload, _, size, threads, per_thread) = self.key();
-        (workload, size, threads, per_thread)
+    /// The points this one is compared with share its block: everything in its key but the
+    /// strategy.
+    fn block(&self) -> (Workload, usize, usize, usize, Option<String>, Alloc) {
+        let (workload, _, size, threads, per_thread, mix, alloc) = self.key();
+        (workload, size, threads, per_thread, mix, alloc)
     }
 
     fn label(&self) -> String {
-        let (_, strategy, size, threads, per_thread) = self.key();
+        let (_, strategy, size, threads, per_thread, mix, alloc) = self.key();
+        let size = mix.map_or_else(|| fmt_size(size), |m| format!("mix {m}"));
+        let alloc = match alloc {
+            Alloc::Pool => "",
+            Alloc::Fresh => " fresh",
+        };
         match per_thread {
-            1 => format!("{strategy} {} x{threads}", fmt_size(size)),
-            n => format!("{strategy} {} x{threads}x{n}conn", fmt_size(size)),
+            1 => format!("{strategy} {size}{alloc} x{threads}"),
+            n => format!("{strategy} {size}{alloc} x{threads}x{n}conn"),
         }
     }
 

@@ -55,7 +55,12 @@ fn rows(r: &Results, path: Strategy, threads: usize) -> Vec<&Row> {
     let mut v: Vec<&Row> = r
         .results
         .iter()
-        .filter(|x| x.workload == Workload::Stream && x.strategy == path && x.threads == threads)
+        .filter(|x| {
+            x.workload == Workload::Stream
+                && x.is_plain()
+                && x.strategy == path
+                && x.threads == threads
+        })
         .collect();
     v.sort_by_key(|x| x.size_bytes);
     v
@@ -280,6 +285,7 @@ pub fn analyse(r: &Results) -> Analysis {
                 .iter()
                 .filter(|x| {
                     x.workload == Workload::Stream
+                        && x.is_plain()
                         && x.threads == t
                         && x.strategy.source() == source
                 })
@@ -292,6 +298,7 @@ pub fn analyse(r: &Results) -> Analysis {
                     .iter()
                     .filter(|x| {
                         x.workload == Workload::Stream
+                            && x.is_plain()
                             && x.threads == t
                             && x.size_bytes == size
                             && x.strategy.source() == source
@@ -304,6 +311,7 @@ pub fn analyse(r: &Results) -> Analysis {
                 // The baseline may be of the other source (file paths against `copy`).
                 let base = r.results.iter().find(|x| {
                     x.workload == Workload::Stream
+                        && x.is_plain()
                         && x.threads == t
                         && x.size_bytes == size
                         && x.strategy == base_name

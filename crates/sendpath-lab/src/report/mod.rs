@@ -172,7 +172,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
         res.rows.push(vec![
             x.workload.to_string(),
             x.strategy.to_string(),
-            fmt_size(x.size_bytes),
+            x.size_label(),
             x.threads.to_string(),
             format!("{:.3} [{:.3}..{:.3}]", t.median, t.min, t.max),
             format!("{:.0}", x.messages_per_s.median),
@@ -446,7 +446,7 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
         .flat_map(|x| {
             x.warnings
                 .iter()
-                .map(move |w| format!("- {} {}: {w}", x.strategy, fmt_size(x.size_bytes)))
+                .map(move |w| format!("- {} {}: {w}", x.strategy, x.size_label()))
         })
         .collect();
     if !warnings.is_empty() {

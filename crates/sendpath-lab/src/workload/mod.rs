@@ -1,5 +1,6 @@
 //! Workloads: what runs on the connections while a window is measured.
 
+pub mod mix;
 pub mod rr;
 pub mod sink;
 pub mod stream;
@@ -245,19 +246,37 @@ pub fn cold_file_dir() -> Result<Option<PathBuf>, String> {
     }
 }
 
-/// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get `fields`
-/// buffers (filled with the pattern when `fill`; otherwise they hold bytes written earlier, see
-/// [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file length, split
-/// in two where it wraps.
+/// How [`send_message`] builds a message.
+#[derive(Debug, Clone, Copy)]
+pub struct MsgShape {
+    /// Buffers per memory message.
+    pub fields: usize,
+    /// Fill with the pattern (for a verifying receiver).
+    pub fill: bool,
+    /// Length of the source file (file paths).
+    pub file_len: u64,
+    /// Pooled or freshly allocated buffers.
+    pub alloc: mix::Alloc,
+}
+
+/// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get
+/// `shape.fields` buffers, taken from the path's pool or newly allocated and filled
+/// (`shape.alloc`), with the pattern when `shape.fill` (otherwise they hold bytes written
+/// earlier, see [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file
+/// length, split in two where it wraps.
 pub fn send_message(
     p: &mut dyn SendPath,
     strategy: Strategy,
     size: usize,
-    fields: usize,
     off: u64,
-    fill: bool,
-    file_len: u64,
+    shape: MsgShape,
 ) -> anyhow::Result<()> {
+    let MsgShape {
+        fields,
+        fill,
+        file_len,
+        alloc,
+    } = shape;
     match strategy.source() {
         Source::Memory => {
             let n = fields.clamp(1, size);
@@ -270,7 +289,10 @@ pub fn send_message(
                 } else {
                     base
                 };
-                let mut b = p.take_buf(len);
+                let mut b = match alloc {
+                    mix::Alloc::Pool => p.take_buf(len),
+                    mix::Alloc::Fresh => sendpath::Buf::fresh(len, sendpath::buffer::FILL),
+                };
                 if fill {
                     pattern::fill(b.as_mut_slice(), o);
                 }

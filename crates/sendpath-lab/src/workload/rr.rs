@@ -3,7 +3,8 @@
 //! latency counts from the intended send time, so a slow response delays the clock of every
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
-use super::{send_message, RecvMode};
+use super::mix::{Alloc, SizeMix};
+use super::{send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
@@ -35,6 +36,19 @@ pub struct RrPoint {
     /// Pin each connection's server to the first CPU and its client to the second.
     pub cpus: Option<(usize, usize)>,
     pub opts: Options,
+    /// Draw each response's size from this mix (server and client of a connection follow the
+    /// same sequence); `response` is then the mix's mean, rounded.
+    pub mix: Option<SizeMix>,
+    /// Pooled or freshly allocated response buffers.
+    pub alloc: Alloc,
+}
+
+/// The response sizes of connection `conn`: the mix's sequence, or `response` again and again.
+fn response_sizes(pt: &RrPoint, conn: u64) -> Box<dyn Iterator<Item = usize> + Send> {
+    match &pt.mix {
+        Some(m) => Box::new(m.sizes(conn)),
+        None => Box::new(std::iter::repeat(pt.response)),
+    }
 }
 
 struct ClientOut {
@@ -48,7 +62,15 @@ fn serve(
     mut s: TcpStream,
     pt: &RrPoint,
     fill: bool,
+    conn: u64,
 ) -> anyhow::Result<(SendStats, Option<String>)> {
+    let mut sizes = response_sizes(pt, conn);
+    let shape = MsgShape {
+        fields: pt.fields,
+        fill,
+        file_len: 0,
+        alloc: pt.alloc,
+    };
     let mut req = vec![0u8; pt.request];
     let rd = s.try_clone()?;
     let mut p = sendpath::open(pt.strategy, rd, &pt.opts)?;
@@ -63,17 +85,10 @@ fn serve(
                 })
             }
         }
-        send_message(
-            p.as_mut(),
-            pt.strategy,
-            pt.response,
-            pt.fields,
-            off,
-            fill,
-            0,
-        )?;
+        let size = sizes.next().unwrap_or(pt.response);
+        send_message(p.as_mut(), pt.strategy, size, off, shape)?;
         p.flush()?;
-        off += pt.response as u64;
+        off += size as u64;
     }
     p.finish(Duration::from_secs(2))?;
     Ok((p.stats().clone(), p.note().map(String::from)))
@@ -85,9 +100,11 @@ fn client(
     recording: &AtomicBool,
     stop: &AtomicBool,
     done: &AtomicU64,
+    conn: u64,
 ) -> anyhow::Result<ClientOut> {
     let req = vec![0x42u8; pt.request];
-    let mut resp = vec![0u8; pt.response];
+    let mut sizes = response_sizes(pt, conn);
+    let mut resp = vec![0u8; pt.mix.as_ref().map_or(pt.response, SizeMix::max)];
     let mut out = ClientOut {
         hist: new_histogram(),
         verifier: Verifier::new(),
@@ -114,7 +131,8 @@ fn client(
         s.write_all(&req).with_context(|| {
             format!("rr client: write failed after {} response bytes", out.bytes)
         })?;
-        s.read_exact(&mut resp).with_context(|| {
+        let resp = &mut resp[..sizes.next().unwrap_or(pt.response)];
+        s.read_exact(resp).with_context(|| {
             format!(
                 "rr client: the response stream broke at byte offset {}",
                 out.bytes
@@ -123,7 +141,7 @@ fn client(
         out.bytes += resp.len() as u64;
         let lat = intended.elapsed().as_nanos() as u64;
         if pt.recv == RecvMode::Verify {
-            out.verifier.check(&resp);
+            out.verifier.check(resp);
         }
         if recording.load(Ordering::Relaxed) {
             out.hist.saturating_record(lat);
@@ -148,7 +166,7 @@ pub fn run_once(
     let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
     let mut servers = Vec::new();
     let mut clients = Vec::new();
-    for _ in 0..pt.concurrency {
+    for conn in 0..pt.concurrency as u64 {
         let c = TcpStream::connect(addr).context("rr: connecting")?;
         c.set_nodelay(true)?;
         let (sv, _) = l.accept()?;
@@ -159,14 +177,14 @@ pub fn run_once(
         servers.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.0));
             let _ = tids.send((true, sendpath::host::gettid()));
-            serve(sv, &p, fill)
+            serve(sv, &p, fill, conn)
         }));
         let (p, rec, st, dn) = (pt.clone(), recording.clone(), stop.clone(), done.clone());
         let tids = tid_tx.clone();
         clients.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.1));
             let _ = tids.send((false, sendpath::host::gettid()));
-            let r = client(c.try_clone()?, &p, &rec, &st, &dn);
+            let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
             let _ = c.shutdown(std::net::Shutdown::Both);
             r
         }));

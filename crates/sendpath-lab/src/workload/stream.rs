@@ -1,6 +1,9 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
-use super::{receive, receive_many, send_message, PatternFile, RecvCounters, RecvMode, PART_ALIGN};
+use super::mix::{Alloc, SizeMix};
+use super::{
+    receive, receive_many, send_message, MsgShape, PatternFile, RecvCounters, RecvMode, PART_ALIGN,
+};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{ConnectionBytes, Integrity, Repeat, ZerocopyCounts};
@@ -35,6 +38,11 @@ pub struct StreamPoint {
     /// File paths: drop the file from the page cache first, no warmup, each byte range once.
     pub cold: bool,
     pub opts: Options,
+    /// Draw each message's size from this mix (the same sequence for every path) instead of
+    /// sending `size`; `size` is then the mix's mean, rounded.
+    pub mix: Option<SizeMix>,
+    /// Pooled or freshly allocated message buffers (memory paths).
+    pub alloc: Alloc,
 }
 
 /// What one repeat produced.
@@ -57,6 +65,7 @@ pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
         registered: s.registered_sends,
         completion_p50_us: (s.completion_latency.count > 0)
             .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
+        decisions: s.decisions,
     }
 }
 
@@ -240,7 +249,8 @@ pub fn run_once(
             finished.clone(),
             start.clone(),
         );
-        let (strategy, size, fields) = (pt.strategy, pt.size, pt.fields);
+        let (strategy, size, fields, alloc) = (pt.strategy, pt.size, pt.fields, pt.alloc);
+        let mut sizes = pt.mix.as_ref().map(|m| m.sizes(i as u64));
         let fill = pt.recv == RecvMode::Verify;
         let cpu = pt.cpus.map(|c| c.0);
         let (first, limit) = file_part(file_len, i, pt.threads, cold);
@@ -250,6 +260,9 @@ pub fn run_once(
                 pin(cpu);
                 let _ = tids.send((true, sendpath::host::gettid()));
                 if txs.len() > 1 {
+                    if sizes.is_some() || alloc == Alloc::Fresh {
+                        bail!("--size-mix and --alloc fresh run one connection per sender thread: drop --connections");
+                    }
                     let run = Multiplexed {
                         strategy,
                         size,
@@ -263,12 +276,22 @@ pub fn run_once(
                 start.wait();
                 let mut p = opened?;
                 let mut off = first;
+                let shape = MsgShape {
+                    fields,
+                    fill,
+                    file_len,
+                    alloc,
+                };
                 let result = (|| {
                     while !stop.load(Ordering::Relaxed) {
+                        let size = match sizes.as_mut() {
+                            Some(s) => s.next().unwrap_or(size),
+                            None => size,
+                        };
                         if limit.is_some_and(|l| off + size as u64 > l) {
                             break;
                         }
-                        send_message(p.as_mut(), strategy, size, fields, off, fill, file_len)?;
+                        send_message(p.as_mut(), strategy, size, off, shape)?;
                         off += size as u64;
                         sent.fetch_add(size as u64, Ordering::Relaxed);
                     }
@@ -376,7 +399,11 @@ pub fn run_once(
     let (Some((s0, s1, bytes, resident, fairness)), true) = (window, completed) else {
         return Ok(None);
     };
-    let messages = bytes / pt.size as u64;
+    // With a mix, messages are counted from its mean size.
+    let messages = match &pt.mix {
+        Some(m) => (bytes as f64 / m.mean()).round() as u64,
+        None => bytes / pt.size as u64,
+    };
     let mut repeat = s0.window(&s1, bytes, messages, pt.threads * per_thread, cpu_mhz);
     repeat.connection_bytes = fairness;
     repeat.file_resident_fraction = resident;

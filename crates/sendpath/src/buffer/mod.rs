@@ -22,6 +22,8 @@ pub struct Buf {
     /// Index in an io_uring registered-buffer table, set only by the ring that registered the
     /// memory (see `uring-zc` with fixed buffers).
     pub(crate) fixed: Option<u16>,
+    /// Freed instead of reused when it comes back to a pool ([`Buf::fresh`]).
+    fresh: bool,
 }
 
 enum Storage {
@@ -54,6 +56,7 @@ impl Buf {
         Buf {
             data: Storage::Heap(vec![0; len]),
             fixed: None,
+            fresh: false,
         }
     }
 
@@ -63,7 +66,17 @@ impl Buf {
         Buf {
             data: Storage::Heap(vec![byte; len]),
             fixed: None,
+            fresh: false,
         }
+    }
+
+    /// A newly allocated heap buffer of `len` bytes, every one written with `byte`, that a
+    /// pool frees instead of reusing once the kernel has released it: a message allocated and
+    /// filled per send, as an application without a pool does (`--alloc fresh`).
+    pub fn fresh(len: usize, byte: u8) -> Buf {
+        let mut b = Buf::filled(len, byte);
+        b.fresh = true;
+        b
     }
 
     /// A buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the pages can
@@ -75,6 +88,7 @@ impl Buf {
         Ok(Buf {
             data: Storage::Pages(p),
             fixed: None,
+            fresh: false,
         })
     }
 
@@ -85,6 +99,7 @@ impl Buf {
         Buf {
             data: Storage::Shared(bytes.into()),
             fixed: None,
+            fresh: false,
         }
     }
 
@@ -95,6 +110,7 @@ impl Buf {
             Storage::Shared(a) => Some(Buf {
                 data: Storage::Shared(a.clone()),
                 fixed: self.fixed,
+                fresh: false,
             }),
             _ => None,
         }
@@ -107,6 +123,7 @@ impl Buf {
             heap => Err(Buf {
                 data: heap,
                 fixed: self.fixed,
+                fresh: false,
             }),
         }
     }
@@ -186,6 +203,7 @@ impl From<Vec<u8>> for Buf {
         Buf {
             data: Storage::Heap(data),
             fixed: None,
+            fresh: false,
         }
     }
 }
@@ -220,10 +238,10 @@ impl BufPool {
         }
     }
 
-    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) is dropped
-    /// instead: reusing it would mean copying them.
+    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
+    /// [`Buf::fresh`] buffer are dropped instead.
     pub fn put(&mut self, b: Buf) {
-        if !matches!(b.data, Storage::Shared(_)) {
+        if !b.fresh && !matches!(b.data, Storage::Shared(_)) {
             self.free.push(b);
         }
     }

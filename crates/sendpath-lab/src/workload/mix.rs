@@ -1,0 +1,188 @@
+//! Message-size mixes (`--size-mix 88:70,4K:20,1M:10`) and how message buffers are allocated
+//! (`--alloc pool|fresh`).
+
+use crate::units::{fmt_size, parse_size};
+use serde::{Deserialize, Serialize};
+
+/// Sizes with integer weights; messages draw their size from it in a sequence fixed by a seed,
+/// so every path of a comparison sends the same sizes in the same order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeMix {
+    /// `(size in bytes, weight)`, as given.
+    pub parts: Vec<(usize, u32)>,
+}
+
+impl SizeMix {
+    /// Parses `SIZE:WEIGHT,...` (sizes with units, weights positive whole numbers) with every
+    /// size within `1..=max`.
+    pub fn parse(s: &str, max: usize) -> Result<SizeMix, String> {
+        let mut parts = Vec::new();
+        for item in s.split(',').filter(|x| !x.trim().is_empty()) {
+            let (size, weight) = item.trim().split_once(':').ok_or_else(|| {
+                format!("`{item}`: a part of a size mix is SIZE:WEIGHT, e.g. 4K:20")
+            })?;
+            let size = parse_size(size.trim())?;
+            if size == 0 || size > max {
+                return Err(format!(
+                    "`{item}`: sizes in a mix must be between 1 B and {}",
+                    fmt_size(max)
+                ));
+            }
+            let weight: u32 = match weight.trim().parse() {
+                Ok(w) if w > 0 && w <= 1_000_000 => w,
+                _ => {
+                    return Err(format!(
+                        "`{item}`: the weight must be a whole number from 1 to 1000000"
+                    ))
+                }
+            };
+            parts.push((size, weight));
+        }
+        if parts.is_empty() {
+            return Err("an empty size mix: give SIZE:WEIGHT pairs, e.g. 88:70,4K:20,1M:10".into());
+        }
+        Ok(SizeMix { parts })
+    }
+
+    /// Canonical text (`88:70,4K:20,1M:10`), as recorded in results.
+    pub fn name(&self) -> String {
+        self.parts
+            .iter()
+            .map(|(s, w)| {
+                let f = fmt_size(*s);
+                let short = f
+                    .strip_suffix("iB")
+                    .or_else(|| f.strip_suffix('B'))
+                    .unwrap_or(&f);
+                format!("{short}:{w}")
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Mean message size, bytes (weighted).
+    pub fn mean(&self) -> f64 {
+        let w: u64 = self.parts.iter().map(|p| u64::from(p.1)).sum();
+        let b: f64 = self.parts.iter().map(|p| p.0 as f64 * f64::from(p.1)).sum();
+        b / w as f64
+    }
+
+    /// The largest size.
+    pub fn max(&self) -> usize {
+        self.parts.iter().map(|p| p.0).max().unwrap_or(0)
+    }
+
+    /// The sizes of messages, in the order seed `seed` fixes.
+    pub fn sizes(&self, seed: u64) -> MixSizes {
+        MixSizes {
+            parts: self.parts.clone(),
+            total: self.parts.iter().map(|p| u64::from(p.1)).sum(),
+            state: seed ^ 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+}
+
+/// An endless sequence of sizes drawn from a [`SizeMix`] (splitmix64).
+#[derive(Debug, Clone)]
+pub struct MixSizes {
+    parts: Vec<(usize, u32)>,
+    total: u64,
+    state: u64,
+}
+
+impl Iterator for MixSizes {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let mut pick = z % self.total;
+        for &(size, w) in &self.parts {
+            if pick < u64::from(w) {
+                return Some(size);
+            }
+            pick -= u64::from(w);
+        }
+        self.parts.last().map(|p| p.0)
+    }
+}
+
+/// Where memory paths get each message's buffers.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Alloc {
+    /// Reuse buffers the path has released (`take_buf`): no allocation in a steady loop.
+    #[default]
+    Pool,
+    /// Allocate and fill a new buffer per message, freed once the kernel released it.
+    Fresh,
+}
+
+impl Alloc {
+    /// Both, in the order `--help` lists them.
+    pub const ALL: [Alloc; 2] = [Alloc::Pool, Alloc::Fresh];
+
+    /// The stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Alloc::Pool => "pool",
+            Alloc::Fresh => "fresh",
+        }
+    }
+}
+
+impl std::str::FromStr for Alloc {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Alloc, String> {
+        Alloc::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("`{s}` is not an allocation mode: use pool or fresh"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mix_parses_draws_its_weights_and_repeats_by_seed() {
+        let m = SizeMix::parse("88:70,4K:20,1M:10", 1 << 30).unwrap();
+        assert_eq!(m.parts, vec![(88, 70), (4096, 20), (1 << 20, 10)]);
+        assert_eq!(m.name(), "88:70,4K:20,1M:10");
+        assert!((m.mean() - (88.0 * 0.7 + 4096.0 * 0.2 + 1048576.0 * 0.1)).abs() < 1e-6);
+        let n = 100_000;
+        let drawn: Vec<usize> = m.sizes(3).take(n).collect();
+        let share = |s: usize| drawn.iter().filter(|&&x| x == s).count() as f64 / n as f64;
+        assert!((share(88) - 0.7).abs() < 0.01, "{}", share(88));
+        assert!((share(4096) - 0.2).abs() < 0.01);
+        assert!((share(1 << 20) - 0.1).abs() < 0.01);
+        assert_eq!(drawn[..50], m.sizes(3).take(50).collect::<Vec<_>>()[..]);
+        assert_ne!(drawn[..50], m.sizes(4).take(50).collect::<Vec<_>>()[..]);
+    }
+
+    #[test]
+    fn bad_mixes_say_what_a_mix_is() {
+        for (bad, says) in [
+            ("", "empty size mix"),
+            ("4K", "SIZE:WEIGHT"),
+            ("4K:0", "weight"),
+            ("4K:x", "weight"),
+            ("0:5", "at least 1"),
+            ("2G:1", "between"),
+            ("zz:1", "zz"),
+        ] {
+            let e = SizeMix::parse(bad, 1 << 30).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!("fresh".parse::<Alloc>(), Ok(Alloc::Fresh));
+        assert!("heap"
+            .parse::<Alloc>()
+            .unwrap_err()
+            .contains("pool or fresh"));
+    }
+}
