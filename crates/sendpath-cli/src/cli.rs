@@ -38,6 +38,34 @@ pub(crate) enum Command {
     /// A keep-alive HTTP load generator: closed loop (--connections) or open loop (--rate),
     /// latency percentiles and errors by kind.
     HttpLoad(HttpLoadArgs),
+    /// Measure where zero-copy beats copy on this host (copy against msg-zerocopy, 256 B..1 MiB,
+    /// interleaved rounds, about a minute) and write the host profile `adaptive` decides from.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CalibrateArgs {
+    /// Message sizes to measure, comma-separated.
+    #[arg(long, short = 'l', default_value = "256,1K,4K,16K,64K,256K,1M", value_parser = message_sizes)]
+    pub sizes: std::vec::Vec<usize>,
+    /// Rounds: each measures every size with both paths, in a shuffled order.
+    #[arg(long, short = 'n', default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Measured time per window.
+    #[arg(long, short = 't', default_value = "400ms", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Unmeasured time before each window.
+    #[arg(long, default_value = "150ms", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Where to write the profile (default: the active profile's place, see `sendpath probe`).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Also write the measured windows as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Seed for the shuffled order of each round (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! `sendpath`: measure every Linux send path side by side and tell which one to use.
 
+mod calibrate_cmd;
 mod cli;
 mod http_cmd;
 mod probe_cmd;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         cli::Command::Report(a) => sweep::report_cmd(a),
         cli::Command::Serve(a) => http_cmd::serve_cmd(a, &cancel),
         cli::Command::HttpLoad(a) => http_cmd::http_load_cmd(a, &cancel),
+        cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
         cli::Command::Sink(a) => sendpath_lab::workload::sink::run(
             a.listen,
             a.recv,

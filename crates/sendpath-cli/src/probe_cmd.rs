@@ -1,6 +1,7 @@
 //! `sendpath probe`.
 
 use crate::cli::ProbeArgs;
+use sendpath::profile::Profile;
 use std::process::ExitCode;
 
 fn yes(b: bool) -> &'static str {
@@ -17,10 +18,88 @@ fn bytes(b: Option<u64>) -> String {
     })
 }
 
+/// The active host profile as probe shows it: where it lives, whether it is there, what it
+/// says; or why it cannot be used.
+#[derive(serde::Serialize)]
+struct ActiveProfile {
+    /// Where `adaptive` looks for it.
+    path: Option<std::path::PathBuf>,
+    /// `calibrated`, `defaults` (no file), or `unusable`.
+    state: &'static str,
+    /// Why the file cannot be used.
+    error: Option<String>,
+    /// The profile in force (the defaults when there is no file).
+    profile: Option<Profile>,
+}
+
+fn active_profile() -> ActiveProfile {
+    let path = Profile::active_path();
+    match Profile::load_active() {
+        Ok((p, Some(_))) => ActiveProfile {
+            path,
+            state: "calibrated",
+            error: None,
+            profile: Some(p),
+        },
+        Ok((p, None)) => ActiveProfile {
+            path,
+            state: "defaults",
+            error: None,
+            profile: Some(p),
+        },
+        Err(e) => ActiveProfile {
+            path,
+            state: "unusable",
+            error: Some(e.to_string()),
+            profile: None,
+        },
+    }
+}
+
+fn profile_lines(a: &ActiveProfile) -> Vec<String> {
+    let at = a
+        .path
+        .as_ref()
+        .map_or("(no place: set SENDPATH_PROFILE or HOME)".into(), |p| {
+            p.display().to_string()
+        });
+    let mut v = Vec::new();
+    match (&a.profile, a.state) {
+        (Some(p), "calibrated") => {
+            let when = p.environment.as_ref().map_or(String::new(), |e| {
+                format!(
+                    ", measured on {} ({}, kernel {}) at unix time {}",
+                    e.route, e.paths, e.kernel, e.created_unix_s
+                )
+            });
+            v.push(format!("host profile: {at}{when}"));
+            v.push(format!("  tiers: {}", p.describe_tiers().join(", ")));
+            if p.zerocopy_measured_copied {
+                v.push("  zero-copy won where it has a tier although the kernel copied it: copied completions do not make adaptive back off".into());
+            }
+        }
+        (Some(p), _) => {
+            v.push(format!("host profile: none at {at}: the defaults apply (run `sendpath calibrate` to measure this host)"));
+            v.push(format!(
+                "  tiers: {}; zero-copy expected not to be copied, so adaptive backs off where the kernel copies",
+                p.describe_tiers().join(", ")
+            ));
+        }
+        (None, _) => v.push(format!(
+            "host profile: {at} is unusable: {}",
+            a.error.as_deref().unwrap_or("?")
+        )),
+    }
+    v
+}
+
 pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     let r = sendpath::probe::run();
+    let active = active_profile();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let mut v = serde_json::to_value(&r)?;
+        v["active_profile"] = serde_json::to_value(&active)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     let u = &r.io_uring;
@@ -104,6 +183,10 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     println!("\nWhat to expect here:");
     for p in &r.predictions {
         println!("- {}: {}", p.path, p.text);
+    }
+    println!();
+    for l in profile_lines(&active) {
+        println!("{l}");
     }
     Ok(ExitCode::SUCCESS)
 }

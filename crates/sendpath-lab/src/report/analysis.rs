@@ -73,7 +73,27 @@ pub const RULE: &str = "Rounds: every round measures each point once, in a shuff
 pub const RULE_SHORT: &str =
     "paired by round: faster in a clear majority of the rounds (sign test, 5%), by more than the round-to-round noise";
 
-pub use sendpath::profile::clear_majority;
+/// The fewest wins out of `n` rounds that a coin toss reaches with probability 5% or less
+/// (one-sided sign test); `None` when no count is that unlikely (fewer than 5 rounds).
+pub fn clear_majority(n: usize) -> Option<usize> {
+    // P(X >= k) for X ~ Binomial(n, 1/2), from the top down.
+    let mut tail = 0.0;
+    let mut choose = 1.0; // C(n, k), starting at k = n
+    let total = 2f64.powi(n as i32);
+    let mut best = None;
+    for k in (0..=n).rev() {
+        if k < n {
+            choose = choose * (k + 1) as f64 / (n - k) as f64;
+        }
+        tail += choose / total;
+        if tail <= 0.05 {
+            best = Some(k);
+        } else {
+            break;
+        }
+    }
+    best
+}
 
 /// The smallest noise the rule allows: a ratio must exceed 1.03 to count.
 const NOISE_FLOOR: f64 = 0.03;
