@@ -74,7 +74,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: SocketAddr,
     /// How responses are sent: copy (send(2)), uring (io_uring SEND), uring-zc (io_uring
-    /// SEND_ZC) or epoll (epoll + writev, no io_uring).
+    /// SEND_ZC), epoll (epoll + writev, no io_uring) or adaptive (SEND or SEND_ZC per send,
+    /// by the host profile).
     #[arg(long, default_value = "uring", value_parser = send_mode())]
     pub send: sendpath_lab::http::serve::SendMode,
     /// Worker threads, each with its own SO_REUSEPORT listener (default: one per allowed CPU).
@@ -112,6 +113,9 @@ pub(crate) struct ServeArgs {
     /// Write the report as JSON to FILE on exit.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// The host profile `--send adaptive` decides from (default: the active profile).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

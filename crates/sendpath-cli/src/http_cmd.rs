@@ -4,7 +4,7 @@ use crate::cli::{raise_nofile, raise_nofile_upto, HttpLoadArgs, ServeArgs, Sweep
 use anyhow::Context;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::http::load::{self, LoadConfig, LoadReport};
-use sendpath_lab::http::serve::{self, ServeConfig, ServeReport};
+use sendpath_lab::http::serve::{self, SendMode, ServeConfig, ServeReport};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -57,6 +57,12 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         max_connections,
         depth: a.uring_depth as usize,
         duration: a.duration,
+        profile: match a.send {
+            SendMode::Adaptive => {
+                crate::cli::load_profile(a.profile.as_deref(), &[sendpath::Strategy::Adaptive])?
+            }
+            _ => None,
+        },
     };
     let listeners = serve::bind_listeners(a.listen, workers)
         .with_context(|| format!("listening on {}", a.listen))?;

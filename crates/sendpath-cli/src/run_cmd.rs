@@ -42,12 +42,12 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
             .run
             .strategy
             .iter()
-            .filter(|s| sendpath::engine::Choice::of_strategy(**s).is_none())
+            .filter(|s| !sendpath::engine::on_ring(**s))
             .map(|s| s.name())
             .collect();
         if !other.is_empty() {
             bail!(
-                "--connections {per_thread} puts each sender thread's connections on one io_uring ring, which only uring and uring-zc use: drop {} from --strategy, or use -P for one thread per connection",
+                "--connections {per_thread} puts each sender thread's connections on one io_uring ring, which only uring, uring-zc and adaptive use: drop {} from --strategy, or use -P for one thread per connection",
                 other.join(", ")
             );
         }

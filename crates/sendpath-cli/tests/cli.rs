@@ -511,7 +511,11 @@ fn many_connections_per_thread_are_verified_and_fairness_is_shown() {
 fn many_connections_need_an_io_uring_path() {
     fails_with(
         &["stream", "--strategy", "copy,uring", "--connections", "4"],
-        &["--connections 4", "uring and uring-zc", "drop copy"],
+        &[
+            "--connections 4",
+            "uring, uring-zc and adaptive",
+            "drop copy",
+        ],
     );
     fails_with(
         &["stream", "--strategy", "uring", "--connections", "0"],

@@ -47,6 +47,7 @@ fn config(send: SendMode, body_len: usize, idle: Duration) -> ServeConfig {
         max_connections: 1000,
         depth: 8,
         duration: Duration::from_secs(60),
+        profile: None,
     }
 }
 
@@ -140,8 +141,16 @@ fn every_mode_answers_pipelined_requests_in_order_with_its_body() {
             assert_eq!(r.requests, 4, "{mode:?} {body_len}: {r:?}");
             assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);
             if mode == SendMode::UringZc {
-                let s = r.send_stats.expect("ring modes report sends");
+                let s = r.send_stats.as_ref().expect("ring modes report sends");
                 assert!(s.zc_attempts > 0, "{s:?}");
+            }
+            if mode == SendMode::Adaptive {
+                // The defaults: heads and 88-byte bodies by SEND, 64 KiB bodies by SEND_ZC.
+                let s = r.send_stats.as_ref().expect("ring modes report sends");
+                let d = s.decisions.expect("adaptive counts its decisions");
+                assert!(d.copy_sends > 0, "{d:?}");
+                assert_eq!(d.zerocopy_sends > 0, body_len >= 64 * 1024, "{d:?}");
+                assert_eq!(s.zc_attempts, d.zerocopy_sends, "{s:?}");
             }
         }
     }

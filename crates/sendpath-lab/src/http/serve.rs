@@ -39,15 +39,18 @@ pub enum SendMode {
     UringZc,
     /// epoll and `writev(2)`, no io_uring.
     Epoll,
+    /// io_uring SEND or SEND_ZC per send, by the host profile (the adaptive sender).
+    Adaptive,
 }
 
 impl SendMode {
     /// Every mode, in the order of `--send` help.
-    pub const ALL: [SendMode; 4] = [
+    pub const ALL: [SendMode; 5] = [
         SendMode::Copy,
         SendMode::Uring,
         SendMode::UringZc,
         SendMode::Epoll,
+        SendMode::Adaptive,
     ];
 
     /// The name on the command line and in results.
@@ -57,6 +60,7 @@ impl SendMode {
             SendMode::Uring => "uring",
             SendMode::UringZc => "uring-zc",
             SendMode::Epoll => "epoll",
+            SendMode::Adaptive => "adaptive",
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct ServeConfig {
     pub depth: usize,
     /// The server stops by itself after this long.
     pub duration: Duration,
+    /// The host profile `--send adaptive` decides from (`None`: the defaults).
+    pub profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
 }
 
 /// What a run of `serve` did, summed over workers.
@@ -506,8 +512,17 @@ fn ring_worker(
     let mut c = Counts::default();
     // Counted ready even when setup fails, so the memory baseline is not held up.
     let mut ready = Ready(ready, false);
-    let zc = cfg.send == SendMode::UringZc;
-    let choice = if zc { Choice::ZeroCopy } else { Choice::Copy };
+    // Modes that may send zero-copy get registered bodies and the per-worker cap.
+    let zc = matches!(cfg.send, SendMode::UringZc | SendMode::Adaptive);
+    let choice = if cfg.send == SendMode::UringZc {
+        Choice::ZeroCopy
+    } else {
+        Choice::Copy
+    };
+    let opts = sendpath::Options {
+        profile: cfg.profile.clone(),
+        ..sendpath::Options::default()
+    };
     let mut d = match UringDriver::new(DriverConfig {
         connections: cfg.max_connections.min(4096),
         depth: cfg.depth,
@@ -557,7 +572,14 @@ fn ring_worker(
                         continue;
                     }
                     let _ = rustix::net::sockopt::set_tcp_nodelay(&sock, true);
-                    let state = ConnState::new(d.state_config(true), Box::new(Fixed(choice)));
+                    let chooser: Box<dyn sendpath::engine::Choose> = match cfg.send {
+                        SendMode::Adaptive => {
+                            sendpath::engine::chooser_for(sendpath::Strategy::Adaptive, &opts)
+                                .expect("adaptive runs on the ring")
+                        }
+                        _ => Box::new(Fixed(choice)),
+                    };
+                    let state = ConnState::new(d.state_config(true), chooser);
                     match d.add_receiving(sock, state) {
                         Ok(id) => {
                             if clients.len() <= id.index() {

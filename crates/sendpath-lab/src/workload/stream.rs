@@ -8,7 +8,7 @@ use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{ConnectionBytes, Integrity, Repeat, ZerocopyCounts};
 use anyhow::{anyhow, bail, Context};
-use sendpath::engine::{Choice, DriverConfig, UringDriver};
+use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
 use sendpath::{Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -130,14 +130,18 @@ impl Multiplexed<'_> {
         &self,
         txs: Vec<TcpStream>,
     ) -> anyhow::Result<(UringDriver, Vec<sendpath::engine::ConnId>)> {
-        let Some(choice) = Choice::of_strategy(self.strategy) else {
-            bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring or uring-zc (not {})", self.strategy)
-        };
+        if !sendpath::engine::on_ring(self.strategy) {
+            bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring, uring-zc or adaptive (not {})", self.strategy)
+        }
+        // Zero-copy settings (fixed buffers) for every strategy that may choose SEND_ZC.
+        let choice = Choice::of_strategy(self.strategy).unwrap_or(Choice::ZeroCopy);
         let mut d = UringDriver::new(DriverConfig::from_options(self.opts, txs.len(), choice))?;
-        let ids = txs
-            .into_iter()
-            .map(|s| d.add(s, choice, self.opts.uring_report_usage))
-            .collect::<sendpath::Result<Vec<_>>>()?;
+        let mut ids = Vec::with_capacity(txs.len());
+        for s in txs {
+            let chooser = chooser_for(self.strategy, self.opts).expect("checked above");
+            let state = ConnState::new(d.state_config(self.opts.uring_report_usage), chooser);
+            ids.push(d.add_with(s, state)?);
+        }
         Ok((d, ids))
     }
 

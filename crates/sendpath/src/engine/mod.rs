@@ -24,6 +24,6 @@ mod choose;
 mod state;
 mod uring;
 
-pub use choose::{Choice, Choose, Fixed, SendContext};
+pub use choose::{chooser_for, on_ring, AdaptiveChoice, Choice, Choose, Fixed, SendContext};
 pub use state::{ConnState, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};
 pub use uring::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, SplicePipe, UringDriver};

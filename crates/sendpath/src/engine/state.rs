@@ -311,7 +311,9 @@ impl ConnState {
             zc_inflight: self.ledger.inflight(),
             zc_inflight_bytes: self.ledger.inflight_bytes(),
         };
-        if self.chooser.choose(&cx) == Choice::Copy {
+        let choice = self.chooser.choose(&cx);
+        self.stats.decisions = self.chooser.decisions();
+        if choice == Choice::Copy {
             return false;
         }
         if self.cfg.zc.is_some() && self.zc_budget == 0 {
@@ -378,6 +380,8 @@ impl ConnState {
             Some(NotifOutcome::Completion { copied }) => {
                 self.stats.zc_completions += 1;
                 self.stats.zc_copied += u64::from(copied);
+                self.chooser.on_completions(1, u64::from(copied));
+                self.stats.decisions = self.chooser.decisions();
                 crate::metrics::record_ns(&mut self.stats.completion_latency_ns, age_ns);
             }
             Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
@@ -393,6 +397,10 @@ impl ConnState {
         self.stats.bytes += s.bytes_done;
         self.stats.short_sends += s.short;
         self.stats.fallbacks.enomem += s.enomem;
+        if s.enomem > 0 {
+            self.chooser.on_no_memory();
+            self.stats.decisions = self.chooser.decisions();
+        }
         if let Some(errno) = s.error {
             self.error = Some(errno);
             self.unheld.extend(chain.iter().map(|e| e.slot));
@@ -480,6 +488,91 @@ mod tests {
             let b = st.take_buf(len);
             st.push(b, true).unwrap();
         }
+    }
+
+    /// Runs `chains` chains of `depth` sends of `len` bytes through `st`, every SEND_ZC result
+    /// followed by its notification (copied as `copied`); returns each chain's operations.
+    fn run_chains(
+        st: &mut ConnState,
+        k: &mut Kernel,
+        chains: usize,
+        depth: usize,
+        len: usize,
+        copied: bool,
+    ) -> Vec<Vec<SendOp>> {
+        let mut ops = Vec::new();
+        for _ in 0..chains {
+            fill(st, depth, len);
+            let c = k.submit(st);
+            for x in &c {
+                let zc = matches!(x.3, SendOp::SendZc { .. });
+                st.on_result(x.0, x.1, len as i32, zc, 0);
+                if zc {
+                    st.on_notification(x.1, copied, 0);
+                }
+            }
+            ops.push(c.iter().map(|x| x.3).collect());
+        }
+        ops
+    }
+
+    #[test]
+    fn adaptive_on_the_ring_stops_send_zc_after_copied_notifications_and_tries_again() {
+        use crate::policy::adaptive::{Adaptive, AdaptiveConfig};
+        use crate::profile::Profile;
+        let cfg = AdaptiveConfig {
+            backoff_first_sends: 8,
+            ..AdaptiveConfig::default()
+        };
+        let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(Profile::defaults(), cfg));
+        let mut st = ConnState::new(
+            StateConfig {
+                depth: 2,
+                zc: Some(ZcConfig {
+                    limits: InflightLimits::default(),
+                    report_usage: true,
+                }),
+            },
+            Box::new(chooser),
+        );
+        let mut k = Kernel::new(1);
+        let zc = SendOp::SendZc { report_usage: true };
+        // 64 KiB and up is a zero-copy tier in the defaults; the kernel copies every one.
+        let ops = run_chains(&mut st, &mut k, 8, 2, 65536, true);
+        assert_eq!(ops[0], [zc, zc]);
+        assert_eq!(ops[1], [zc, zc], "4 copied notifications are the limit");
+        assert_eq!(ops[2], [SendOp::Send, SendOp::Send], "then SEND");
+        assert_eq!(ops[6], [zc, zc], "8 sends later it tried SEND_ZC again");
+        assert_eq!(ops[7], [zc, zc]);
+        let d = st.stats().decisions.expect("adaptive counts");
+        assert_eq!((d.backoffs, d.retries), (2, 1), "the try was copied too");
+        assert_eq!((d.zerocopy_sends, d.backoff_copies), (8, 8));
+        // Below the crossover, SEND whatever the route does.
+        let ops = run_chains(&mut st, &mut k, 2, 2, 4096, false);
+        assert!(ops.iter().flatten().all(|o| *o == SendOp::Send));
+
+        // ENOMEM halves the cap (a profile that expects copies, so no back-off interferes).
+        let mut profile = Profile::defaults();
+        profile.zerocopy_measured_copied = true;
+        let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(profile, cfg));
+        let mut st = ConnState::new(
+            StateConfig {
+                depth: 2,
+                zc: Some(ZcConfig {
+                    limits: InflightLimits::default(),
+                    report_usage: true,
+                }),
+            },
+            Box::new(chooser),
+        );
+        fill(&mut st, 2, 1 << 20);
+        let c = k.submit(&mut st);
+        assert_eq!(c[0].3, zc);
+        st.on_result(c[0].0, c[0].1, -libc::ENOMEM, false, 0);
+        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
+        let d = st.stats().decisions.unwrap();
+        assert_eq!((d.cap_halvings, d.cap), (1, cfg.cap_max / 2));
+        assert_eq!(st.stats().fallbacks.enomem, 1);
     }
 
     #[test]
