@@ -15,6 +15,7 @@
 //! | `sendfile` | `sendfile()` file to socket |
 //! | `splice` | file to pipe to socket with `splice()` |
 //! | `vmsplice` | user pages into a pipe with `vmsplice()`, spliced to the socket |
+//! | `adaptive` | per send, what this host measured wins at its size: `send()`, `MSG_ZEROCOPY` or `sendfile()` |
 //!
 //! Buffers given to a path are moved in and come back (through [`SendPath::take_buf`]) only
 //! when the kernel has released them. Zero-copy paths count how many of their sends the kernel
@@ -32,6 +33,31 @@
 //! path.finish(Duration::from_secs(2))?; // wait for every completion (bounded)
 //! let s = path.stats().summary();
 //! println!("copied {:?}, fallbacks {:?}", s.copied_fraction, s.fallbacks);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The adaptive sender decides from a host profile that `sendpath calibrate` measured
+//! ([`profile::Profile`]; the documented defaults when there is none), stops using zero-copy
+//! on a route where the kernel copies (when the profile expected it not to) and tries again
+//! later, and counts every decision ([`policy::adaptive::Decisions`]). A runnable version is
+//! `examples/adaptive.rs`.
+//!
+//! ```no_run
+//! use sendpath::profile::Profile;
+//! use sendpath::{open, Msg, Options, Strategy};
+//! use std::sync::Arc;
+//!
+//! let (profile, _file) = Profile::load_active()?; // the defaults when no profile exists
+//! let opts = Options { profile: Some(Arc::new(profile)), ..Options::default() };
+//! let sock = std::net::TcpStream::connect("127.0.0.1:9000")?;
+//! let mut path = open(Strategy::Adaptive, sock, &opts)?;
+//! for len in [88, 4096, 1 << 20] {
+//!     let mut buf = path.take_buf(len);
+//!     buf.as_mut_slice().fill(b'x');
+//!     path.send(Msg::one(buf))?; // copy or zero-copy, by the profile's tier for `len`
+//! }
+//! path.finish(std::time::Duration::from_secs(2))?;
+//! println!("{:?}", path.stats().decisions); // sends per path, switches, back-offs
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(unsafe_code)]

@@ -1,7 +1,7 @@
 //! The adaptive sender's decisions, free of I/O: which path each send takes, when a route stops
 //! using zero-copy and when it tries again, and how many zero-copy sends may await completion.
 //!
-//! - **Tiers** come from a [`Profile`](crate::profile::Profile): copy below the crossover this
+//! - **Tiers** come from a [`Profile`]: copy below the crossover this
 //!   host measured, zero-copy above it; file data goes by `sendfile`.
 //! - **Copied completions**: a profile made where the kernel delivers zero-copy expects
 //!   non-copied completions. When they come back copied (a route that delivers locally), the
