@@ -2,7 +2,7 @@
 
 use crate::cli::CalibrateArgs;
 use anyhow::{bail, Context};
-use sendpath::profile::{Profile, TierPath};
+use sendpath::profile::Profile;
 use sendpath_lab::calibrate;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
@@ -23,9 +23,8 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     };
     let windows = points.len() as u32 * a.repeat;
     eprintln!(
-        "calibrate: {} against {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
-        calibrate::PATHS.1,
-        calibrate::PATHS.0,
+        "calibrate: {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
+        sendpath::profile::TIER_PATHS.map(|s| s.name()).join(", "),
         a.sizes.len(),
         a.repeat,
         schedule.seed,
@@ -47,26 +46,36 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     let profile = calibrate::profile(&rec.results);
     println!();
     println!(
-        "{:>8}  {:>11}  {:>15}  {:>26}  {:>5}  {:>6}  tier",
-        "size", "copy Gbit/s", "zerocopy Gbit/s", "zerocopy/copy per round", "wins", "copied"
+        "{:>8}  {:<42}  {:<42}  {:<42}  tier",
+        "size", "msg-zerocopy / copy per round (wins)", "uring / copy", "uring-zc / copy"
     );
     for m in &profile.measurements {
+        let cell = |s: sendpath::Strategy| {
+            m.paths
+                .iter()
+                .find(|p| p.path == s)
+                .map_or("-".into(), |p| {
+                    format!(
+                        "{:.3} [{:.3}..{:.3}] ({}/{}){}",
+                        p.ratio_median,
+                        p.ratio_min,
+                        p.ratio_max,
+                        p.wins,
+                        m.rounds,
+                        p.copied_fraction
+                            .map_or(String::new(), |f| format!(" copied {:.0}%", f * 100.0))
+                    )
+                })
+        };
+        let copy = m.paths.iter().find(|p| p.path == sendpath::Strategy::Copy);
         println!(
-            "{:>8}  {:>11.3}  {:>15.3}  {:>26}  {:>5}  {:>6}  {}",
+            "{:>8}  {:<42}  {:<42}  {:<42}  {} (copy {:.2} Gbit/s)",
             fmt_size(m.size_bytes),
-            m.copy_gbps,
-            m.zerocopy_gbps,
-            format!(
-                "{:.3} [{:.3}..{:.3}]",
-                m.ratio_median, m.ratio_min, m.ratio_max
-            ),
-            format!("{}/{}", m.zerocopy_wins, m.rounds),
-            m.zerocopy_copied_fraction
-                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
-            match profile.tier(m.size_bytes) {
-                TierPath::Copy => "copy",
-                TierPath::ZeroCopy => "zero-copy",
-            }
+            cell(sendpath::Strategy::MsgZerocopy),
+            cell(sendpath::Strategy::Uring),
+            cell(sendpath::Strategy::UringZc),
+            profile.tier(m.size_bytes),
+            copy.map_or(0.0, |c| c.gbps)
         );
     }
     profile

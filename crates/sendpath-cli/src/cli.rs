@@ -113,7 +113,8 @@ pub(crate) struct ServeArgs {
     /// Write the report as JSON to FILE on exit.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// The host profile `--send adaptive` decides from (default: the active profile).
+    /// The host profile `--send adaptive` decides from: a file, or `defaults` (default: the
+    /// active profile).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 }
@@ -253,7 +254,8 @@ pub(crate) struct SweepArgs {
     /// Seed for the shuffled order of each round (default: random; recorded in results.json).
     #[arg(long, conflicts_with = "resume")]
     pub seed: Option<u64>,
-    /// The host profile `adaptive` decides from (default: the active profile).
+    /// The host profile `adaptive` decides from: a file, or `defaults` (default: the active
+    /// profile).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 }
@@ -471,8 +473,9 @@ pub(crate) struct RunArgs {
     /// released) and/or fresh (allocate and fill a new one per message); each is a point.
     #[arg(long, default_value = "pool", value_parser = alloc_list)]
     pub alloc: std::vec::Vec<sendpath_lab::workload::mix::Alloc>,
-    /// The host profile `adaptive` decides from (default: the active profile, see
-    /// `sendpath probe`; the documented defaults when there is none).
+    /// The host profile `adaptive` decides from: a file, or `defaults` for the documented
+    /// defaults (default: the active profile, see `sendpath probe`; the defaults when there is
+    /// none).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 }
@@ -497,6 +500,7 @@ pub(crate) fn load_profile(
         return Ok(None);
     }
     let p = match file {
+        Some(f) if f == std::path::Path::new("defaults") => Profile::defaults(),
         Some(f) => Profile::load(f).with_context(|| format!("--profile {}", f.display()))?,
         None => Profile::load_active().context("the active host profile (see `sendpath probe`; remove the file or re-run `sendpath calibrate`)")?.0,
     };

@@ -43,8 +43,16 @@ fn calibrate_writes_a_profile_that_probe_shows_and_adaptive_uses() {
     assert_eq!(m.len(), 2, "{v}");
     for x in m {
         assert_eq!(x["rounds"], 2);
-        assert!(x["copy_gbps"].as_f64().unwrap() > 0.0);
-        assert!(x["zerocopy_gbps"].as_f64().unwrap() > 0.0);
+        let paths: Vec<&str> = x["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, ["copy", "msg-zerocopy", "uring", "uring-zc"], "{x}");
+        for p in x["paths"].as_array().unwrap() {
+            assert!(p["gbps"].as_f64().unwrap() > 0.0, "{p}");
+        }
     }
     assert_eq!(v["environment"]["route"], "loopback");
 

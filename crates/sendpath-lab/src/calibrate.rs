@@ -1,19 +1,19 @@
-//! `sendpath calibrate`: copy against zero-copy at each size, in interleaved rounds, turned
-//! into a host profile ([`sendpath::profile::Profile`]) that `adaptive` decides from.
+//! `sendpath calibrate`: the memory paths the `adaptive` path runs (`copy`, `msg-zerocopy`,
+//! `uring`, `uring-zc`) at each size, in interleaved rounds, turned into a host profile
+//! ([`sendpath::profile::Profile`]) that `adaptive` decides from.
 //!
 //! The points are stream points (one connection on loopback, the receiver copying, one
-//! buffer per message) of `copy` and `msg-zerocopy`: the two paths the `adaptive` path chooses
-//! between. Each round measures every point once, in a shuffled order with the two paths of a
-//! size back to back; a size goes zero-copy when `msg-zerocopy` was faster in more than half of
-//! its paired rounds and by more than 3% in the median ratio
-//! ([`Profile::from_measurements`](sendpath::profile::Profile::from_measurements)).
+//! buffer per message). Each round measures every point once, in a shuffled order with the
+//! paths of a size back to back; each path is paired with `copy` by round, and a size takes
+//! the path that beat `copy` in more than half of its rounds by the largest median ratio above
+//! 1.03 ([`Measurement::winner`]), else `copy`.
 
 use crate::results::Results;
 use crate::runner::Point;
 use crate::workload::mix::Alloc;
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
-use sendpath::profile::{Measurement, Profile, ProfileEnvironment};
+use sendpath::profile::{Measurement, PathMeasurement, Profile, ProfileEnvironment, TIER_PATHS};
 use sendpath::Strategy;
 use std::time::Duration;
 
@@ -31,14 +31,11 @@ pub const DEFAULT_SIZES: [usize; 7] = [
 /// The margin by which zero-copy must win to get a tier: 3%.
 pub const MARGIN: f64 = 0.03;
 
-/// The copy path and the zero-copy path calibrated.
-pub const PATHS: (Strategy, Strategy) = (Strategy::Copy, Strategy::MsgZerocopy);
-
-/// The points of a calibration: both paths at every size.
+/// The points of a calibration: every tier path at every size.
 pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Point> {
     let mut v = Vec::new();
     for &size in sizes {
-        for strategy in [PATHS.0, PATHS.1] {
+        for strategy in TIER_PATHS {
             v.push(Point::Stream(StreamPoint {
                 strategy,
                 size,
@@ -61,7 +58,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Poin
     v
 }
 
-/// Copy against zero-copy at each size of `r`, paired by round.
+/// Every path against copy at each size of `r`, paired by round.
 pub fn measurements(r: &Results) -> Vec<Measurement> {
     let row = |s: Strategy, size: usize| {
         r.results
@@ -73,32 +70,45 @@ pub fn measurements(r: &Results) -> Vec<Measurement> {
     sizes.dedup();
     let mut out = Vec::new();
     for size in sizes {
-        let (Some(c), Some(z)) = (row(PATHS.0, size), row(PATHS.1, size)) else {
+        let Some(c) = row(Strategy::Copy, size) else {
             continue;
         };
-        let ratios: Vec<f64> = z
-            .repeats
-            .iter()
-            .filter_map(|zr| {
-                let cr = c.repeats.iter().find(|cr| cr.round == zr.round)?;
-                (cr.throughput_gbps > 0.0).then(|| zr.throughput_gbps / cr.throughput_gbps)
-            })
-            .collect();
-        if ratios.is_empty() {
-            continue;
+        let mut paths = Vec::new();
+        let mut rounds = 0;
+        for s in TIER_PATHS {
+            let Some(x) = row(s, size) else {
+                continue;
+            };
+            let ratios: Vec<f64> = x
+                .repeats
+                .iter()
+                .filter_map(|xr| {
+                    let cr = c.repeats.iter().find(|cr| cr.round == xr.round)?;
+                    (cr.throughput_gbps > 0.0).then(|| xr.throughput_gbps / cr.throughput_gbps)
+                })
+                .collect();
+            if ratios.is_empty() {
+                continue;
+            }
+            rounds = rounds.max(ratios.len() as u32);
+            let spread = crate::results::Spread::of(&ratios);
+            paths.push(PathMeasurement {
+                path: s,
+                gbps: x.throughput_gbps.median,
+                ratio_median: spread.median,
+                ratio_min: spread.min,
+                ratio_max: spread.max,
+                wins: ratios.iter().filter(|&&v| v > 1.0).count() as u32,
+                copied_fraction: x.zerocopy.copied_fraction,
+            });
         }
-        let spread = crate::results::Spread::of(&ratios);
-        out.push(Measurement {
-            size_bytes: size,
-            rounds: ratios.len() as u32,
-            copy_gbps: c.throughput_gbps.median,
-            zerocopy_gbps: z.throughput_gbps.median,
-            ratio_median: spread.median,
-            ratio_min: spread.min,
-            ratio_max: spread.max,
-            zerocopy_wins: ratios.iter().filter(|&&x| x > 1.0).count() as u32,
-            zerocopy_copied_fraction: z.zerocopy.copied_fraction,
-        });
+        if paths.len() > 1 {
+            out.push(Measurement {
+                size_bytes: size,
+                rounds,
+                paths,
+            });
+        }
     }
     out
 }
@@ -114,7 +124,11 @@ pub fn profile(r: &Results) -> Profile {
             cpu: env.cpu.clone(),
             cpus: env.probe.cpus,
             route: "loopback".into(),
-            paths: format!("{} against {}", PATHS.1, PATHS.0),
+            paths: TIER_PATHS
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", "),
             created_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -128,7 +142,6 @@ pub fn profile(r: &Results) -> Profile {
 mod tests {
     use super::*;
     use crate::results::{Repeat, Row, Zerocopy};
-    use sendpath::profile::TierPath;
 
     fn row(s: Strategy, size: usize, gbps: &[f64], copied: Option<f64>) -> Row {
         let mut r = Row {
@@ -159,31 +172,37 @@ mod tests {
         let mut r: Results =
             serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
         let copy = [10.0, 12.0, 8.0, 11.0, 9.0, 10.0];
-        // 64 KiB: zero-copy faster in every round, by 20%, though the kernel copied it all.
-        let zc64: Vec<f64> = copy.iter().map(|c| c * 1.2).collect();
-        // 4 KiB: slower in every round.
-        let zc4: Vec<f64> = copy.iter().map(|c| c * 0.8).collect();
+        let times = |k: f64| -> Vec<f64> { copy.iter().map(|c| c * k).collect() };
         r.results = vec![
             row(Strategy::Copy, 4096, &copy, None),
-            row(Strategy::MsgZerocopy, 4096, &zc4, Some(1.0)),
+            row(Strategy::MsgZerocopy, 4096, &times(0.8), Some(1.0)),
+            row(Strategy::Uring, 4096, &times(0.9), None),
+            // 64 KiB: both zero-copy paths faster in every round, though the kernel copied
+            // everything; uring-zc by more.
             row(Strategy::Copy, 65536, &copy, None),
-            row(Strategy::MsgZerocopy, 65536, &zc64, Some(1.0)),
-            row(Strategy::Copy, 1 << 20, &copy, None), // no zero-copy row: left out
+            row(Strategy::MsgZerocopy, 65536, &times(1.125), Some(1.0)),
+            row(Strategy::UringZc, 65536, &times(1.25), Some(1.0)),
+            row(Strategy::Copy, 1 << 20, &copy, None), // alone: left out
         ];
         let m = measurements(&r);
         assert_eq!(m.len(), 2);
         assert_eq!(
-            (m[1].size_bytes, m[1].rounds, m[1].zerocopy_wins),
-            (65536, 6, 6)
+            (m[1].size_bytes, m[1].rounds, m[1].paths.len()),
+            (65536, 6, 3)
         );
-        assert!((m[1].ratio_median - 1.2).abs() < 1e-9);
+        let zc = m[1]
+            .paths
+            .iter()
+            .find(|p| p.path == Strategy::UringZc)
+            .unwrap();
+        assert_eq!(zc.wins, 6);
         assert!(
-            (m[1].ratio_min - 1.2).abs() < 1e-9,
-            "paired: every round 1.2"
+            (zc.ratio_min - 1.25).abs() < 1e-9,
+            "paired: every round 1.25"
         );
         let p = profile(&r);
-        assert_eq!(p.tier(4096), TierPath::Copy);
-        assert_eq!(p.tier(65536), TierPath::ZeroCopy);
+        assert_eq!(p.tier(4096), Strategy::Copy);
+        assert_eq!(p.tier(65536), Strategy::UringZc);
         assert_eq!(p.crossover_bytes, Some(16384), "between 4 and 64 KiB");
         assert!(p.zerocopy_measured_copied);
     }

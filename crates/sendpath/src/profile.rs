@@ -1,39 +1,37 @@
-//! A host profile: where, by message size, zero-copy beat copying on this host, measured by
-//! `sendpath calibrate`. The adaptive sender ([`policy::adaptive`](crate::policy::adaptive))
-//! decides from it.
+//! A host profile: which send path won at which message size on this host, measured by
+//! `sendpath calibrate` (`copy`, `msg-zerocopy`, `uring`, `uring-zc`). The adaptive sender
+//! ([`policy::adaptive`](crate::policy::adaptive)) decides from it.
 //!
 //! Profiles are JSON with a `schema_version`; a file of another version is refused with a
 //! message that says to re-run `sendpath calibrate`. Without a profile, [`Profile::defaults`]
-//! applies: copy below 64 KiB (the break-even the Net.ZMQ study found), zero-copy from 64 KiB,
-//! expecting the kernel not to copy (so on a route that copies, the sender backs off).
+//! applies: `copy` below 64 KiB (the break-even the Net.ZMQ study found), `msg-zerocopy` from
+//! 64 KiB, expecting the kernel not to copy (so on a route that copies, the sender backs off).
 //!
 //! Where the active profile lives ([`Profile::active_path`]): `$SENDPATH_PROFILE`, else
 //! `$XDG_CONFIG_HOME/sendpath/profile.json`, else `$HOME/.config/sendpath/profile.json`.
 
-use crate::{Error, Result};
+use crate::{Error, Result, Strategy};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The profile format this version reads and writes.
 pub const PROFILE_SCHEMA_VERSION: u32 = 1;
 
-/// The path of a tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TierPath {
-    /// Copy (`send`, io_uring SEND).
-    Copy,
-    /// Zero-copy (`MSG_ZEROCOPY`, io_uring SEND_ZC).
-    ZeroCopy,
-}
+/// The paths a tier may name: the memory paths the adaptive sender runs.
+pub const TIER_PATHS: [Strategy; 4] = [
+    Strategy::Copy,
+    Strategy::MsgZerocopy,
+    Strategy::Uring,
+    Strategy::UringZc,
+];
 
 /// Messages from `from_bytes` up to the next tier's `from_bytes` take `path`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tier {
     /// Smallest message size of the tier, bytes.
     pub from_bytes: usize,
-    /// The path its messages take.
-    pub path: TierPath,
+    /// The path its messages take: one of [`TIER_PATHS`].
+    pub path: Strategy,
 }
 
 /// Where a profile came from.
@@ -46,27 +44,48 @@ pub enum ProfileOrigin {
     Calibrated,
 }
 
-/// One size `sendpath calibrate` measured: copy against zero-copy in paired rounds.
+/// One path at one size, against `copy` at that size in the same rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathMeasurement {
+    /// The path.
+    pub path: Strategy,
+    /// Median throughput, Gbit/s.
+    pub gbps: f64,
+    /// Median of the per-round ratios path / copy (1 for copy itself).
+    pub ratio_median: f64,
+    /// Smallest per-round ratio.
+    pub ratio_min: f64,
+    /// Largest per-round ratio.
+    pub ratio_max: f64,
+    /// Rounds it was faster than copy in.
+    pub wins: u32,
+    /// Fraction of its zero-copy completions the kernel reported copied; null when it had none.
+    pub copied_fraction: Option<f64>,
+}
+
+/// One size `sendpath calibrate` measured: every path, paired with copy by round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     /// Message size, bytes.
     pub size_bytes: usize,
     /// Paired rounds.
     pub rounds: u32,
-    /// Median throughput of copy, Gbit/s.
-    pub copy_gbps: f64,
-    /// Median throughput of zero-copy, Gbit/s.
-    pub zerocopy_gbps: f64,
-    /// Median of the per-round ratios zero-copy / copy.
-    pub ratio_median: f64,
-    /// Smallest per-round ratio.
-    pub ratio_min: f64,
-    /// Largest per-round ratio.
-    pub ratio_max: f64,
-    /// Rounds zero-copy was faster in.
-    pub zerocopy_wins: u32,
-    /// Fraction of zero-copy completions the kernel reported copied; null when none came.
-    pub zerocopy_copied_fraction: Option<f64>,
+    /// The paths, copy first.
+    pub paths: Vec<PathMeasurement>,
+}
+
+impl Measurement {
+    /// The path that wins at this size: the one whose median ratio to copy is highest, if it
+    /// exceeds 1 by `margin` and it was faster than copy in more than half the rounds; else
+    /// copy.
+    pub fn winner(&self, margin: f64) -> Strategy {
+        self.paths
+            .iter()
+            .filter(|p| p.path != Strategy::Copy)
+            .filter(|p| p.ratio_median > 1.0 + margin && 2 * p.wins > self.rounds)
+            .max_by(|a, b| a.ratio_median.total_cmp(&b.ratio_median))
+            .map_or(Strategy::Copy, |p| p.path)
+    }
 }
 
 /// Where and how a profile was measured.
@@ -80,7 +99,7 @@ pub struct ProfileEnvironment {
     pub cpus: usize,
     /// The route measured (`loopback`).
     pub route: String,
-    /// The zero-copy and copy paths compared (`msg-zerocopy` against `copy`).
+    /// The paths compared (`copy, msg-zerocopy, uring, uring-zc`).
     pub paths: String,
     /// Seconds since the epoch when it was written.
     pub created_unix_s: u64,
@@ -104,7 +123,7 @@ pub struct Profile {
     /// expected and do not make the sender back off. False for the defaults, which assume a
     /// route that delivers zero-copy.
     pub zerocopy_measured_copied: bool,
-    /// The crossover: the smallest size sent zero-copy; null when no tier is.
+    /// The crossover: the smallest size sent by a zero-copy path; null when no tier is.
     pub crossover_bytes: Option<usize>,
     /// What was measured; empty for the defaults.
     pub measurements: Vec<Measurement>,
@@ -116,16 +135,16 @@ pub struct Profile {
 pub const DEFAULT_CROSSOVER_BYTES: usize = 64 << 10;
 
 impl Profile {
-    /// Copy below 64 KiB, zero-copy from 64 KiB, expecting non-copied completions.
+    /// `copy` below 64 KiB, `msg-zerocopy` from 64 KiB, expecting non-copied completions.
     pub fn defaults() -> Profile {
         let tiers = vec![
             Tier {
                 from_bytes: 0,
-                path: TierPath::Copy,
+                path: Strategy::Copy,
             },
             Tier {
                 from_bytes: DEFAULT_CROSSOVER_BYTES,
-                path: TierPath::ZeroCopy,
+                path: Strategy::MsgZerocopy,
             },
         ];
         Profile {
@@ -139,12 +158,12 @@ impl Profile {
         }
     }
 
-    /// A profile from what `calibrate` measured: a size is in a zero-copy tier when zero-copy
-    /// was faster in more than half of its paired rounds and the median of its per-round
-    /// ratios exceeds 1 by `margin` (0.03 for 3%); otherwise copy. (A choice must be made at
-    /// every size, so this is the better-estimate rule, not the report's stricter "beats",
-    /// which may leave a comparison undecided.) Tier boundaries sit at the geometric mean of
-    /// neighbouring measured sizes.
+    /// A profile from what `calibrate` measured: each size's tier is its
+    /// [`Measurement::winner`] (copy unless another path beat it in more than half of the
+    /// paired rounds and by more than `margin`, 0.03 for 3%, in the median ratio; a choice must
+    /// be made at every size, so this is the better-estimate rule, not the report's stricter
+    /// "beats", which may leave a comparison undecided). Tier bounds sit at the geometric mean
+    /// of neighbouring measured sizes.
     pub fn from_measurements(
         mut measurements: Vec<Measurement>,
         margin: f64,
@@ -153,12 +172,17 @@ impl Profile {
         measurements.sort_by_key(|m| m.size_bytes);
         let mut tiers: Vec<Tier> = Vec::new();
         let mut prev: Option<usize> = None;
+        let mut copied = false;
         for m in &measurements {
-            let path = if zerocopy_won(m, margin) {
-                TierPath::ZeroCopy
-            } else {
-                TierPath::Copy
-            };
+            let path = m.winner(margin);
+            if path.avoids_send_copy() {
+                copied |= m
+                    .paths
+                    .iter()
+                    .find(|p| p.path == path)
+                    .and_then(|p| p.copied_fraction)
+                    .is_some_and(|f| f >= 0.5);
+            }
             let from = match prev {
                 None => 0,
                 Some(p) => ((p as f64) * (m.size_bytes as f64)).sqrt().round() as usize,
@@ -174,13 +198,9 @@ impl Profile {
         if tiers.is_empty() {
             tiers.push(Tier {
                 from_bytes: 0,
-                path: TierPath::Copy,
+                path: Strategy::Copy,
             });
         }
-        let copied = measurements
-            .iter()
-            .filter(|m| zerocopy_won(m, margin))
-            .any(|m| m.zerocopy_copied_fraction.is_some_and(|f| f >= 0.5));
         Profile {
             schema_version: PROFILE_SCHEMA_VERSION,
             origin: ProfileOrigin::Calibrated,
@@ -193,12 +213,12 @@ impl Profile {
     }
 
     /// The path for a message of `len` bytes.
-    pub fn tier(&self, len: usize) -> TierPath {
+    pub fn tier(&self, len: usize) -> Strategy {
         self.tiers
             .iter()
             .rev()
             .find(|t| t.from_bytes <= len)
-            .map_or(TierPath::Copy, |t| t.path)
+            .map_or(Strategy::Copy, |t| t.path)
     }
 
     /// Parses and checks a profile: its version, and tiers ascending from 0.
@@ -229,6 +249,12 @@ impl Profile {
                 "malformed profile: tiers must start at 0 bytes and ascend; re-run `sendpath calibrate`"
                     .into(),
             ));
+        }
+        if let Some(t) = p.tiers.iter().find(|t| !TIER_PATHS.contains(&t.path)) {
+            return Err(bad(format!(
+                "malformed profile: a tier names {}, which the adaptive sender does not run (copy, msg-zerocopy, uring, uring-zc); re-run `sendpath calibrate`",
+                t.path
+            )));
         }
         Ok(p)
     }
@@ -275,29 +301,19 @@ impl Profile {
         }
     }
 
-    /// One line per tier, for people: `0 B.. copy`, `48 KiB.. zero-copy`.
+    /// One line per tier, for people: `0 B.. copy`, `32 KiB.. uring-zc`.
     pub fn describe_tiers(&self) -> Vec<String> {
         self.tiers
             .iter()
-            .map(|t| {
-                let path = match t.path {
-                    TierPath::Copy => "copy",
-                    TierPath::ZeroCopy => "zero-copy",
-                };
-                format!("{}.. {path}", human_bytes(t.from_bytes))
-            })
+            .map(|t| format!("{}.. {}", human_bytes(t.from_bytes), t.path))
             .collect()
     }
-}
-
-fn zerocopy_won(m: &Measurement, margin: f64) -> bool {
-    m.ratio_median > 1.0 + margin && 2 * m.zerocopy_wins > m.rounds
 }
 
 fn crossover(tiers: &[Tier]) -> Option<usize> {
     tiers
         .iter()
-        .find(|t| t.path == TierPath::ZeroCopy)
+        .find(|t| t.path.avoids_send_copy())
         .map(|t| t.from_bytes)
 }
 
@@ -314,17 +330,28 @@ fn human_bytes(n: usize) -> String {
 mod tests {
     use super::*;
 
-    fn m(size: usize, ratio: f64, wins: u32, copied: Option<f64>) -> Measurement {
-        Measurement {
-            size_bytes: size,
-            rounds: 8,
-            copy_gbps: 8.0,
-            zerocopy_gbps: 8.0 * ratio,
+    /// A size where copy ran at 8 Gbit/s and each other path at `ratio` x that, winning
+    /// `wins` of 8 rounds.
+    fn m(size: usize, others: &[(Strategy, f64, u32)], copied: Option<f64>) -> Measurement {
+        let one = |path, ratio: f64, wins| PathMeasurement {
+            path,
+            gbps: 8.0 * ratio,
             ratio_median: ratio,
             ratio_min: ratio - 0.125,
             ratio_max: ratio + 0.125,
-            zerocopy_wins: wins,
-            zerocopy_copied_fraction: copied,
+            wins,
+            copied_fraction: if path == Strategy::Copy || path == Strategy::Uring {
+                None
+            } else {
+                copied
+            },
+        };
+        let mut paths = vec![one(Strategy::Copy, 1.0, 0)];
+        paths.extend(others.iter().map(|&(p, r, w)| one(p, r, w)));
+        Measurement {
+            size_bytes: size,
+            rounds: 8,
+            paths,
         }
     }
 
@@ -334,34 +361,47 @@ mod tests {
             cpu: "test".into(),
             cpus: 2,
             route: "loopback".into(),
-            paths: "msg-zerocopy against copy".into(),
+            paths: "copy, msg-zerocopy, uring, uring-zc".into(),
             created_unix_s: 1,
             sendpath_version: "0".into(),
             command_line: vec![],
         }
     }
 
+    use Strategy::{Copy, MsgZerocopy, Uring, UringZc};
+
     #[test]
     fn tiers_follow_the_rounds_won_and_bounds_sit_between_measured_sizes() {
         let p = Profile::from_measurements(
             vec![
-                m(1 << 20, 0.9, 1, Some(1.0)),
-                m(256, 0.8, 0, Some(1.0)),
-                m(64 << 10, 1.15, 8, Some(1.0)),
-                m(16 << 10, 1.02, 8, Some(1.0)), // won every round, but by less than 3%
-                m(256 << 10, 1.2, 4, Some(1.0)), // by enough, but in only half the rounds
+                m(
+                    1 << 20,
+                    &[(MsgZerocopy, 0.875, 1), (Uring, 0.875, 2)],
+                    Some(1.0),
+                ),
+                m(256, &[(MsgZerocopy, 0.5, 0), (Uring, 0.875, 1)], Some(1.0)),
+                // Both zero-copy paths win; the larger median ratio takes the tier.
+                m(
+                    64 << 10,
+                    &[(MsgZerocopy, 1.125, 8), (UringZc, 1.25, 7)],
+                    Some(1.0),
+                ),
+                // Won every round, but by less than 3%.
+                m(16 << 10, &[(MsgZerocopy, 1.02, 8)], Some(1.0)),
+                // By enough, but in only half the rounds.
+                m(256 << 10, &[(Uring, 1.25, 4)], Some(1.0)),
             ],
             0.03,
             env(),
         );
         assert_eq!(p.crossover_bytes, Some(32 << 10), "between 16 and 64 KiB");
-        assert_eq!(p.tier(100), TierPath::Copy);
-        assert_eq!(p.tier(16 << 10), TierPath::Copy);
-        assert_eq!(p.tier(64 << 10), TierPath::ZeroCopy);
-        assert_eq!(p.tier(256 << 10), TierPath::Copy);
-        assert_eq!(p.tier(1 << 20), TierPath::Copy);
+        assert_eq!(p.tier(100), Copy);
+        assert_eq!(p.tier(16 << 10), Copy);
+        assert_eq!(p.tier(64 << 10), UringZc);
+        assert_eq!(p.tier(256 << 10), Copy);
+        assert_eq!(p.tier(1 << 20), Copy);
         assert!(p.zerocopy_measured_copied, "it won while copied");
-        assert_eq!(p.describe_tiers()[1], "32 KiB.. zero-copy");
+        assert_eq!(p.describe_tiers()[1], "32 KiB.. uring-zc");
         let back = Profile::from_json(&p.to_json()).unwrap();
         assert_eq!(back, p);
     }
@@ -369,8 +409,8 @@ mod tests {
     #[test]
     fn defaults_and_foreign_files() {
         let d = Profile::defaults();
-        assert_eq!(d.tier(64 << 10), TierPath::ZeroCopy);
-        assert_eq!(d.tier((64 << 10) - 1), TierPath::Copy);
+        assert_eq!(d.tier(64 << 10), MsgZerocopy);
+        assert_eq!(d.tier((64 << 10) - 1), Copy);
         assert!(!d.zerocopy_measured_copied);
         let e = Profile::from_json("{\"schema_version\": 99}").unwrap_err();
         assert!(e.to_string().contains("re-run `sendpath calibrate`"), "{e}");
@@ -380,15 +420,21 @@ mod tests {
         bad.tiers.reverse();
         let e = Profile::from_json(&bad.to_json()).unwrap_err();
         assert!(e.to_string().contains("ascend"), "{e}");
+        let mut bad = d.clone();
+        bad.tiers[1].path = Strategy::Sendfile;
+        let e = Profile::from_json(&bad.to_json()).unwrap_err();
+        assert!(e.to_string().contains("sendfile"), "{e}");
     }
 
     #[test]
     fn save_and_load_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a/b/profile.json");
-        let p = Profile::from_measurements(vec![m(64 << 10, 1.2, 8, None)], 0.03, env());
+        let p =
+            Profile::from_measurements(vec![m(64 << 10, &[(Uring, 1.25, 8)], None)], 0.03, env());
         p.save(&path).unwrap();
         assert_eq!(Profile::load(&path).unwrap(), p);
-        assert!(!p.zerocopy_measured_copied, "no copied completions seen");
+        assert_eq!(p.tier(1), Uring);
+        assert!(!p.zerocopy_measured_copied, "no zero-copy tier");
     }
 }

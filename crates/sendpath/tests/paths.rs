@@ -325,5 +325,75 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
     assert_intact(&o);
     let d = o.stats.decisions.unwrap();
     assert_eq!(d.backoffs, 0, "{d:?}");
-    assert_eq!(d.zerocopy_sends + d.cap_copies, 300, "{d:?}");
+    assert_eq!(d.zerocopy_sends + d.cap_copies + d.run_copies, 300, "{d:?}");
+}
+
+#[test]
+fn adaptive_keeps_byte_order_across_all_four_paths() {
+    use sendpath::profile::{Profile, Tier};
+    use sendpath::{pattern, Msg};
+    if !probe::run().io_uring.send_zc {
+        common::skip("io_uring SEND_ZC unavailable here");
+        return;
+    }
+    // A profile naming every path, so runs of sizes cross between the blocking calls and the
+    // ring, and between SEND and SEND_ZC on the ring.
+    let mut profile = Profile::defaults();
+    profile.zerocopy_measured_copied = true;
+    profile.tiers = [
+        (0, Strategy::Copy),
+        (1000, Strategy::Uring),
+        (16_000, Strategy::MsgZerocopy),
+        (100_000, Strategy::UringZc),
+    ]
+    .map(|(from_bytes, path)| Tier { from_bytes, path })
+    .to_vec();
+    let opts = Options {
+        profile: Some(std::sync::Arc::new(profile)),
+        ..Options::default()
+    };
+    let (addr, rx) = common::receiver(NO_PAUSE);
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    let mut p = sendpath::open(Strategy::Adaptive, sock, &opts).unwrap();
+    let mut off = 0u64;
+    // Runs long enough to pass the run rule, then single sends that switch every time.
+    let mut sizes: Vec<usize> = Vec::new();
+    for round in 0..3 {
+        for len in [300, 5000, 40_000, 300_000, 77, 1 << 20] {
+            sizes.extend(std::iter::repeat_n(len + round, 20));
+        }
+        sizes.extend([300, 300_000, 5000, 40_000, 1 << 20, 7].map(|x| x + round));
+    }
+    for &len in &sizes {
+        let mut b = p.take_buf(len);
+        pattern::fill(b.as_mut_slice(), off);
+        p.send(Msg::one(b)).unwrap();
+        off += len as u64;
+    }
+    p.finish(Duration::from_secs(5)).unwrap();
+    let s = p.stats().summary();
+    drop(p);
+    let v = rx.join().unwrap();
+    println!(
+        "adaptive over four paths: {} bytes verified, {:?}",
+        v.bytes_verified(),
+        s.decisions
+    );
+    assert_eq!(v.bytes_verified(), off, "every byte arrived");
+    assert_eq!(v.mismatches, 0, "in order");
+    assert_eq!(s.sends, sizes.len() as u64);
+    assert_eq!(s.bytes, off);
+    let d = s.decisions.unwrap();
+    assert!(
+        d.zerocopy_sends > 0 && d.copy_sends > 0 && d.run_copies > 0,
+        "{d:?}"
+    );
+    assert!(d.switches >= 30, "{d:?}");
+    // A zero-copy pick may still go by copy under the path's own byte cap (counted).
+    assert_eq!(
+        s.zc_attempts + s.fallbacks.inflight_cap,
+        d.zerocopy_sends,
+        "{s:?}"
+    );
+    assert_eq!(s.leaked_buffers, 0);
 }

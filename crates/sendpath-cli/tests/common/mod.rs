@@ -3,9 +3,16 @@
 
 use assert_cmd::Command;
 
-/// The `sendpath` binary under test.
+/// The `sendpath` binary under test. The host profile is one no test writes (so `adaptive`
+/// runs on the documented defaults, whatever the machine's own profile says), unless the test
+/// sets `SENDPATH_PROFILE` itself.
 pub(crate) fn sendpath() -> Command {
-    Command::cargo_bin("sendpath").unwrap()
+    let mut c = Command::cargo_bin("sendpath").unwrap();
+    c.env(
+        "SENDPATH_PROFILE",
+        "/nonexistent/sendpath-test-profile.json",
+    );
+    c
 }
 
 /// What the command wrote to stderr.

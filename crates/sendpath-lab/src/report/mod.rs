@@ -209,13 +209,17 @@ fn cpu_cell(x: &Row, f: impl Fn(&crate::results::CpuNsPerByte) -> Option<f64>) -
 fn zerocopy_paper_table(r: &Results) -> Option<Table> {
     let find = |p: Strategy, s: usize| {
         r.results.iter().find(|x| {
-            x.workload == Workload::Stream && x.strategy == p && x.size_bytes == s && x.threads == 1
+            x.workload == Workload::Stream
+                && x.is_plain()
+                && x.strategy == p
+                && x.size_bytes == s
+                && x.threads == 1
         })
     };
     let sizes: BTreeSet<usize> = r
         .results
         .iter()
-        .filter(|x| x.strategy == Strategy::MsgZerocopy && x.threads == 1)
+        .filter(|x| x.strategy == Strategy::MsgZerocopy && x.threads == 1 && x.is_plain())
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
@@ -265,8 +269,12 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
     (!t.rows.is_empty()).then_some(t)
 }
 
+/// The stream rows plotted against size: single sizes from pooled buffers (mixes and fresh
+/// buffers are in the table).
 fn stream_rows(r: &Results) -> impl Iterator<Item = &Row> {
-    r.results.iter().filter(|x| x.workload == Workload::Stream)
+    r.results
+        .iter()
+        .filter(|x| x.workload == Workload::Stream && x.is_plain())
 }
 
 /// Lines of `y` against size, one per path, for rows with `threads`.

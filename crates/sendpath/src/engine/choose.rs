@@ -1,7 +1,7 @@
 //! Which operation each send uses: the seam where a fixed strategy ([`Fixed`]) and the adaptive
 //! sender ([`AdaptiveChoice`]) plug into [`ConnState`](super::ConnState).
 
-use crate::policy::adaptive::{Adaptive, Decisions, Pick};
+use crate::policy::adaptive::{Adaptive, Decisions};
 
 /// The operation chosen for one send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,9 +91,11 @@ pub struct AdaptiveChoice(pub Adaptive);
 
 impl Choose for AdaptiveChoice {
     fn choose(&mut self, cx: &SendContext) -> Choice {
-        match self.0.choose(cx.len, cx.zc_inflight) {
-            Pick::ZeroCopy => Choice::ZeroCopy,
-            Pick::Copy | Pick::File => Choice::Copy,
+        // One ring: the tier's zero-copy paths are SEND_ZC, its copying ones SEND.
+        if self.0.choose(cx.len, cx.zc_inflight).avoids_send_copy() {
+            Choice::ZeroCopy
+        } else {
+            Choice::Copy
         }
     }
 

@@ -522,6 +522,7 @@ mod tests {
         use crate::profile::Profile;
         let cfg = AdaptiveConfig {
             backoff_first_sends: 8,
+            run_min: 0,
             ..AdaptiveConfig::default()
         };
         let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(Profile::defaults(), cfg));

@@ -1,8 +1,13 @@
 //! The adaptive sender's decisions, free of I/O: which path each send takes, when a route stops
 //! using zero-copy and when it tries again, and how many zero-copy sends may await completion.
 //!
-//! - **Tiers** come from a [`Profile`]: copy below the crossover this
-//!   host measured, zero-copy above it; file data goes by `sendfile`.
+//! - **Tiers** come from a [`Profile`]: the path (`copy`, `msg-zerocopy`, `uring`,
+//!   `uring-zc`) this host measured fastest at each size; file data goes by `sendfile`.
+//! - **Runs**: a zero-copy tier is used only once [`AdaptiveConfig::run_min`] sends in a row
+//!   were in zero-copy tiers. Zero-copy won in streams of one size; interleaved with copied
+//!   sends it lost (measured on loopback: 256 B, 4 KiB and 64 KiB drawn at random, 64 KiB by
+//!   MSG_ZEROCOPY, ran at 0.70x of copying everything), because TCP does not append copied
+//!   bytes to a packet that holds zero-copy pages, so every switch starts new packets.
 //! - **Copied completions**: a profile made where the kernel delivers zero-copy expects
 //!   non-copied completions. When they come back copied (a route that delivers locally), the
 //!   measured gain is not there: after [`AdaptiveConfig::copied_limit`] copied completions in a
@@ -16,18 +21,17 @@
 //!
 //! Every decision is counted in [`Decisions`].
 
-use crate::profile::{Profile, TierPath};
+use crate::profile::Profile;
+use crate::Strategy;
 use serde::{Deserialize, Serialize};
 
-/// The path of one send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pick {
-    /// Copy the bytes into the socket.
-    Copy,
-    /// Ask the kernel not to copy (MSG_ZEROCOPY or SEND_ZC).
-    ZeroCopy,
-    /// File data: `sendfile`.
-    File,
+/// The copying path a zero-copy path falls back to: `uring` for `uring-zc` (same driver),
+/// `copy` otherwise.
+pub fn copy_of(path: Strategy) -> Strategy {
+    match path {
+        Strategy::UringZc | Strategy::Uring => Strategy::Uring,
+        _ => Strategy::Copy,
+    }
 }
 
 /// Tunables of the adaptive sender.
@@ -46,11 +50,15 @@ pub struct AdaptiveConfig {
     pub cap_min: usize,
     /// Completions without error per step of growth of the cap (+1).
     pub grow_after: u64,
+    /// Sends in a row in zero-copy tiers before zero-copy is used (the first `run_min` of a
+    /// run go by copy); 0 uses it at once.
+    #[serde(default)]
+    pub run_min: u64,
 }
 
 impl Default for AdaptiveConfig {
     /// 4 copied completions; back-off 256 sends doubling up to 2^20; cap 256 (the per-worker
-    /// cap of the io_uring server study) down to 1, +1 per 64 good completions.
+    /// cap of the io_uring server study) down to 1, +1 per 64 good completions; runs of 8.
     fn default() -> Self {
         AdaptiveConfig {
             copied_limit: 4,
@@ -59,6 +67,7 @@ impl Default for AdaptiveConfig {
             cap_max: 256,
             cap_min: 1,
             grow_after: 64,
+            run_min: 8,
         }
     }
 }
@@ -70,6 +79,10 @@ pub struct Decisions {
     pub copy_sends: u64,
     /// Sends that went zero-copy.
     pub zerocopy_sends: u64,
+    /// Zero-copy-sized sends that went by copy because they began a run (the first
+    /// `run_min` of a run).
+    #[serde(default)]
+    pub run_copies: u64,
     /// File data sent with `sendfile`.
     pub file_sends: u64,
     /// Zero-copy-sized sends that went by copy because the route was backed off.
@@ -93,6 +106,7 @@ impl Decisions {
     pub fn merge(&mut self, o: &Decisions) {
         self.copy_sends += o.copy_sends;
         self.zerocopy_sends += o.zerocopy_sends;
+        self.run_copies += o.run_copies;
         self.file_sends += o.file_sends;
         self.backoff_copies += o.backoff_copies;
         self.cap_copies += o.cap_copies;
@@ -122,7 +136,9 @@ pub struct Adaptive {
     cap: usize,
     /// Completions without error since the cap last changed.
     good: u64,
-    last: Option<Pick>,
+    last: Option<Strategy>,
+    /// Sends in a row in zero-copy tiers, this one included.
+    run: u64,
     counts: Decisions,
 }
 
@@ -139,6 +155,7 @@ impl Adaptive {
             cap,
             good: 0,
             last: None,
+            run: 0,
             counts: Decisions {
                 cap,
                 ..Decisions::default()
@@ -151,38 +168,48 @@ impl Adaptive {
         &self.profile
     }
 
-    /// The path for a memory send of `len` bytes, with `zc_inflight` zero-copy sends of this
-    /// sender awaiting completion.
-    pub fn choose(&mut self, len: usize, zc_inflight: usize) -> Pick {
-        let pick = if self.profile.tier(len) == TierPath::Copy {
+    /// The path for a memory send of `len` bytes (one of the profile's tier paths, or the
+    /// copying path of a zero-copy one), with `zc_inflight` zero-copy sends of this sender
+    /// awaiting completion.
+    pub fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
+        let tier = self.profile.tier(len);
+        let pick = if !tier.avoids_send_copy() {
+            self.run = 0;
             self.counts.copy_sends += 1;
-            Pick::Copy
-        } else if self.backoff_left > 0 {
-            self.backoff_left -= 1;
-            if self.backoff_left == 0 {
-                self.counts.retries += 1;
-            }
-            self.counts.backoff_copies += 1;
-            Pick::Copy
-        } else if zc_inflight >= self.cap {
-            self.counts.cap_copies += 1;
-            Pick::Copy
+            tier
         } else {
-            self.counts.zerocopy_sends += 1;
-            Pick::ZeroCopy
+            self.run += 1;
+            if self.run <= self.cfg.run_min {
+                self.counts.run_copies += 1;
+                copy_of(tier)
+            } else if self.backoff_left > 0 {
+                self.backoff_left -= 1;
+                if self.backoff_left == 0 {
+                    self.counts.retries += 1;
+                }
+                self.counts.backoff_copies += 1;
+                copy_of(tier)
+            } else if zc_inflight >= self.cap {
+                self.counts.cap_copies += 1;
+                copy_of(tier)
+            } else {
+                self.counts.zerocopy_sends += 1;
+                tier
+            }
         };
         self.switch_to(pick);
         pick
     }
 
     /// File data: always `sendfile`, counted.
-    pub fn choose_file(&mut self) -> Pick {
+    pub fn choose_file(&mut self) -> Strategy {
         self.counts.file_sends += 1;
-        self.switch_to(Pick::File);
-        Pick::File
+        self.run = 0;
+        self.switch_to(Strategy::Sendfile);
+        Strategy::Sendfile
     }
 
-    fn switch_to(&mut self, pick: Pick) {
+    fn switch_to(&mut self, pick: Strategy) {
         if self.last.is_some_and(|l| l != pick) {
             self.counts.switches += 1;
         }
@@ -255,10 +282,19 @@ impl Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Profile, Tier, TierPath};
+    use crate::profile::{Profile, Tier};
     use std::collections::VecDeque;
+    use Strategy::{Copy, MsgZerocopy};
 
     const K: usize = 1024;
+
+    /// The defaults without the run rule (tested on its own below).
+    fn no_runs() -> AdaptiveConfig {
+        AdaptiveConfig {
+            run_min: 0,
+            ..AdaptiveConfig::default()
+        }
+    }
 
     /// Copy below 64 KiB, zero-copy from there; `copied_ok` as measured on a copying route.
     fn profile(copied_ok: bool) -> Profile {
@@ -266,11 +302,11 @@ mod tests {
         p.tiers = vec![
             Tier {
                 from_bytes: 0,
-                path: TierPath::Copy,
+                path: Copy,
             },
             Tier {
                 from_bytes: 64 * K,
-                path: TierPath::ZeroCopy,
+                path: MsgZerocopy,
             },
         ];
         p.zerocopy_measured_copied = copied_ok;
@@ -286,9 +322,9 @@ mod tests {
 
     impl Kernel {
         /// One send of `len` through `a`; returns its pick.
-        fn send(&mut self, a: &mut Adaptive, len: usize) -> Pick {
+        fn send(&mut self, a: &mut Adaptive, len: usize) -> Strategy {
             let pick = a.choose(len, self.inflight.len());
-            if pick == Pick::ZeroCopy {
+            if pick == MsgZerocopy {
                 self.inflight.push_back(());
             }
             while self.inflight.len() > self.delay {
@@ -301,15 +337,15 @@ mod tests {
 
     #[test]
     fn sizes_below_the_crossover_copy_and_above_go_zero_copy() {
-        let mut a = Adaptive::new(profile(false), AdaptiveConfig::default());
+        let mut a = Adaptive::new(profile(false), no_runs());
         let mut k = Kernel {
             delay: 3,
             copied: false,
             inflight: VecDeque::new(),
         };
         for _ in 0..1000 {
-            assert_eq!(k.send(&mut a, 4 * K), Pick::Copy);
-            assert_eq!(k.send(&mut a, 256 * K), Pick::ZeroCopy);
+            assert_eq!(k.send(&mut a, 4 * K), Copy);
+            assert_eq!(k.send(&mut a, 256 * K), MsgZerocopy);
         }
         let d = a.decisions();
         assert_eq!((d.copy_sends, d.zerocopy_sends), (1000, 1000));
@@ -318,8 +354,37 @@ mod tests {
     }
 
     #[test]
-    fn copied_completions_make_it_fall_back_within_the_promised_sends_and_retry_later() {
+    fn zero_copy_waits_for_a_run_and_interleaved_sizes_copy() {
         let cfg = AdaptiveConfig::default();
+        let mut a = Adaptive::new(profile(true), cfg);
+        let mut k = Kernel {
+            delay: 3,
+            copied: true,
+            inflight: VecDeque::new(),
+        };
+        // Interleaved with small sends, no run forms: all by copy.
+        for _ in 0..500 {
+            assert_eq!(k.send(&mut a, 100), Copy);
+            assert_eq!(k.send(&mut a, M), Copy);
+        }
+        assert_eq!(a.decisions().run_copies, 500);
+        assert_eq!(a.decisions().zerocopy_sends, 0);
+        // A run: the first run_min by copy, then zero-copy.
+        k.send(&mut a, 100);
+        let picks: Vec<Strategy> = (0..20).map(|_| k.send(&mut a, M)).collect();
+        let n = cfg.run_min as usize;
+        assert!(picks[..n].iter().all(|p| *p == Copy), "{picks:?}");
+        assert!(picks[n..].iter().all(|p| *p == MsgZerocopy), "{picks:?}");
+        // A uring-zc tier falls back to uring (the same driver).
+        let mut p = profile(true);
+        p.tiers[1].path = Strategy::UringZc;
+        let mut a = Adaptive::new(p, cfg);
+        assert_eq!(a.choose(M, 0), Strategy::Uring);
+    }
+
+    #[test]
+    fn copied_completions_make_it_fall_back_within_the_promised_sends_and_retry_later() {
+        let cfg = no_runs();
         let delay = 5;
         let mut a = Adaptive::new(profile(false), cfg);
         let mut k = Kernel {
@@ -332,7 +397,7 @@ mod tests {
         let mut zc = 0;
         let mut first_copy = None;
         for i in 0..10_000 {
-            if k.send(&mut a, M) == Pick::ZeroCopy {
+            if k.send(&mut a, M) == MsgZerocopy {
                 zc += 1;
             } else {
                 first_copy.get_or_insert(i);
@@ -344,7 +409,7 @@ mod tests {
         assert_eq!(a.decisions().backoffs, 1);
         // Backed off: the next backoff_first_sends go by copy, then it tries again.
         let mut copies = 1;
-        while k.send(&mut a, M) == Pick::Copy {
+        while k.send(&mut a, M) == Copy {
             copies += 1;
         }
         assert_eq!(copies, cfg.backoff_first_sends);
@@ -354,7 +419,7 @@ mod tests {
         let mut n = 0;
         while n < 100_000 {
             n += 1;
-            if k.send(&mut a, M) == Pick::Copy {
+            if k.send(&mut a, M) == Copy {
                 second += 1;
             } else if second > 0 {
                 break;
@@ -368,14 +433,14 @@ mod tests {
 
     #[test]
     fn a_route_that_stops_copying_gets_zero_copy_back_at_the_next_try() {
-        let cfg = AdaptiveConfig::default();
+        let cfg = no_runs();
         let mut a = Adaptive::new(profile(false), cfg);
         let mut k = Kernel {
             delay: 2,
             copied: true,
             inflight: VecDeque::new(),
         };
-        while k.send(&mut a, M) == Pick::ZeroCopy {}
+        while k.send(&mut a, M) == MsgZerocopy {}
         assert!(a.backed_off());
         k.copied = false; // say, the route now leaves through a NIC
         for _ in 0..cfg.backoff_first_sends + 1000 {
@@ -384,26 +449,26 @@ mod tests {
         assert!(!a.backed_off());
         assert_eq!(a.decisions().backoffs, 1);
         assert_eq!(a.decisions().retries, 1);
-        assert_eq!(k.send(&mut a, M), Pick::ZeroCopy);
+        assert_eq!(k.send(&mut a, M), MsgZerocopy);
     }
 
     #[test]
     fn a_profile_measured_on_a_copying_route_keeps_zero_copy_where_it_won() {
-        let mut a = Adaptive::new(profile(true), AdaptiveConfig::default());
+        let mut a = Adaptive::new(profile(true), no_runs());
         let mut k = Kernel {
             delay: 4,
             copied: true,
             inflight: VecDeque::new(),
         };
         for _ in 0..5000 {
-            assert_eq!(k.send(&mut a, M), Pick::ZeroCopy);
+            assert_eq!(k.send(&mut a, M), MsgZerocopy);
         }
         assert_eq!(a.decisions().backoffs, 0);
     }
 
     #[test]
     fn no_memory_halves_the_cap_which_then_recovers() {
-        let cfg = AdaptiveConfig::default();
+        let cfg = no_runs();
         let mut a = Adaptive::new(profile(false), cfg);
         assert_eq!(a.cap(), 256);
         a.on_no_memory();
@@ -413,9 +478,9 @@ mod tests {
         assert_eq!(a.cap(), 32);
         assert_eq!(a.decisions().cap_halvings, 3);
         // The cap is enforced: with 32 in flight a zero-copy-sized send copies.
-        assert_eq!(a.choose(M, 32), Pick::Copy);
+        assert_eq!(a.choose(M, 32), Copy);
         assert_eq!(a.decisions().cap_copies, 1);
-        assert_eq!(a.choose(M, 31), Pick::ZeroCopy);
+        assert_eq!(a.choose(M, 31), MsgZerocopy);
         // Growth: +1 per grow_after good completions, back to the maximum and no further.
         a.on_completions(cfg.grow_after * 10, 0);
         assert_eq!(a.cap(), 42);
@@ -430,11 +495,11 @@ mod tests {
 
     #[test]
     fn file_data_goes_by_sendfile_and_merging_adds_counts() {
-        let mut a = Adaptive::new(profile(false), AdaptiveConfig::default());
-        assert_eq!(a.choose_file(), Pick::File);
-        assert_eq!(a.choose(100, 0), Pick::Copy);
+        let mut a = Adaptive::new(profile(false), no_runs());
+        assert_eq!(a.choose_file(), Strategy::Sendfile);
+        assert_eq!(a.choose(100, 0), Copy);
         let mut d = *a.decisions();
-        let mut b = Adaptive::new(profile(false), AdaptiveConfig::default());
+        let mut b = Adaptive::new(profile(false), no_runs());
         b.on_no_memory();
         d.merge(b.decisions());
         assert_eq!((d.file_sends, d.copy_sends, d.switches), (1, 1, 1));

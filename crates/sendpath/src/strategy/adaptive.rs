@@ -1,12 +1,321 @@
-//! `adaptive`: each send takes the path the host profile says wins at its size (copy with
-//! `send()` below the crossover, `sendmsg(MSG_ZEROCOPY)` above it, `sendfile()` for file data),
-//! backs off from zero-copy when completions come back copied on a route the profile expected
-//! to deliver zero-copy, and halves its in-flight cap on `ENOBUFS`. The decisions are
-//! [`policy::adaptive`](crate::policy::adaptive)'s; the sending is the `msg-zerocopy` path's,
-//! so buffers come back only once the kernel has released them.
+//! `adaptive`: each send takes the path the host profile says wins at its size, among `copy`
+//! (`send()`), `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`), `uring` (io_uring SEND) and `uring-zc`
+//! (SEND_ZC), and file data goes by `sendfile()`. The decisions are
+//! [`policy::adaptive`](crate::policy::adaptive)'s (tiers, runs, back-off where the kernel
+//! copies, the in-flight cap); this file only carries them out on one socket.
+//!
+//! Byte order: the blocking calls put their bytes on the socket before they return, so a ring
+//! send after a blocking one is in order. Before a blocking send after ring sends, the ring is
+//! flushed (every queued byte on the socket); the ring is also flushed before its operation
+//! changes between SEND and SEND_ZC, so each queued buffer goes with the operation chosen for it.
+//! The ring is created on the first send that needs it, on a duplicate of the socket's fd.
+//!
+//! Buffers come back only once the kernel has released them: each half keeps its own pool
+//! (`take_buf` draws from the half the size's tier uses).
 
 use super::msg_zerocopy::MsgZerocopy;
+use super::{fields, sendfile::sendfile_all, SendPath};
+use crate::engine::{Choice, Choose, ConnId, ConnState, DriverConfig, SendContext, UringDriver};
 use crate::policy::adaptive::Adaptive;
+use crate::{Buf, Error, Msg, Options, Result, SendStats, Socket, Strategy};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The ring's chooser: the operation the adaptive path set before queuing.
+#[derive(Debug)]
+struct Switch(Arc<AtomicBool>);
+
+impl Choose for Switch {
+    fn choose(&mut self, _: &SendContext) -> Choice {
+        if self.0.load(Ordering::Relaxed) {
+            Choice::ZeroCopy
+        } else {
+            Choice::Copy
+        }
+    }
+}
+
+/// Completion counters of a half already passed on to the decisions.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    completions: u64,
+    copied: u64,
+    no_memory: u64,
+}
+
+impl Seen {
+    /// Feeds what `stats` counted since the last call into `decide`.
+    fn feed(&mut self, stats: &SendStats, no_memory: u64, decide: &mut Adaptive) {
+        let (c, k) = (stats.zc_completions, stats.zc_copied);
+        if c > self.completions {
+            decide.on_completions(c - self.completions, k.saturating_sub(self.copied));
+        }
+        for _ in self.no_memory..no_memory {
+            decide.on_no_memory();
+        }
+        *self = Seen {
+            completions: c,
+            copied: k,
+            no_memory,
+        };
+    }
+}
+
+/// The io_uring half: one connection on its own ring.
+struct Ring {
+    driver: UringDriver,
+    id: ConnId,
+    zc: Arc<AtomicBool>,
+    seen: Seen,
+}
+
+/// The `adaptive` path. See the module docs.
+pub(super) struct AdaptivePath {
+    blocking: MsgZerocopy,
+    blocking_seen: Seen,
+    ring: Option<Ring>,
+    /// Why the ring could not be made (its tiers then run on the blocking half).
+    note: Option<String>,
+    opts: Options,
+    decide: Adaptive,
+    file: Option<Arc<File>>,
+    file_stats: SendStats,
+    /// The last send went on the ring (flush it before a blocking one).
+    on_ring: bool,
+    /// Every half's counts and the decisions, refreshed by `flush`, `finish` and every 256
+    /// sends.
+    stats: SendStats,
+    sends: u64,
+}
+
+impl AdaptivePath {
+    fn new(sock: Socket, opts: &Options) -> AdaptivePath {
+        let profile = opts
+            .profile
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(crate::profile::Profile::defaults);
+        let decide = Adaptive::new(profile, opts.adaptive);
+        let mut p = AdaptivePath {
+            blocking: MsgZerocopy::new(sock, opts.inflight),
+            blocking_seen: Seen::default(),
+            ring: None,
+            note: None,
+            opts: opts.clone(),
+            decide,
+            file: opts.file.clone(),
+            file_stats: SendStats::default(),
+            on_ring: false,
+            stats: SendStats::default(),
+            sends: 0,
+        };
+        p.refresh();
+        p
+    }
+
+    /// The ring, made on first use; `None` (with a note) when io_uring is unavailable.
+    fn ring(&mut self) -> Option<&mut Ring> {
+        if self.ring.is_none() && self.note.is_none() {
+            match self.make_ring() {
+                Ok(r) => self.ring = Some(r),
+                Err(e) => {
+                    self.note = Some(format!(
+                        "io_uring unavailable ({e}): the uring and uring-zc tiers run as copy and msg-zerocopy"
+                    ))
+                }
+            }
+        }
+        self.ring.as_mut()
+    }
+
+    fn make_ring(&self) -> Result<Ring> {
+        let fd = self
+            .blocking
+            .socket()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(Error::sys("dup"))?;
+        let mut driver =
+            UringDriver::new(DriverConfig::from_options(&self.opts, 1, Choice::ZeroCopy))?;
+        let zc = Arc::new(AtomicBool::new(false));
+        let state = ConnState::new(
+            driver.state_config(self.opts.uring_report_usage),
+            Box::new(Switch(zc.clone())),
+        );
+        let id = driver.add_with(Socket::from(fd), state)?;
+        Ok(Ring {
+            driver,
+            id,
+            zc,
+            seen: Seen::default(),
+        })
+    }
+
+    /// Puts every byte queued on the ring on the socket.
+    fn flush_ring(&mut self) -> Result<()> {
+        if let Some(r) = &mut self.ring {
+            r.driver.flush(r.id)?;
+        }
+        self.on_ring = false;
+        Ok(())
+    }
+
+    /// Passes the halves' new completions and memory refusals on to the decisions.
+    fn feedback(&mut self) {
+        let b = self.blocking.stats();
+        self.blocking_seen
+            .feed(b, b.fallbacks.enobufs, &mut self.decide);
+        if let Some(r) = &mut self.ring {
+            let s = r.driver.stats(r.id);
+            r.seen.feed(s, s.fallbacks.enomem, &mut self.decide);
+        }
+    }
+
+    /// Recomputes the merged stats.
+    fn refresh(&mut self) {
+        let mut s = self.blocking.stats().clone();
+        if let Some(r) = &self.ring {
+            s.merge(r.driver.stats(r.id));
+        }
+        s.merge(&self.file_stats);
+        s.decisions = Some(*self.decide.decisions());
+        self.stats = s;
+    }
+
+    fn send_on_ring(&mut self, msg: Msg, zerocopy: bool) -> Result<()> {
+        let Some(r) = self.ring() else {
+            return self.blocking.send_as(msg, zerocopy);
+        };
+        if r.zc.load(Ordering::Relaxed) != zerocopy {
+            // Queued buffers take the operation in force when their chain goes in.
+            r.driver.flush(r.id)?;
+            r.zc.store(zerocopy, Ordering::Relaxed);
+        }
+        let f = fields("adaptive", msg)?;
+        let n = f.len();
+        for (i, mut b) in f.into_iter().enumerate() {
+            loop {
+                match r.driver.push(r.id, b, i + 1 == n) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        b = back;
+                        r.driver.wait_room(r.id)?;
+                    }
+                }
+            }
+        }
+        self.on_ring = true;
+        Ok(())
+    }
+}
+
+impl SendPath for AdaptivePath {
+    fn name(&self) -> &'static str {
+        "adaptive"
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        match msg {
+            Msg::File { offset, len } => {
+                let Some(file) = self.file.clone() else {
+                    return Err(Error::Config(
+                        "the adaptive path sends file data with sendfile: give Options::file"
+                            .into(),
+                    ));
+                };
+                self.flush_ring()?;
+                self.decide.choose_file();
+                sendfile_all(
+                    self.blocking.socket(),
+                    &file,
+                    offset,
+                    len,
+                    &mut self.file_stats,
+                )?;
+            }
+            Msg::Fields(f) => {
+                let len: usize = f.iter().map(Buf::len).sum();
+                let inflight = self.blocking.outstanding()
+                    + self
+                        .ring
+                        .as_ref()
+                        .map_or(0, |r| r.driver.state(r.id).zc_inflight());
+                let msg = Msg::Fields(f);
+                match self.decide.choose(len, inflight) {
+                    Strategy::Uring => self.send_on_ring(msg, false)?,
+                    Strategy::UringZc => self.send_on_ring(msg, true)?,
+                    path => {
+                        if self.on_ring {
+                            self.flush_ring()?;
+                        }
+                        self.blocking.send_as(msg, path == Strategy::MsgZerocopy)?;
+                    }
+                }
+            }
+        }
+        self.feedback();
+        self.sends += 1;
+        if self.sends.is_multiple_of(256) {
+            self.refresh();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let r = self.flush_ring();
+        self.feedback();
+        self.refresh();
+        r
+    }
+
+    fn finish(&mut self, timeout: Duration) -> Result<()> {
+        let r = self.flush_ring().and_then(|()| {
+            self.blocking.finish(timeout)?;
+            match &mut self.ring {
+                Some(ring) => ring.driver.finish(timeout),
+                None => Ok(()),
+            }
+        });
+        self.feedback();
+        self.refresh();
+        r
+    }
+
+    fn take_buf(&mut self, len: usize) -> Buf {
+        let on_ring = matches!(
+            self.decide.profile().tier(len),
+            Strategy::Uring | Strategy::UringZc
+        );
+        let ring = if on_ring { self.ring() } else { None };
+        let b = match ring {
+            Some(r) => {
+                if r.driver.state(r.id).free_bufs() == 0 && r.driver.state(r.id).zc_inflight() > 0 {
+                    // Completions that are ready may release a buffer.
+                    let _ = r.driver.run(false);
+                }
+                r.driver.take_buf(r.id, len)
+            }
+            None => self.blocking.take_buf(len),
+        };
+        self.feedback();
+        b
+    }
+
+    fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn socket(&self) -> &Socket {
+        self.blocking.socket()
+    }
+}
 
 /// `adaptive` in the table of paths.
 pub(super) const INFO: super::PathInfo = super::PathInfo {
@@ -15,18 +324,5 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: true,
     uses_fields: false,
-    open: |sock, opts| {
-        let profile = opts
-            .profile
-            .as_deref()
-            .cloned()
-            .unwrap_or_else(crate::profile::Profile::defaults);
-        let decide = Adaptive::new(profile, opts.adaptive);
-        Ok(Box::new(MsgZerocopy::adaptive(
-            sock,
-            opts.inflight,
-            decide,
-            opts.file.clone(),
-        )))
-    },
+    open: |sock, opts| Ok(Box::new(AdaptivePath::new(sock, opts))),
 };

@@ -9,22 +9,15 @@
 use super::{fields, send_all, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
-use crate::policy::adaptive::{Adaptive, Pick};
 use crate::policy::{self, InflightLimits, ZcDecision};
 use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
-use std::fs::File;
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The MSG_ZEROCOPY path, and with an [`Adaptive`] the `adaptive` path: copy, MSG_ZEROCOPY or
-/// sendfile chosen per send.
+/// The MSG_ZEROCOPY path (and the blocking half of `adaptive`, which also sends by copy
+/// through it: [`MsgZerocopy::send_as`]).
 pub(super) struct MsgZerocopy {
-    /// The adaptive sender's decisions (the `adaptive` path); `None` for `msg-zerocopy`.
-    adaptive: Option<Adaptive>,
-    /// The file `adaptive` sends file data from.
-    file: Option<Arc<File>>,
     sock: Socket,
     stats: SendStats,
     limits: InflightLimits,
@@ -48,8 +41,6 @@ impl MsgZerocopy {
             ),
         };
         MsgZerocopy {
-            adaptive: None,
-            file: None,
             sock,
             stats: SendStats::default(),
             limits,
@@ -62,25 +53,23 @@ impl MsgZerocopy {
         }
     }
 
-    /// The `adaptive` path: each send's path chosen by `adaptive`; file data from `file`.
-    pub(super) fn adaptive(
-        sock: Socket,
-        limits: InflightLimits,
-        adaptive: Adaptive,
-        file: Option<Arc<File>>,
-    ) -> MsgZerocopy {
-        let mut p = MsgZerocopy::new(sock, limits);
-        p.stats.decisions = Some(*adaptive.decisions());
-        p.adaptive = Some(adaptive);
-        p.file = file;
-        p
+    /// Sends `msg` with `MSG_ZEROCOPY` (as [`SendPath::send`]) or, when `zerocopy` is false,
+    /// by copy; either way counted as a send.
+    pub(super) fn send_as(&mut self, msg: Msg, zerocopy: bool) -> Result<()> {
+        if zerocopy {
+            return self.send(msg);
+        }
+        let f = fields("adaptive", msg)?;
+        let len: usize = f.iter().map(Buf::len).sum();
+        self.send_copy(f)?;
+        self.stats.sends += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
     }
 
-    /// Copies the adaptive sender's counters into the stats.
-    fn sync_decisions(&mut self) {
-        if let Some(a) = &self.adaptive {
-            self.stats.decisions = Some(*a.decisions());
-        }
+    /// Zero-copy sends awaiting their completion.
+    pub(super) fn outstanding(&self) -> usize {
+        self.held.outstanding()
     }
 
     /// Reads every completion waiting on the error queue; with `wait_ms > 0`, first waits that
@@ -105,11 +94,7 @@ impl MsgZerocopy {
             for bufs in r.freed {
                 self.pool.put_all(bufs);
             }
-            if let Some(a) = &mut self.adaptive {
-                a.on_completions(r.completions, r.copied);
-            }
         }
-        self.sync_decisions();
         Ok(())
     }
 
@@ -150,11 +135,7 @@ impl MsgZerocopy {
 
 impl SendPath for MsgZerocopy {
     fn name(&self) -> &'static str {
-        if self.adaptive.is_some() {
-            "adaptive"
-        } else {
-            "msg-zerocopy"
-        }
+        "msg-zerocopy"
     }
 
     fn note(&self) -> Option<&str> {
@@ -162,27 +143,8 @@ impl SendPath for MsgZerocopy {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        let mut f = match (msg, &mut self.adaptive, &self.file) {
-            (Msg::File { offset, len }, Some(a), Some(file)) => {
-                a.choose_file();
-                let r =
-                    super::sendfile::sendfile_all(&self.sock, file, offset, len, &mut self.stats);
-                self.sync_decisions();
-                return r;
-            }
-            (msg, _, _) => fields(self.name(), msg)?,
-        };
+        let mut f = fields(self.name(), msg)?;
         let len: usize = f.iter().map(Buf::len).sum();
-        if let Some(a) = &mut self.adaptive {
-            let pick = a.choose(len, self.held.outstanding());
-            self.sync_decisions();
-            if pick == Pick::Copy {
-                self.send_copy(f)?;
-                self.stats.sends += 1;
-                self.stats.bytes += len as u64;
-                return Ok(());
-            }
-        }
         let mut reaped = false;
         let mut enobufs_retries = 0;
         loop {
@@ -217,9 +179,6 @@ impl SendPath for MsgZerocopy {
                         // ENOBUFS before any byte went: nothing is held, decide what to do.
                         (Err(e), Some(back)) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                             f = back;
-                            if let Some(a) = &mut self.adaptive {
-                                a.on_no_memory();
-                            }
                             match policy::on_enobufs(enobufs_retries) {
                                 ZcDecision::Copy(r) => {
                                     self.stats.fallbacks.count(r);

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 struct Netns(String);
 
 impl Netns {
-    fn create() -> Result<Netns, String> {
+    /// A namespace named after this process and `tag` (tests run in parallel).
+    fn create(tag: &str) -> Result<Netns, String> {
         if sys::host::euid() != 0 {
             return Err("needs root to create a network namespace".into());
         }
-        let name = format!("sendpath-zc-{}", std::process::id());
+        let name = format!("sendpath-zc-{tag}-{}", std::process::id());
         let ns = Netns(name.clone());
         let ip = |args: &[&str]| -> Result<(), String> {
             let out = Command::new("ip")
@@ -64,7 +65,7 @@ impl Drop for Netns {
 
 #[test]
 fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
-    let ns = match Netns::create() {
+    let ns = match Netns::create("udp") {
         Ok(ns) => ns,
         Err(reason) => {
             crate::test_support::skip(&reason);
@@ -110,4 +111,69 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
         copied_ranges, 0,
         "frames dropped on a dead veth are never copied"
     );
+}
+
+#[test]
+fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
+    use crate::policy::adaptive::AdaptiveConfig;
+    use crate::profile::{Profile, Tier};
+    use crate::{open, Msg, Options, Strategy};
+    let ns = match Netns::create("adaptive") {
+        Ok(ns) => ns,
+        Err(reason) => {
+            crate::test_support::skip(&reason);
+            return;
+        }
+    };
+    let path = format!("/run/netns/{}", ns.0);
+    // A profile that expects real zero-copy from 1 KiB (as one calibrated across a NIC would).
+    let mut profile = Profile::defaults();
+    profile.tiers = vec![
+        Tier {
+            from_bytes: 0,
+            path: Strategy::Copy,
+        },
+        Tier {
+            from_bytes: 1024,
+            path: Strategy::MsgZerocopy,
+        },
+    ];
+    let stats = std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).expect("open netns");
+        sys::host::enter_netns(f.as_fd()).expect("setns");
+        let s = UdpSocket::bind("192.0.2.1:0").unwrap();
+        s.connect("192.0.2.2:9").unwrap();
+        let opts = Options {
+            profile: Some(std::sync::Arc::new(profile)),
+            ..Options::default()
+        };
+        let mut p = open(Strategy::Adaptive, s, &opts).unwrap();
+        for i in 0..600 {
+            // Datagrams below the MTU (a fragmented one is copied by the fragmenter): 200
+            // small ones, then a run of 400 in the zero-copy tier.
+            let len = if i < 200 { 200 } else { 1400 };
+            let mut b = p.take_buf(len);
+            b.as_mut_slice().fill(0x5a);
+            p.send(Msg::one(b)).unwrap();
+        }
+        p.finish(Duration::from_secs(5)).unwrap();
+        p.stats().summary()
+    })
+    .join()
+    .unwrap();
+    let d = stats.decisions.expect("adaptive counts its decisions");
+    println!(
+        "adaptive via dead veth (UDP, profile zero-copy from 1 KiB): {d:?}, zc attempts {} completions {} copied {} known {:?}",
+        stats.zc_attempts, stats.zc_completions, stats.zc_copied, stats.copied_fraction
+    );
+    assert_eq!(
+        d.copy_sends, 200,
+        "the 200 B datagrams are in the copy tier"
+    );
+    assert_eq!(d.backoffs, 0, "no completion came back copied");
+    assert_eq!(d.run_copies, AdaptiveConfig::default().run_min);
+    assert_eq!(d.zerocopy_sends + d.cap_copies + d.run_copies, 400);
+    assert!(d.zerocopy_sends > 0);
+    assert_eq!(stats.zc_completions, stats.zc_attempts);
+    assert_eq!(stats.copied_fraction, Some(0.0));
 }
