@@ -38,8 +38,9 @@ pub(crate) enum Command {
     /// A keep-alive HTTP load generator: closed loop (--connections) or open loop (--rate),
     /// latency percentiles and errors by kind.
     HttpLoad(HttpLoadArgs),
-    /// Measure where zero-copy beats copy on this host (copy against msg-zerocopy, 256 B..1 MiB,
-    /// interleaved rounds, about a minute) and write the host profile `adaptive` decides from.
+    /// Measure which send path wins at which message size on this host (copy, msg-zerocopy,
+    /// uring, uring-zc at 256 B..1 MiB, interleaved rounds, about 80 s) and write the host
+    /// profile `adaptive` decides from.
     Calibrate(CalibrateArgs),
 }
 
@@ -48,14 +49,14 @@ pub(crate) struct CalibrateArgs {
     /// Message sizes to measure, comma-separated.
     #[arg(long, short = 'l', default_value = "256,1K,4K,16K,64K,256K,1M", value_parser = message_sizes)]
     pub sizes: std::vec::Vec<usize>,
-    /// Rounds: each measures every size with both paths, in a shuffled order.
-    #[arg(long, short = 'n', default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// Rounds: each measures every size with every path, in a shuffled order.
+    #[arg(long, short = 'n', default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
     /// Measured time per window.
-    #[arg(long, short = 't', default_value = "400ms", value_parser = positive_duration)]
+    #[arg(long, short = 't', default_value = "300ms", value_parser = positive_duration)]
     pub duration: Duration,
     /// Unmeasured time before each window.
-    #[arg(long, default_value = "150ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     pub warmup: Duration,
     /// Where to write the profile (default: the active profile's place, see `sendpath probe`).
     #[arg(long, value_name = "FILE")]
@@ -544,7 +545,8 @@ pub(crate) struct StreamArgs {
     #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
     pub size: std::vec::Vec<usize>,
     /// Draw each message's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
-    /// 88:70,4K:20,1M:10); every path sends the same sequence of sizes.
+    /// 88:70,4K:20,1M:10), optionally /BURST to send each drawn size that many times in a row
+    /// (4K:90,64K:10/32); every path sends the same sequence of sizes.
     #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "size")]
     pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
     /// Sender threads, comma-separated; each has its own connection(s) and receiver thread.
@@ -611,7 +613,7 @@ pub(crate) struct RrArgs {
     #[arg(long, short = 'l', default_value = "64", value_parser = message_sizes)]
     pub response: std::vec::Vec<usize>,
     /// Draw each response's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
-    /// 88:70,4K:20,1M:10); client and server follow the same sequence.
+    /// 88:70,4K:20,1M:10), optionally /BURST; client and server follow the same sequence.
     #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "response")]
     pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
     /// Connections, comma-separated list.

@@ -15,7 +15,7 @@
 //! | `sendfile` | `sendfile()` file to socket |
 //! | `splice` | file to pipe to socket with `splice()` |
 //! | `vmsplice` | user pages into a pipe with `vmsplice()`, spliced to the socket |
-//! | `adaptive` | per send, what this host measured wins at its size: `send()`, `MSG_ZEROCOPY` or `sendfile()` |
+//! | `adaptive` | per send, the path this host measured fastest at its size (`copy`, `msg-zerocopy`, `uring`, `uring-zc`; `sendfile()` for file data) |
 //!
 //! Buffers given to a path are moved in and come back (through [`SendPath::take_buf`]) only
 //! when the kernel has released them. Zero-copy paths count how many of their sends the kernel

@@ -5,17 +5,37 @@ use crate::units::{fmt_size, parse_size};
 use serde::{Deserialize, Serialize};
 
 /// Sizes with integer weights; messages draw their size from it in a sequence fixed by a seed,
-/// so every path of a comparison sends the same sizes in the same order.
+/// so every path of a comparison sends the same sizes in the same order. With a burst above 1,
+/// each drawn size is sent that many times in a row (`4K:90,64K:10/32`: bursts of 32), as when
+/// a large transfer goes out in chunks between small messages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SizeMix {
     /// `(size in bytes, weight)`, as given.
     pub parts: Vec<(usize, u32)>,
+    /// Messages per drawn size (1: every message drawn on its own).
+    #[serde(default = "one")]
+    pub burst: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl SizeMix {
-    /// Parses `SIZE:WEIGHT,...` (sizes with units, weights positive whole numbers) with every
-    /// size within `1..=max`.
+    /// Parses `SIZE:WEIGHT,...[/BURST]` (sizes with units, weights positive whole numbers, an
+    /// optional burst length) with every size within `1..=max`.
     pub fn parse(s: &str, max: usize) -> Result<SizeMix, String> {
+        let (s, burst) = match s.rsplit_once('/') {
+            None => (s, 1),
+            Some((mix, b)) => match b.trim().parse::<u32>() {
+                Ok(n) if (1..=1_000_000).contains(&n) => (mix, n),
+                _ => {
+                    return Err(format!(
+                        "`/{b}`: the burst after `/` is how many messages share a drawn size, from 1 to 1000000"
+                    ))
+                }
+            },
+        };
         let mut parts = Vec::new();
         for item in s.split(',').filter(|x| !x.trim().is_empty()) {
             let (size, weight) = item.trim().split_once(':').ok_or_else(|| {
@@ -41,7 +61,7 @@ impl SizeMix {
         if parts.is_empty() {
             return Err("an empty size mix: give SIZE:WEIGHT pairs, e.g. 88:70,4K:20,1M:10".into());
         }
-        Ok(SizeMix { parts })
+        Ok(SizeMix { parts, burst })
     }
 
     /// Canonical text (`88:70,4K:20,1M:10`), as recorded in results.
@@ -58,6 +78,10 @@ impl SizeMix {
             })
             .collect::<Vec<_>>()
             .join(",")
+            + &match self.burst {
+                1 => String::new(),
+                b => format!("/{b}"),
+            }
     }
 
     /// Mean message size, bytes (weighted).
@@ -78,6 +102,9 @@ impl SizeMix {
             parts: self.parts.clone(),
             total: self.parts.iter().map(|p| u64::from(p.1)).sum(),
             state: seed ^ 0x9E37_79B9_7F4A_7C15,
+            burst: self.burst.max(1),
+            left: 0,
+            current: 0,
         }
     }
 }
@@ -88,11 +115,26 @@ pub struct MixSizes {
     parts: Vec<(usize, u32)>,
     total: u64,
     state: u64,
+    burst: u32,
+    /// Messages of the current burst still to come.
+    left: u32,
+    current: usize,
 }
 
 impl Iterator for MixSizes {
     type Item = usize;
     fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            self.current = self.draw();
+            self.left = self.burst;
+        }
+        self.left -= 1;
+        Some(self.current)
+    }
+}
+
+impl MixSizes {
+    fn draw(&mut self) -> usize {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -101,11 +143,11 @@ impl Iterator for MixSizes {
         let mut pick = z % self.total;
         for &(size, w) in &self.parts {
             if pick < u64::from(w) {
-                return Some(size);
+                return size;
             }
             pick -= u64::from(w);
         }
-        self.parts.last().map(|p| p.0)
+        self.parts.last().map_or(1, |p| p.0)
     }
 }
 
@@ -153,6 +195,7 @@ mod tests {
     fn a_mix_parses_draws_its_weights_and_repeats_by_seed() {
         let m = SizeMix::parse("88:70,4K:20,1M:10", 1 << 30).unwrap();
         assert_eq!(m.parts, vec![(88, 70), (4096, 20), (1 << 20, 10)]);
+        assert_eq!(m.burst, 1);
         assert_eq!(m.name(), "88:70,4K:20,1M:10");
         assert!((m.mean() - (88.0 * 0.7 + 4096.0 * 0.2 + 1048576.0 * 0.1)).abs() < 1e-6);
         let n = 100_000;
@@ -163,6 +206,13 @@ mod tests {
         assert!((share(1 << 20) - 0.1).abs() < 0.01);
         assert_eq!(drawn[..50], m.sizes(3).take(50).collect::<Vec<_>>()[..]);
         assert_ne!(drawn[..50], m.sizes(4).take(50).collect::<Vec<_>>()[..]);
+        // Bursts: each drawn size repeats, and the shares stay.
+        let b = SizeMix::parse("4K:90,64K:10/32", 1 << 30).unwrap();
+        assert_eq!((b.burst, b.name()), (32, "4K:90,64K:10/32".to_string()));
+        let drawn: Vec<usize> = b.sizes(1).take(32 * 10_000).collect();
+        assert!(drawn.chunks(32).all(|c| c.iter().all(|&x| x == c[0])));
+        let big = drawn.iter().filter(|&&x| x == 65536).count() as f64 / drawn.len() as f64;
+        assert!((big - 0.1).abs() < 0.015, "{big}");
     }
 
     #[test]
@@ -175,6 +225,8 @@ mod tests {
             ("0:5", "at least 1"),
             ("2G:1", "between"),
             ("zz:1", "zz"),
+            ("4K:1/0", "burst"),
+            ("4K:1/x", "burst"),
         ] {
             let e = SizeMix::parse(bad, 1 << 30).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

@@ -140,8 +140,9 @@ pub enum Strategy {
     Splice,
     /// `vmsplice()` user pages, then `splice()` to the socket.
     Vmsplice,
-    /// Per send, the path the host profile says wins at its size: `send()`, `MSG_ZEROCOPY` or
-    /// `sendfile()`, backing off from zero-copy where the kernel copies.
+    /// Per send, the path the host profile says wins at its size (`copy`, `msg-zerocopy`,
+    /// `uring`, `uring-zc`; `sendfile()` for file data), backing off from zero-copy where the
+    /// kernel copies.
     Adaptive,
 }
 
