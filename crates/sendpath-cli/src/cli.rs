@@ -479,6 +479,9 @@ pub(crate) struct RunArgs {
     /// none).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// adaptive: zero-copy-sized sends in a row before zero-copy is used (0: at once).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub adaptive_run: Option<u64>,
 }
 
 fn alloc_list(s: &str) -> Result<Vec<sendpath_lab::workload::mix::Alloc>, String> {
@@ -532,6 +535,12 @@ impl RunArgs {
             uring_fixed_buffers: self.fixed_buffers,
             pipe_size: self.pipe_size,
             profile,
+            adaptive: sendpath::policy::adaptive::AdaptiveConfig {
+                run_min: self
+                    .adaptive_run
+                    .unwrap_or(sendpath::policy::adaptive::AdaptiveConfig::default().run_min),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

@@ -92,7 +92,7 @@ pub fn all() -> Vec<Preset> {
         },
         Preset {
             name: "mixed",
-            about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32): adaptive against each fixed memory path",
+            about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32 and of 1024): adaptive against each fixed memory path",
             strategies: vec![Copy, MsgZerocopy, Uring, UringZc, Adaptive],
             sizes: vec![],
             threads: vec![1],
@@ -101,7 +101,12 @@ pub fn all() -> Vec<Preset> {
             warmup: ms(500),
             repeat: 8,
             allocs: vec![Alloc::Pool],
-            mixes: vec!["88:70,4K:20,1M:10", "256:50,4K:30,64K:20", "4K:90,64K:10/32"],
+            mixes: vec![
+                "88:70,4K:20,1M:10",
+                "256:50,4K:30,64K:20",
+                "4K:90,64K:10/32",
+                "4K:90,64K:10/1024",
+            ],
         },
         Preset {
             name: "file-paths",
@@ -154,7 +159,7 @@ mod tests {
                 crate::workload::mix::SizeMix::parse(m, 1 << 30).unwrap();
             }
         }
-        assert_eq!(find("mixed").unwrap().mixes.len(), 3);
+        assert_eq!(find("mixed").unwrap().mixes.len(), 4);
     }
 
     #[test]

@@ -350,6 +350,10 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
     .to_vec();
     let opts = Options {
         profile: Some(std::sync::Arc::new(profile)),
+        adaptive: sendpath::policy::adaptive::AdaptiveConfig {
+            run_min: 8,
+            ..Default::default()
+        },
         ..Options::default()
     };
     let (addr, rx) = common::receiver(NO_PAUSE);
