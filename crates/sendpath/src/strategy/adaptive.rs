@@ -240,6 +240,7 @@ impl SendPath for AdaptivePath {
                     len,
                     &mut self.file_stats,
                 )?;
+                self.feedback();
             }
             Msg::Fields(f) => {
                 let len: usize = f.iter().map(Buf::len).sum();
@@ -249,7 +250,8 @@ impl SendPath for AdaptivePath {
                         .as_ref()
                         .map_or(0, |r| r.driver.state(r.id).zc_inflight());
                 let msg = Msg::Fields(f);
-                match self.decide.choose(len, inflight) {
+                let path = self.decide.choose(len, inflight);
+                match path {
                     Strategy::Uring => self.send_on_ring(msg, false)?,
                     Strategy::UringZc => self.send_on_ring(msg, true)?,
                     path => {
@@ -259,9 +261,14 @@ impl SendPath for AdaptivePath {
                         self.blocking.send_as(msg, path == Strategy::MsgZerocopy)?;
                     }
                 }
+                // With nothing zero-copy in flight before a send that was not zero-copy, no
+                // completion or refusal can have come in: skip the feedback (the common case
+                // below the crossover, where every nanosecond per send shows).
+                if inflight > 0 || path.avoids_send_copy() {
+                    self.feedback();
+                }
             }
         }
-        self.feedback();
         self.sends += 1;
         if self.sends.is_multiple_of(4096) {
             self.refresh();
