@@ -57,6 +57,25 @@ fn splice_is_byte_exact() {
 }
 
 #[test]
+fn uring_splice_is_byte_exact() {
+    let p = probe::run();
+    if !p.io_uring.enabled {
+        common::skip(&format!("io_uring unavailable ({:?})", p.io_uring.error));
+        return;
+    }
+    plain(Strategy::UringSplice, 1 << 20, 1, 16);
+    plain(Strategy::UringSplice, 70_001, 1, 50);
+    // A 64 KiB pipe: many pairs per message, ranges that start inside a page.
+    let small = Options {
+        pipe_size: 65536,
+        ..Options::default()
+    };
+    let o = stream(Strategy::UringSplice, 300_001, 1, 8, small, NO_PAUSE);
+    report("uring-splice, 64 KiB pipe", &o);
+    assert_intact(&o);
+}
+
+#[test]
 fn vmsplice_is_byte_exact() {
     plain(Strategy::Vmsplice, 65536, 1, 200);
     plain(Strategy::Vmsplice, 3 << 20, 1, 4);

@@ -13,8 +13,8 @@
 use super::{body_bytes, parse_request, Heads, Parsed, Refusal, MAX_HEAD};
 use crate::cancel::Cancel;
 use sendpath::engine::{
-    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, SplicePipe,
-    UringDriver,
+    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, SpliceFailure,
+    SpliceJob, SplicePipe, SpliceProgress, UringDriver,
 };
 use sendpath::metrics::SendStatsSummary;
 use sendpath::policy::InflightLimits;
@@ -486,20 +486,8 @@ struct Client {
     unflushed_since: Option<Instant>,
     /// `--file`: the pipe the body is spliced through, and the response being spliced.
     pipe: Option<(SplicePipe, u64)>,
-    job: Option<FileJob>,
-}
-
-/// A file response on its way through a connection's pipe.
-#[derive(Debug)]
-struct FileJob {
-    /// The next file offset to splice in.
-    off: u64,
-    /// File bytes not yet spliced in.
-    left: u64,
-    /// Bytes in the pipe (the head, then body bytes).
-    in_pipe: u64,
-    /// Splice completions still to come.
-    pending: u8,
+    /// The response being spliced.
+    job: Option<SpliceJob>,
 }
 
 fn ring_worker(
@@ -900,12 +888,7 @@ fn start_file_response(
     c.requests += 1;
     let body = if head_only { 0 } else { file.1 };
     c.response_bytes += head.len() as u64 + body;
-    cl.job = Some(FileJob {
-        off: 0,
-        left: body,
-        in_pipe: head.len() as u64,
-        pending: 0,
-    });
+    cl.job = Some(SpliceJob::new(0, body, head.len() as u64));
     next_splice(d, cl, c, file, conn);
 }
 
@@ -929,34 +912,17 @@ fn next_splice(
     let (Some(job), Some((pipe, size))) = (cl.job.as_mut(), cl.pipe.as_ref()) else {
         return;
     };
-    // A pipe holds `size / 4096` buffers of up to a page each, whatever their fill: the head
-    // takes whole buffers, and a file range that does not start on a page boundary spans one
-    // more. Asking for more than fits would block the first half forever, since the second,
-    // which empties the pipe, runs only after it.
-    const PAGE: u64 = 4096;
-    let free = (size / PAGE).saturating_sub(job.in_pipe.div_ceil(PAGE) + 1);
-    let len = job.left.min(free * PAGE).min(u32::MAX as u64 / 2);
-    if len == 0 && job.in_pipe == 0 {
-        // A pipe too small to take a page past the head: nothing can move.
+    let step = job.next(*size);
+    use std::os::fd::AsFd;
+    let sent = step.map_err(|_| ()).and_then(|st| {
+        d.splice(conn, file.0.as_fd(), st.offset, st.len, pipe, st.in_pipe)
+            .map_err(|_| ())
+    });
+    if sent.is_err() {
+        // A pipe too small to take a page past the head, or a closing connection.
         c.receive_errors += 1;
         cl.job = None;
-        return d.close(conn);
-    }
-    use std::os::fd::AsFd;
-    match d.splice(
-        conn,
-        file.0.as_fd(),
-        job.off,
-        len as u32,
-        pipe,
-        job.in_pipe as u32,
-    ) {
-        Ok(()) => job.pending = if len > 0 { 2 } else { 1 },
-        Err(_) => {
-            c.receive_errors += 1;
-            cl.job = None;
-            d.close(conn);
-        }
+        d.close(conn);
     }
 }
 
@@ -974,39 +940,19 @@ fn on_spliced(
         return;
     };
     let Some(job) = cl.job.as_mut() else { return };
-    job.pending = job.pending.saturating_sub(1);
-    let failed = match (into_pipe, res) {
-        // The file ended early (it shrank): a short body under its Content-Length would
-        // corrupt the stream, so the connection ends.
-        (true, 0) => true,
-        (true, n) if n > 0 => {
-            job.in_pipe += n as u64;
-            job.off += n as u64;
-            job.left -= (n as u64).min(job.left);
-            false
+    match job.on_spliced(into_pipe, res) {
+        Ok(SpliceProgress::Waiting) => {}
+        Ok(SpliceProgress::Done) => cl.job = None,
+        Ok(SpliceProgress::Next) => next_splice(d, cl, c, file, conn),
+        Err(f) => {
+            // A file that ended early (it shrank) would leave a short body under its
+            // Content-Length and corrupt the stream: the connection ends either way.
+            if let SpliceFailure::Os(e) = f {
+                c.ended(Some(e));
+            }
+            cl.job = None;
+            d.close(conn);
         }
-        (false, n) if n > 0 => {
-            job.in_pipe -= (n as u64).min(job.in_pipe);
-            false
-        }
-        // The first half moved less than asked, so the linked second half did not run.
-        (false, n) if n == -libc::ECANCELED => false,
-        (_, n) => {
-            c.ended(Some(-n));
-            true
-        }
-    };
-    if failed {
-        cl.job = None;
-        return d.close(conn);
-    }
-    if job.pending > 0 {
-        return;
-    }
-    if job.in_pipe == 0 && job.left == 0 {
-        cl.job = None;
-    } else {
-        next_splice(d, cl, c, file, conn);
     }
 }
 

@@ -21,9 +21,11 @@
 //! ```
 
 mod choose;
+mod splice;
 mod state;
 mod uring;
 
 pub use choose::{chooser_for, on_ring, AdaptiveChoice, Choice, Choose, Fixed, SendContext};
+pub use splice::{SpliceFailure, SpliceJob, SpliceProgress, SpliceStep};
 pub use state::{ConnState, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};
 pub use uring::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, SplicePipe, UringDriver};

@@ -10,6 +10,7 @@ mod sendfile;
 mod serialize;
 mod splice;
 mod uring;
+mod uring_splice;
 mod uring_zc;
 mod vmsplice;
 
@@ -138,6 +139,8 @@ pub enum Strategy {
     Sendfile,
     /// file to pipe to socket with `splice()`.
     Splice,
+    /// file to pipe to socket with linked io_uring `SPLICE` pairs.
+    UringSplice,
     /// `vmsplice()` user pages, then `splice()` to the socket.
     Vmsplice,
     /// Per send, the path the host profile says wins at its size (`copy`, `msg-zerocopy`,
@@ -148,7 +151,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every path, memory paths first.
-    pub const ALL: [Strategy; 12] = [
+    pub const ALL: [Strategy; 13] = [
         Strategy::Copy,
         Strategy::Serialize,
         Strategy::Gather,
@@ -161,6 +164,7 @@ impl Strategy {
         Strategy::MmapSend,
         Strategy::Sendfile,
         Strategy::Splice,
+        Strategy::UringSplice,
     ];
 
     /// Its entry in the table of paths (kept beside each path's code, in its file).
@@ -177,6 +181,7 @@ impl Strategy {
             Strategy::MmapSend => &mmap_send::INFO,
             Strategy::Sendfile => &sendfile::INFO,
             Strategy::Splice => &splice::INFO,
+            Strategy::UringSplice => &uring_splice::INFO,
             Strategy::Adaptive => &adaptive::INFO,
         }
     }
@@ -427,7 +432,13 @@ mod tests {
         };
         assert_eq!(
             with(|s| s.source() == Source::File),
-            ["read-send", "mmap-send", "sendfile", "splice"]
+            [
+                "read-send",
+                "mmap-send",
+                "sendfile",
+                "splice",
+                "uring-splice"
+            ]
         );
         assert_eq!(
             with(Strategy::avoids_send_copy),
@@ -437,7 +448,8 @@ mod tests {
                 "vmsplice",
                 "adaptive",
                 "sendfile",
-                "splice"
+                "splice",
+                "uring-splice"
             ]
         );
         assert_eq!(
