@@ -42,6 +42,69 @@ pub(crate) enum Command {
     /// uring, uring-zc at 256 B..1 MiB, interleaved rounds, about 70 s) and write the host
     /// profile `adaptive` decides from.
     Calibrate(CalibrateArgs),
+    /// Time whole-file transfers (7 MB..1 GB by default), each over a fresh connection from
+    /// open() to the receiver's acknowledgement: read-send, mmap-send, sendfile, splice and
+    /// io_uring splice, warm and cold.
+    Transfer(TransferArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TransferArgs {
+    /// File sizes, comma-separated (default: the study's 7 MB, 21 MB, 63 MB, 98 MB, 200 MB,
+    /// 350 MB, 700 MB, 1 GB, in decimal megabytes; 64M here means 64 MiB).
+    #[arg(long, short = 'l', value_name = "LIST", value_parser = transfer_sizes)]
+    pub sizes: Option<std::vec::Vec<u64>>,
+    /// File paths, comma-separated: read-send, mmap-send, sendfile, splice, uring-splice.
+    #[arg(long, short = 's', default_value = "read-send,mmap-send,sendfile,splice,uring-splice", value_parser = strategy_list)]
+    pub strategy: std::vec::Vec<sendpath::Strategy>,
+    /// read-send: bytes per read() + send(), comma-separated (each is a method of its own).
+    #[arg(long, default_value = "4K,64K,1M", value_parser = message_sizes)]
+    pub chunk: std::vec::Vec<usize>,
+    /// Page cache state at the start: warm, cold, or warm,cold.
+    #[arg(long, default_value = "warm,cold", value_parser = caches)]
+    pub cache: std::vec::Vec<sendpath_lab::transfer::Cache>,
+    /// What the receiver does with the bytes: discard (MSG_TRUNC) or copy (read into a buffer).
+    #[arg(long, default_value = "copy", value_parser = ["copy", "discard"])]
+    pub recv: String,
+    /// The receiver writes what it reads to this file (truncated per transfer) instead.
+    #[arg(long, value_name = "PATH")]
+    pub sink_file: Option<PathBuf>,
+    /// With --sink-file: fsync the file before acknowledging the last byte.
+    #[arg(long, requires = "sink_file")]
+    pub fsync: bool,
+    /// Bytes the receiver asks for per read.
+    #[arg(long, default_value = "128K", value_parser = recv_size)]
+    pub recv_size: usize,
+    /// Rounds: each transfers every size x cache x path once, in a shuffled order.
+    #[arg(long, short = 'n', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// The longest one transfer may take before it fails.
+    #[arg(long, default_value = "120s", value_parser = positive_duration)]
+    pub timeout: Duration,
+    /// Pin the sender to CPU S and the receiver to CPU R.
+    #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
+    pub cpu: Option<(usize, usize)>,
+    /// Seed for the shuffled order of each round (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV line per transfer to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+fn transfer_sizes(s: &str) -> Result<Vec<u64>, String> {
+    s.split(',')
+        .map(|x| bounded_size(x, "a file size", 4096, 64 << 30).map(|v| v as u64))
+        .collect()
+}
+
+fn caches(s: &str) -> Result<Vec<sendpath_lab::transfer::Cache>, String> {
+    s.split(',')
+        .map(|x| sendpath_lab::transfer::Cache::parse(x.trim()))
+        .collect()
 }
 
 #[derive(Debug, Args)]
@@ -417,7 +480,7 @@ fn strategy_list(s: &str) -> Result<Vec<sendpath::Strategy>, String> {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct RunArgs {
     /// Send paths, comma-separated, or `all`: copy, serialize, gather, msg-zerocopy, uring,
-    /// uring-zc, vmsplice, adaptive, read-send, mmap-send, sendfile, splice.
+    /// uring-zc, vmsplice, adaptive, read-send, mmap-send, sendfile, splice, uring-splice.
     #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
     pub strategy: std::vec::Vec<sendpath::Strategy>,
     /// Buffers per message for memory paths (serialize copies them into one, gather and

@@ -6,6 +6,7 @@ mod http_cmd;
 mod probe_cmd;
 mod run_cmd;
 mod sweep;
+mod transfer_cmd;
 
 use clap::Parser;
 use sendpath_lab::cancel::Cancel;
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(a) => http_cmd::serve_cmd(a, &cancel),
         cli::Command::HttpLoad(a) => http_cmd::http_load_cmd(a, &cancel),
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
+        cli::Command::Transfer(a) => transfer_cmd::run(a, &cancel),
         cli::Command::Sink(a) => sendpath_lab::workload::sink::run(
             a.listen,
             a.recv,

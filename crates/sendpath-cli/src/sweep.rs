@@ -46,6 +46,12 @@ fn list() {
         crate::http_cmd::HTTP_PRESET,
         4 * 3 * 4,
     );
+    println!(
+        "{:<16}{:>7}  {}",
+        crate::transfer_cmd::PRESET,
+        crate::transfer_cmd::preset_points(),
+        crate::transfer_cmd::ABOUT,
+    );
 }
 
 pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
@@ -56,6 +62,11 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     if a.preset == crate::http_cmd::HTTP_PRESET {
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::http_cmd::study(a, &dir, cancel);
+    }
+    if a.preset == crate::transfer_cmd::PRESET {
+        crate::transfer_cmd::check_sweep_args(a)?;
+        let dir = out_dir(a.out.as_deref(), &a.preset)?;
+        return crate::transfer_cmd::preset(a, &dir, cancel);
     }
     let (dir, mut rec, plan) = match &a.resume {
         Some(dir) => {

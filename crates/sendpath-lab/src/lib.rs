@@ -21,5 +21,6 @@ pub mod presets;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod transfer;
 pub mod units;
 pub mod workload;

@@ -1,0 +1,191 @@
+//! `sendpath transfer` and `sendpath sweep --preset file-transfer`.
+
+use crate::cli::{SweepArgs, TransferArgs};
+use anyhow::{bail, Context};
+use sendpath::Strategy;
+use sendpath_lab::cancel::Cancel;
+use sendpath_lab::runner::{environment, fresh_seed};
+use sendpath_lab::transfer::{
+    self, Cache, Method, Sink, TransferConfig, TransferResults, STUDY_SIZES,
+};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The preset name of the file-transfer study.
+pub(crate) const PRESET: &str = "file-transfer";
+
+/// What `sweep --list-presets` says of it.
+pub(crate) const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 15 minutes)";
+
+/// The preset's points: sizes x caches x methods.
+pub(crate) fn preset_points() -> usize {
+    STUDY_SIZES.len() * 2 * 7
+}
+
+pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    let sink = match (&a.sink_file, a.recv.as_str()) {
+        (Some(p), _) => Sink::File {
+            path: p.clone(),
+            fsync: a.fsync,
+        },
+        (None, "discard") => Sink::Discard,
+        _ => Sink::Copy,
+    };
+    let cfg = TransferConfig {
+        sizes: a.sizes.clone().unwrap_or_else(|| STUDY_SIZES.to_vec()),
+        methods: Method::list(&a.strategy, &a.chunk)?,
+        caches: a.cache.clone(),
+        sink,
+        recv_size: a.recv_size,
+        rounds: a.repeat,
+        seed: a.seed.unwrap_or_else(fresh_seed),
+        cpus: a.cpu,
+        timeout: a.timeout,
+    };
+    let r = measure(&cfg, cancel)?;
+    if let Some(p) = &a.json {
+        write_json(p, &r.0)?;
+    }
+    if let Some(p) = &a.csv {
+        transfer::write_csv(&r.0, p)?;
+    }
+    finish(r)
+}
+
+/// Refuses sweep flags the preset has no use for (before any directory is made).
+pub(crate) fn check_sweep_args(a: &SweepArgs) -> anyhow::Result<()> {
+    if a.duration.is_some() || a.warmup.is_some() {
+        bail!("the file-transfer preset times whole files: --duration and --warmup do not apply (use -n for rounds)");
+    }
+    if a.resume.is_some() {
+        bail!("the file-transfer preset cannot be resumed: run it again (-n sets the rounds)");
+    }
+    Ok(())
+}
+
+/// `sweep --preset file-transfer`: the preset's points, written to `dir` as
+/// transfer-results.json, transfer-results.csv and summary.md.
+pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    let cfg = TransferConfig {
+        sizes: STUDY_SIZES.to_vec(),
+        methods: Method::list(
+            &[
+                Strategy::ReadSend,
+                Strategy::MmapSend,
+                Strategy::Sendfile,
+                Strategy::Splice,
+                Strategy::UringSplice,
+            ],
+            &[4 << 10, 64 << 10, 1 << 20],
+        )?,
+        caches: vec![Cache::Warm, Cache::Cold],
+        sink: Sink::Copy,
+        recv_size: 128 << 10,
+        rounds: a.repeat.unwrap_or(3),
+        seed: a.seed.unwrap_or_else(fresh_seed),
+        cpus: None,
+        timeout: Duration::from_secs(120),
+    };
+    let r = measure(&cfg, cancel)?;
+    write_json(&dir.join("transfer-results.json"), &r.0)?;
+    transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;
+    std::fs::write(dir.join("summary.md"), transfer::summary(&r.0))
+        .with_context(|| format!("writing {}/summary.md", dir.display()))?;
+    println!(
+        "wrote {}/transfer-results.json, transfer-results.csv, summary.md",
+        dir.display()
+    );
+    finish(r)
+}
+
+/// Runs `cfg` with a progress line per transfer; the results and the error, if any (what was
+/// measured before it is kept).
+fn measure(
+    cfg: &TransferConfig,
+    cancel: &Cancel,
+) -> anyhow::Result<(TransferResults, Option<anyhow::Error>)> {
+    check_space(cfg)?;
+    let points = cfg.sizes.len() * cfg.caches.len() * cfg.methods.len();
+    let bytes: u64 = cfg.sizes.iter().sum::<u64>() * (cfg.caches.len() * cfg.methods.len()) as u64;
+    eprintln!(
+        "transfer: {} sizes x {} cache states x {} methods = {} points, {} rounds in a shuffled order (seed {}), {:.1} GB per round; receiver: {}",
+        cfg.sizes.len(),
+        cfg.caches.len(),
+        cfg.methods.len(),
+        points,
+        cfg.rounds,
+        cfg.seed,
+        bytes as f64 / 1e9,
+        cfg.sink.name()
+    );
+    let mut results = TransferResults::new(cfg, environment());
+    let total = points * cfg.rounds as usize;
+    let mut done = 0usize;
+    let err = transfer::run(cfg, &mut results, cancel, |row, rep| {
+        done += 1;
+        eprintln!(
+            "[{done}/{total}] round {}: {} {} {:<16} {:>9.1} ms  {:>7.3} Gbit/s  resident {}  cpu {} / {} ms",
+            rep.round + 1,
+            sendpath_lab::units::fmt_size(row.file_bytes as usize),
+            row.cache.name(),
+            row.label,
+            rep.seconds * 1000.0,
+            rep.throughput_gbps,
+            rep.resident_fraction
+                .map_or("null".into(), |f| format!("{:.2}", f)),
+            rep.cpu_sender_ms.map_or("null".into(), |c| format!("{c:.0}")),
+            rep.cpu_receiver_ms.map_or("null".into(), |c| format!("{c:.0}")),
+        );
+    })
+    .err();
+    Ok((results, err))
+}
+
+/// Prints the table; the error of the run (after the table of what was measured), or 130 when
+/// Ctrl-C cut it short.
+fn finish((r, err): (TransferResults, Option<anyhow::Error>)) -> anyhow::Result<ExitCode> {
+    if !r.rows.is_empty() {
+        println!("{}", transfer::summary(&r));
+    }
+    if let Some(e) = err {
+        return Err(e.context("the transfer run failed (the transfers before it are written)"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a run whose source files do not fit on the filesystem they go to.
+fn check_space(cfg: &TransferConfig) -> anyhow::Result<()> {
+    let dir = if cfg.caches.contains(&Cache::Cold) {
+        sendpath_lab::workload::cold_file_dir()
+            .ok()
+            .flatten()
+            .unwrap_or_else(std::env::temp_dir)
+    } else {
+        std::env::temp_dir()
+    };
+    let need: u64 = cfg.sizes.iter().sum::<u64>()
+        + match &cfg.sink {
+            Sink::File { .. } => cfg.sizes.iter().copied().max().unwrap_or(0),
+            _ => 0,
+        };
+    if let Ok(st) = rustix::fs::statvfs(&dir) {
+        let free = st.f_bavail * st.f_frsize;
+        if free < need + (256 << 20) {
+            bail!(
+                "the source files need {:.1} GB in {} but {:.1} GB are free: give smaller --sizes or set TMPDIR elsewhere",
+                need as f64 / 1e9,
+                dir.display(),
+                free as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, r: &TransferResults) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(r)?;
+    std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! `sendpath transfer` and `sweep --preset file-transfer`, run as a user would.
+
+mod common;
+
+use common::{fails_with, sendpath};
+use serde_json::Value;
+
+/// Whether cold runs can drop files from the page cache here (a disk-backed temp dir or
+/// /var/tmp), else the reason.
+fn disk_backed_tmp() -> Result<(), String> {
+    let fs = |d: &str| -> Option<String> {
+        let out = std::process::Command::new("stat")
+            .args(["-f", "-c", "%T", d])
+            .output()
+            .ok()?;
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let tmp = std::env::temp_dir();
+    let memory = |t: &Option<String>| matches!(t.as_deref(), Some("tmpfs" | "ramfs"));
+    let (a, b) = (fs(tmp.to_str().unwrap()), fs("/var/tmp"));
+    if memory(&a) && memory(&b) {
+        return Err(format!(
+            "the temp dir ({a:?}) and /var/tmp ({b:?}) keep files in memory: cold transfers cannot be cold"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn transfer_times_whole_files_warm_and_cold_with_every_method() {
+    if let Err(reason) = disk_backed_tmp() {
+        common::skip(&reason);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (json, csv) = (dir.path().join("t.json"), dir.path().join("t.csv"));
+    let out = sendpath()
+        .args([
+            "transfer",
+            "-l",
+            "5M,9M",
+            "-s",
+            "read-send,mmap-send,sendfile,splice,uring-splice",
+        ])
+        .args([
+            "--chunk", "4K,1M", "-n", "2", "--seed", "5", "--recv", "discard",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains("### warm file, receiver discard")
+            && text.contains("### cold file, receiver discard")
+            && text.contains("sendfile saves vs read-send 4KiB"),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["settings"]["sink"], "discard");
+    let rows = v["rows"].as_array().unwrap();
+    // 2 sizes x 2 caches x (2 read-send chunks + 4 paths).
+    assert_eq!(rows.len(), 24, "{v}");
+    for r in rows {
+        let size = r["file_bytes"].as_u64().unwrap();
+        let reps = r["repeats"].as_array().unwrap();
+        assert_eq!(common::rounds_of(r), [0, 1], "{r}");
+        for x in reps {
+            assert_eq!(x["bytes_received"].as_u64().unwrap(), size, "{r}");
+            assert!(x["seconds"].as_f64().unwrap() > 0.0);
+            assert!(x["cpu_receiver_ms"].as_f64().is_some());
+            let resident = x["resident_fraction"].as_f64().unwrap();
+            match r["cache"].as_str().unwrap() {
+                "cold" => assert!(resident < 0.2, "a cold start found {resident} cached: {r}"),
+                _ => assert!(resident > 0.95, "a warm start found {resident} cached: {r}"),
+            }
+        }
+    }
+    let labels: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels.into_iter().collect::<Vec<_>>(),
+        [
+            "mmap-send",
+            "read-send 1MiB",
+            "read-send 4KiB",
+            "sendfile",
+            "splice",
+            "uring-splice"
+        ]
+    );
+    let lines = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(lines.lines().count(), 1 + 24 * 2, "{lines}");
+}
+
+#[test]
+fn the_receiver_writes_the_file_it_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("received.bin");
+    sendpath()
+        .args([
+            "transfer",
+            "-l",
+            "3M",
+            "-s",
+            "sendfile,uring-splice",
+            "--cache",
+            "warm",
+        ])
+        .args(["-n", "1", "--fsync", "--sink-file"])
+        .arg(&sink)
+        .assert()
+        .success();
+    let got = std::fs::read(&sink).unwrap();
+    assert_eq!(got.len(), 3 << 20);
+    let mut want = vec![0u8; got.len()];
+    sendpath::pattern::fill(&mut want, 0);
+    assert!(got == want, "the received file differs from the source");
+}
+
+#[test]
+fn bad_transfer_input_is_refused_with_advice() {
+    fails_with(
+        &["transfer", "--cache", "lukewarm"],
+        &["unknown cache state `lukewarm`", "warm,cold"],
+    );
+    fails_with(
+        &["transfer", "-s", "copy", "-l", "1M"],
+        &["copy sends from memory", "read-send, mmap-send"],
+    );
+    fails_with(&["transfer", "--fsync"], &["--sink-file"]);
+    fails_with(
+        &["transfer", "-l", "1K"],
+        &["a file size must be between 4KiB"],
+    );
+    fails_with(
+        &["sweep", "--preset", "file-transfer", "-t", "1s"],
+        &["--duration and --warmup do not apply"],
+    );
+    let out = sendpath()
+        .args(["sweep", "--list-presets"])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains("file-transfer") && text.contains("7 MB..1 GB"),
+        "{text}"
+    );
+}
