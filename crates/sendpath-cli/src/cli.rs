@@ -645,6 +645,16 @@ pub(crate) struct StreamArgs {
     /// megabyte, as `iperf3 -Z` does.
     #[arg(long, value_parser = file_size)]
     pub file_size: Option<usize>,
+    /// Where the receiver runs: loopback, or netns (a network namespace sendpath creates and
+    /// removes, joined by a veth pair; needs root and iproute2).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"], conflicts_with = "connect")]
+    pub topology: String,
+    /// With --topology netns: limit the sender's veth to this rate (htb), e.g. 1gbit, 10gbit.
+    #[arg(long, value_name = "RATE", value_parser = sendpath_lab::topology::parse_rate)]
+    pub rate: Option<u64>,
+    /// With --topology netns: the MTU of both veth ends.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: Option<u32>,
 }
 
 fn cpu_pair(s: &str) -> Result<(usize, usize), String> {

@@ -8,6 +8,7 @@ use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
 use sendpath_lab::runner::{fresh_seed, source_file, stream_matrix, Point, Recorder};
+use sendpath_lab::topology::{Netns, NetnsSpec, TopologyInfo};
 use sendpath_lab::workload::mix::Alloc;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
@@ -64,6 +65,32 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         None
     };
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
+    let netns = match a.topology.as_str() {
+        "netns" => Some(Arc::new(Netns::create(NetnsSpec {
+            rate_bits_per_s: a.rate,
+            mtu: a.mtu,
+        })?)),
+        _ => {
+            if a.rate.is_some() || a.mtu.is_some() {
+                bail!("--rate and --mtu shape the veth pair of --topology netns: add --topology netns");
+            }
+            None
+        }
+    };
+    if let Some(ns) = &netns {
+        let i = ns.info();
+        eprintln!(
+            "topology: receiver in namespace {} at {}, sender at {} over a veth pair{}{}",
+            i.namespace,
+            i.receiver_addr,
+            i.sender_addr,
+            i.rate_bits_per_s.map_or(String::new(), |r| format!(
+                ", rate {:.3} Gbit/s (htb)",
+                r as f64 / 1e9
+            )),
+            i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
+        );
+    }
     let mut points = Vec::new();
     for &alloc in &a.run.alloc {
         points.extend(stream_matrix(
@@ -86,10 +113,12 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 opts: a.run.options(profile.clone()),
                 mix: a.size_mix.clone(),
                 alloc,
+                netns: netns.clone(),
             },
         ));
     }
-    run_matrix(&a.run, &points, file.as_ref(), profile, cancel)
+    let topology = netns.as_ref().map(|n| n.info().clone());
+    run_matrix(&a.run, &points, file.as_ref(), profile, topology, cancel)
 }
 
 /// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
@@ -99,6 +128,7 @@ fn run_matrix(
     points: &[Point],
     file: Option<&PatternFile>,
     profile: Option<Arc<Profile>>,
+    topology: Option<TopologyInfo>,
     cancel: &Cancel,
 ) -> anyhow::Result<std::process::ExitCode> {
     let schedule = Schedule {
@@ -108,6 +138,7 @@ fn run_matrix(
     let mut rec = Recorder::new(a.json.clone(), a.csv.clone(), schedule);
     rec.cancel = cancel.clone();
     rec.results.environment.profile = profile.map(|p| (*p).clone());
+    rec.results.environment.topology = topology;
     if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",
@@ -170,5 +201,5 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
             }
         }
     }
-    run_matrix(&a.run, &points, None, profile, cancel)
+    run_matrix(&a.run, &points, None, profile, None, cancel)
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 pub(crate) const PRESET: &str = "file-transfer";
 
 /// What `sweep --list-presets` says of it.
-pub(crate) const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 15 minutes)";
+pub(crate) const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 2 minutes with 2.4 GB of source files)";
 
 /// The preset's points: sizes x caches x methods.
 pub(crate) fn preset_points() -> usize {
@@ -127,7 +127,7 @@ fn measure(
         eprintln!(
             "[{done}/{total}] round {}: {} {} {:<16} {:>9.1} ms  {:>7.3} Gbit/s  resident {}  cpu {} / {} ms",
             rep.round + 1,
-            sendpath_lab::units::fmt_size(row.file_bytes as usize),
+            transfer::size_label(row.file_bytes),
             row.cache.name(),
             row.label,
             rep.seconds * 1000.0,

@@ -52,6 +52,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Poin
                 opts: sendpath::Options::default(),
                 mix: None,
                 alloc: Alloc::Pool,
+                netns: None,
             }));
         }
     }

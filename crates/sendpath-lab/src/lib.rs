@@ -21,6 +21,7 @@ pub mod presets;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod topology;
 pub mod transfer;
 pub mod units;
 pub mod workload;

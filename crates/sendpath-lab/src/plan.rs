@@ -145,6 +145,7 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             opts: sendpath::Options::default(),
             mix: mix.cloned(),
             alloc,
+            netns: None,
         }
     };
     let mut v = Vec::new();

@@ -65,6 +65,10 @@ pub struct Environment {
     /// The host profile `adaptive` decided from (null when no `adaptive` point ran).
     #[serde(default)]
     pub profile: Option<sendpath::profile::Profile>,
+    /// What the connections crossed when not loopback (`--topology netns`); null for
+    /// loopback or `--connect`.
+    #[serde(default)]
+    pub topology: Option<crate::topology::TopologyInfo>,
 }
 
 /// Median, min and max over repeats.

@@ -33,6 +33,7 @@ pub fn environment() -> Environment {
             .map_or(0, |d| d.as_secs()),
         sendpath_version: env!("CARGO_PKG_VERSION").to_string(),
         profile: None,
+        topology: None,
     }
 }
 

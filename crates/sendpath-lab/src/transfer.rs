@@ -605,7 +605,7 @@ pub fn saved_per_round(base: &TransferRow, other: &TransferRow) -> Option<Spread
 }
 
 /// `7 MB` for the study's decimal sizes, `64 MiB` otherwise.
-fn size_label(b: u64) -> String {
+pub fn size_label(b: u64) -> String {
     if b.is_multiple_of(1_000_000) && b >= 1_000_000 {
         if b.is_multiple_of(1_000_000_000) {
             format!("{} GB", b / 1_000_000_000)

@@ -43,6 +43,8 @@ pub struct StreamPoint {
     pub mix: Option<SizeMix>,
     /// Pooled or freshly allocated message buffers (memory paths).
     pub alloc: Alloc,
+    /// Run the receiver in this namespace (`--topology netns`) instead of on loopback.
+    pub netns: Option<Arc<crate::topology::Netns>>,
 }
 
 /// What one repeat produced.
@@ -192,9 +194,12 @@ pub fn run_once(
     cpu_mhz: Option<f64>,
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
-    let listener = match pt.connect {
-        None => Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?),
-        Some(_) => None,
+    let listener = match (pt.connect, &pt.netns) {
+        (None, None) => {
+            Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?)
+        }
+        (None, Some(ns)) => Some(ns.listen()?),
+        (Some(_), _) => None,
     };
     let target = match (&listener, pt.connect) {
         (Some(l), _) => l.local_addr()?,
