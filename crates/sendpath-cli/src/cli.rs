@@ -46,6 +46,57 @@ pub(crate) enum Command {
     /// open() to the receiver's acknowledgement: read-send, mmap-send, sendfile, splice and
     /// io_uring splice, warm and cold.
     Transfer(TransferArgs),
+    /// Receive on request for `stream --agent` / `sweep --agent` on another host (or in a
+    /// namespace), and send back bytes, verification and the receiver's CPU.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AgentArgs {
+    /// Where to listen for control connections. Anything but loopback needs --token-file.
+    #[arg(long, default_value = "127.0.0.1:5300", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// A file whose first line is the secret clients must present (their --token-file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Sessions served at once; more are refused as busy.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_sessions: u32,
+    /// The longest one session may last.
+    #[arg(long, default_value = "60m", value_parser = positive_duration)]
+    pub max_session: Duration,
+    /// The longest one receive may last, whatever a client asks.
+    #[arg(long, default_value = "10m", value_parser = positive_duration)]
+    pub max_receive: Duration,
+    /// Stop by itself after this long (Ctrl-C stops it sooner).
+    #[arg(long, short = 't', default_value = "1440m", value_parser = positive_duration)]
+    pub duration: Duration,
+}
+
+/// Where `--agent` points and the token for it.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct AgentClientArgs {
+    /// Have `sendpath agent` at HOST[:PORT] (port 5300 by default) receive, instead of a
+    /// receiver of our own; its CPU comes back as cpu.remote.
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = sendpath_lab::agent::parse_target)]
+    pub agent: Option<SocketAddr>,
+    /// With --agent: a file whose first line is the agent's token.
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl AgentClientArgs {
+    /// The agent to use, with its token read.
+    pub(crate) fn target(&self) -> anyhow::Result<Option<sendpath_lab::agent::AgentTarget>> {
+        let Some(addr) = self.agent else {
+            return Ok(None);
+        };
+        let token = match &self.token_file {
+            Some(p) => Some(sendpath_lab::agent::read_token(p)?),
+            None => None,
+        };
+        Ok(Some(sendpath_lab::agent::AgentTarget { addr, token }))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -322,6 +373,8 @@ pub(crate) struct SweepArgs {
     /// profile).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
 }
 
 #[derive(Debug, Args)]
@@ -630,7 +683,7 @@ pub(crate) struct StreamArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub connections: u32,
     /// Send to a receiver elsewhere (e.g. `sendpath sink` or `nc -l`) instead of our own.
-    #[arg(long, short = 'c', value_name = "ADDR")]
+    #[arg(long, short = 'c', value_name = "ADDR", conflicts_with = "agent")]
     pub connect: Option<SocketAddr>,
     /// Pin every sender to CPU S and every receiver to CPU R.
     #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
@@ -647,7 +700,7 @@ pub(crate) struct StreamArgs {
     pub file_size: Option<usize>,
     /// Where the receiver runs: loopback, or netns (a network namespace sendpath creates and
     /// removes, joined by a veth pair; needs root and iproute2).
-    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"], conflicts_with = "connect")]
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"], conflicts_with_all = ["connect", "agent"])]
     pub topology: String,
     /// With --topology netns: limit the sender's veth to this rate (htb), e.g. 1gbit, 10gbit.
     #[arg(long, value_name = "RATE", value_parser = sendpath_lab::topology::parse_rate)]
@@ -655,6 +708,8 @@ pub(crate) struct StreamArgs {
     /// With --topology netns: the MTU of both veth ends.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: Option<u32>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
 }
 
 fn cpu_pair(s: &str) -> Result<(usize, usize), String> {

@@ -1,5 +1,6 @@
 //! `sendpath`: measure every Linux send path side by side and tell which one to use.
 
+mod agent_cmd;
 mod calibrate_cmd;
 mod cli;
 mod http_cmd;
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
         cli::Command::HttpLoad(a) => http_cmd::http_load_cmd(a, &cancel),
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
         cli::Command::Transfer(a) => transfer_cmd::run(a, &cancel),
+        cli::Command::Agent(a) => agent_cmd::run(a, &cancel),
         cli::Command::Sink(a) => sendpath_lab::workload::sink::run(
             a.listen,
             a.recv,

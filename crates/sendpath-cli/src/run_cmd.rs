@@ -91,6 +91,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
             i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
         );
     }
+    let agent = a.remote.target()?;
     let mut points = Vec::new();
     for &alloc in &a.run.alloc {
         points.extend(stream_matrix(
@@ -114,11 +115,20 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 mix: a.size_mix.clone(),
                 alloc,
                 netns: netns.clone(),
+                agent: agent.clone(),
             },
         ));
     }
     let topology = netns.as_ref().map(|n| n.info().clone());
-    run_matrix(&a.run, &points, file.as_ref(), profile, topology, cancel)
+    let agent = agent.map(|t| t.addr.to_string());
+    run_matrix(
+        &a.run,
+        &points,
+        file.as_ref(),
+        profile,
+        (topology, agent),
+        cancel,
+    )
 }
 
 /// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
@@ -128,7 +138,7 @@ fn run_matrix(
     points: &[Point],
     file: Option<&PatternFile>,
     profile: Option<Arc<Profile>>,
-    topology: Option<TopologyInfo>,
+    (topology, agent): (Option<TopologyInfo>, Option<String>),
     cancel: &Cancel,
 ) -> anyhow::Result<std::process::ExitCode> {
     let schedule = Schedule {
@@ -139,6 +149,7 @@ fn run_matrix(
     rec.cancel = cancel.clone();
     rec.results.environment.profile = profile.map(|p| (*p).clone());
     rec.results.environment.topology = topology;
+    rec.results.environment.agent = agent;
     if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",
@@ -201,5 +212,5 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
             }
         }
     }
-    run_matrix(&a.run, &points, None, profile, None, cancel)
+    run_matrix(&a.run, &points, None, profile, (None, None), cancel)
 }

@@ -101,13 +101,32 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     rec.cancel = cancel.clone();
     let strategies = plan.preset.strategies.clone();
     let profile = crate::cli::load_profile(a.profile.as_deref(), &strategies)?;
+    let agent = a.remote.target()?;
+    let agent_name = agent.as_ref().map(|t| t.addr.to_string());
+    if a.resume.is_some() && rec.results.environment.agent != agent_name {
+        bail!(
+            "this sweep's windows were received by {}: resume it with the same receiver ({})",
+            rec.results
+                .environment
+                .agent
+                .as_deref()
+                .unwrap_or("sendpath itself"),
+            rec.results
+                .environment
+                .agent
+                .as_deref()
+                .map_or("no --agent".into(), |x| format!("--agent {x}"))
+        );
+    }
     let mut plan = plan;
     for p in &mut plan.points {
         if let sendpath_lab::runner::Point::Stream(s) = p {
             s.opts.profile = profile.clone();
+            s.agent = agent.clone();
         }
     }
     rec.results.environment.profile = profile.map(|p| (*p).clone());
+    rec.results.environment.agent = agent_name;
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         plan.preset.name,
@@ -157,7 +176,11 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         if let Some(n) = &a.copied_notice {
             println!("\nRead this first: {n}");
         }
-        println!("\nRecommendation ({}):", analysis::RULE_SHORT);
+        println!(
+            "\nRecommendation ({}; data: {}):",
+            analysis::RULE_SHORT,
+            a.route
+        );
         for x in &a.recommendations {
             println!(
                 "  {} messages {} ({} connection(s)): {}",

@@ -53,6 +53,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Poin
                 mix: None,
                 alloc: Alloc::Pool,
                 netns: None,
+                agent: None,
             }));
         }
     }

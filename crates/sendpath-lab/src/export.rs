@@ -123,7 +123,7 @@ pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub const CSV_HEADER: [&str; 57] = [
+pub const CSV_HEADER: [&str; 58] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -151,6 +151,7 @@ pub const CSV_HEADER: [&str; 57] = [
     "cpu_system_softirq_ns_per_byte",
     "cpu_system_irq_ns_per_byte",
     "cpu_system_ns_per_byte",
+    "cpu_remote_ns_per_byte",
     "est_cycles_per_byte",
     "hw_cycles_per_byte",
     "hw_llc_misses_per_byte",
@@ -236,6 +237,7 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
             cpu(|c| c.system_softirq),
             cpu(|c| c.system_irq),
             cpu(|c| c.system),
+            cpu_o(|c| c.remote),
             opt(row.median_of(|r| r.est_cycles_per_byte)),
             opt(row.median_of(|r| r.hw_cycles_per_byte)),
             opt(row.median_of(|r| r.hw_llc_misses_per_byte)),
@@ -312,7 +314,9 @@ pub fn table_line(row: &Row) -> String {
         Some(c) => format!(
             "{:>6.3}/{:<6}/{:>6.3}",
             c.sender,
-            c.receiver.map_or("-".into(), |r| format!("{r:.3}")),
+            c.receiver
+                .or(c.remote)
+                .map_or("-".into(), |r| format!("{r:.3}")),
             c.system_softirq
         ),
         None => format!("{:^20}", "not measured"),

@@ -11,6 +11,7 @@
 //!     -> results::Repeat -> results::Row -> results::Results -> export::Exporter
 //! ```
 
+pub mod agent;
 pub mod calibrate;
 pub mod cancel;
 pub mod export;

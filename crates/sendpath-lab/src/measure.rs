@@ -208,6 +208,8 @@ fn cpu_window(a: &CpuReading, b: &CpuReading, per: impl Fn(u64) -> f64) -> CpuWi
             system_softirq: per(sys.softirq_ns),
             system_irq: per(sys.irq_ns),
             system: per(sys.busy_ns()),
+            remote: None,
         },
+        remote: None,
     }
 }

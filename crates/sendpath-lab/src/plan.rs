@@ -146,6 +146,7 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             mix: mix.cloned(),
             alloc,
             netns: None,
+            agent: None,
         }
     };
     let mut v = Vec::new();

@@ -69,6 +69,9 @@ pub struct Environment {
     /// loopback or `--connect`.
     #[serde(default)]
     pub topology: Option<crate::topology::TopologyInfo>,
+    /// The `sendpath agent` that received (`--agent`), as HOST:PORT; null for our own receiver.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// Median, min and max over repeats.
@@ -221,6 +224,26 @@ pub struct CpuWindow {
     pub system_irq_ns: u64,
     /// The same values per payload byte.
     pub ns_per_byte: CpuNsPerByte,
+    /// The remote receiver's threads (`--agent`), as the agent measured them; null otherwise.
+    #[serde(default)]
+    pub remote: Option<RemoteCpu>,
+}
+
+/// CPU time of the receiver threads of `sendpath agent` on the other host, over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RemoteCpu {
+    /// User time, ns.
+    pub user_ns: u64,
+    /// System time, ns.
+    pub system_ns: u64,
+}
+
+impl CpuWindow {
+    /// Records the remote receiver's CPU over a window that moved `bytes`.
+    pub fn set_remote(&mut self, user_ns: u64, system_ns: u64, bytes: u64) {
+        self.remote = Some(RemoteCpu { user_ns, system_ns });
+        self.ns_per_byte.remote = (bytes > 0).then(|| (user_ns + system_ns) as f64 / bytes as f64);
+    }
 }
 
 /// CPU nanoseconds per payload byte, by role and kind (see [`CpuWindow`]).
@@ -248,6 +271,9 @@ pub struct CpuNsPerByte {
     pub system_irq: f64,
     /// System-wide busy: user + system + softirq + irq (the paper's "system" column).
     pub system: f64,
+    /// The remote receiver's threads, user + system (`--agent`); null otherwise.
+    #[serde(default)]
+    pub remote: Option<f64>,
 }
 
 impl CpuNsPerByte {
@@ -274,6 +300,7 @@ impl CpuNsPerByte {
             system_softirq: m(|c| c.system_softirq),
             system_irq: m(|c| c.system_irq),
             system: m(|c| c.system),
+            remote: mo(|c| c.remote),
         })
     }
 }

@@ -34,6 +34,7 @@ pub fn environment() -> Environment {
         sendpath_version: env!("CARGO_PKG_VERSION").to_string(),
         profile: None,
         topology: None,
+        agent: None,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Recommendation {
 pub struct Analysis {
     /// Said first when the host copied the zero-copy sends.
     pub copied_notice: Option<String>,
+    /// Where the data came from: the route between sender and receiver.
+    pub route: String,
     pub crossovers: Vec<Crossover>,
     pub recommendations: Vec<Recommendation>,
 }
@@ -233,10 +235,44 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
     (names.join(" or "), text)
 }
 
+/// Where the data of `r` came from, in words.
+pub fn route(r: &Results) -> String {
+    let env = &r.environment;
+    if let Some(a) = &env.agent {
+        return format!("received by `sendpath agent` at {a}");
+    }
+    if let Some(t) = &env.topology {
+        return format!(
+            "through a veth pair into network namespace {} on this host{}{}",
+            t.namespace,
+            t.rate_bits_per_s.map_or(String::new(), |b| format!(
+                ", rate-limited to {:.3} Gbit/s",
+                b as f64 / 1e9
+            )),
+            t.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
+        );
+    }
+    if r.results
+        .iter()
+        .any(|x| x.recv_mode == crate::results::Receiver::Remote)
+    {
+        return "to another program's receiver (--connect)".into();
+    }
+    "loopback, to receiver threads in this process".into()
+}
+
 pub fn analyse(r: &Results) -> Analysis {
     let measured: BTreeSet<Strategy> = r.results.iter().map(|x| x.strategy).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
-    let mut a = Analysis::default();
+    let mut a = Analysis {
+        route: route(r),
+        ..Analysis::default()
+    };
+    let receiver_here = r.environment.agent.is_none()
+        && !r
+            .results
+            .iter()
+            .any(|x| x.recv_mode == crate::results::Receiver::Remote);
 
     let copied: Vec<(&str, f64)> = r
         .results
@@ -250,15 +286,25 @@ pub fn analyse(r: &Results) -> Analysis {
         .filter(|m| *m > 0.5)
     {
         let names: BTreeSet<&str> = copied.iter().map(|c| c.0).collect();
-        a.copied_notice = Some(format!(
-            "This host copied the \"zero-copy\" sends: up to {:.0}% of {} completions carried the kernel's COPIED flag. \
-             The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
-             So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
-             say nothing about the gain on a real NIC: run `sendpath sink` on a remote host and `sendpath stream --connect` \
-             for that. sendfile, splice and vmsplice do avoid the send-side copy here.",
-            max * 100.0,
-            names.into_iter().collect::<Vec<_>>().join(" and ")
-        ));
+        let names = names.into_iter().collect::<Vec<_>>().join(" and ");
+        a.copied_notice = Some(if receiver_here {
+            format!(
+                "This host copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the kernel's COPIED flag. \
+                 The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
+                 So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
+                 say nothing about the gain on a real NIC: run `sendpath agent` on a remote host and `sendpath sweep --agent HOST` \
+                 for that. sendfile, splice and vmsplice do avoid the send-side copy here.",
+                max * 100.0
+            )
+        } else {
+            format!(
+                "The kernel copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the COPIED flag, \
+                 with the receiver {}. Either the route delivered them locally (a receiver on this host) or the device \
+                 cannot send from user pages; either way the zero-copy rows measure bookkeeping plus a copy.",
+                max * 100.0,
+                a.route
+            )
+        });
     }
 
     for &t in &threads {

@@ -108,8 +108,9 @@ fn esc(s: &str) -> String {
 
 fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     let mut out = Vec::new();
+    let title = format!("Recommendation (data: {})", a.route);
     let mut rec = Table::new(
-        "Recommendation",
+        &title,
         &["source", "connections", "message sizes", "use", "why"],
     );
     for x in &a.recommendations {

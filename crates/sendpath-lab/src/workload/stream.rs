@@ -45,6 +45,8 @@ pub struct StreamPoint {
     pub alloc: Alloc,
     /// Run the receiver in this namespace (`--topology netns`) instead of on loopback.
     pub netns: Option<Arc<crate::topology::Netns>>,
+    /// Have `sendpath agent` there receive (its bytes, verification and CPU come back).
+    pub agent: Option<crate::agent::AgentTarget>,
 }
 
 /// What one repeat produced.
@@ -194,17 +196,29 @@ pub fn run_once(
     cpu_mhz: Option<f64>,
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
-    let listener = match (pt.connect, &pt.netns) {
-        (None, None) => {
+    let per_thread = pt.connections.max(1);
+    // A remote receiver: one control session per repeat.
+    let mut agent = match &pt.agent {
+        Some(t) => {
+            let mut c = crate::agent::AgentClient::connect(t)?;
+            let max = pt.warmup + pt.duration + Duration::from_secs(30);
+            let at = c.receive(t.addr, pt.threads * per_thread, pt.recv, pt.recv_size, max)?;
+            Some((c, at))
+        }
+        None => None,
+    };
+    let listener = match (pt.connect, &pt.netns, &agent) {
+        (None, None, None) => {
             Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?)
         }
-        (None, Some(ns)) => Some(ns.listen()?),
-        (Some(_), _) => None,
+        (None, Some(ns), None) => Some(ns.listen()?),
+        _ => None,
     };
-    let target = match (&listener, pt.connect) {
-        (Some(l), _) => l.local_addr()?,
-        (None, Some(a)) => a,
-        (None, None) => unreachable!(),
+    let target = match (&listener, pt.connect, &agent) {
+        (Some(l), _, _) => l.local_addr()?,
+        (None, _, Some((_, at))) => *at,
+        (None, Some(a), None) => a,
+        (None, None, None) => unreachable!(),
     };
     let cold = pt.cold && file.is_some();
     if let (Some(f), true) = (file, cold) {
@@ -219,7 +233,6 @@ pub fn run_once(
     let recv_counters: Vec<Arc<RecvCounters>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let sent: Vec<Arc<AtomicU64>> = (0..pt.threads).map(|_| Arc::default()).collect();
     let file_len = file.map_or(0, |f| f.len);
-    let per_thread = pt.connections.max(1);
     let conn_bytes: Vec<Arc<[AtomicU64]>> = (0..pt.threads)
         .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
         .collect();
@@ -343,15 +356,23 @@ pub fn run_once(
                 .flat_map(|t| t.iter().map(|c| c.load(Ordering::Relaxed)))
                 .collect()
         };
+        let remote0 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
         let (s0, b0, c0) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
         completed = cancel.sleep_unless(pt.duration, all_done);
         let (s1, b1, c1) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
+        let remote1 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
+        let remote = remote0.zip(remote1);
+        // The agent counts what arrived, as our own receiver would.
+        let (b0, b1) = match remote {
+            Some((r0, r1)) => (r0.bytes, r1.bytes),
+            None => (b0, b1),
+        };
         let fairness = (per_thread > 1 && listener.is_some()).then(|| {
             let moved: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();
             ConnectionBytes::of(&moved)
         });
-        window = Some((s0, s1, b1 - b0, resident, fairness));
+        window = Some((s0, s1, b1 - b0, resident, fairness, remote));
     }
     stop.store(true, Ordering::Relaxed);
     let mut stats = SendStats::default();
@@ -392,6 +413,19 @@ pub fn run_once(
     if let Some(e) = first_err {
         return Err(e);
     }
+    if let Some((mut c, _)) = agent.take() {
+        let (total, verified, mismatches) = c.finish()?;
+        integrity.bytes_received = Some(total.bytes);
+        integrity.bytes_verified = verified;
+        integrity.mismatches = mismatches;
+        if total.bytes != integrity.bytes_sent {
+            bail!(
+                "the senders put {} bytes on the sockets but the agent received {}: bytes were lost or invented",
+                integrity.bytes_sent,
+                total.bytes
+            );
+        }
+    }
     if listener.is_some() {
         let got: u64 = recv_counters
             .iter()
@@ -405,7 +439,7 @@ pub fn run_once(
             );
         }
     }
-    let (Some((s0, s1, bytes, resident, fairness)), true) = (window, completed) else {
+    let (Some((s0, s1, bytes, resident, fairness, remote)), true) = (window, completed) else {
         return Ok(None);
     };
     // With a mix, messages are counted from its mean size.
@@ -415,6 +449,13 @@ pub fn run_once(
     };
     let mut repeat = s0.window(&s1, bytes, messages, pt.threads * per_thread, cpu_mhz);
     repeat.connection_bytes = fairness;
+    if let (Some(cpu), Some((r0, r1))) = (repeat.cpu.as_mut(), remote) {
+        cpu.set_remote(
+            r1.user_ns.saturating_sub(r0.user_ns),
+            r1.system_ns.saturating_sub(r0.system_ns),
+            bytes,
+        );
+    }
     repeat.file_resident_fraction = resident;
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;

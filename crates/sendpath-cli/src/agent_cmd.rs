@@ -1,0 +1,24 @@
+//! `sendpath agent`.
+
+use crate::cli::AgentArgs;
+use sendpath_lab::agent::{self, AgentConfig};
+use sendpath_lab::cancel::Cancel;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub(crate) fn run(a: &AgentArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    let token = match &a.token_file {
+        Some(p) => Some(agent::read_token(p)?),
+        None => None,
+    };
+    let cfg = AgentConfig {
+        listen: a.listen,
+        token,
+        max_sessions: a.max_sessions as usize,
+        max_session: a.max_session,
+        max_receive: a.max_receive,
+        idle: Duration::from_secs(120),
+    };
+    agent::serve(&cfg, cancel, a.duration)?;
+    Ok(ExitCode::SUCCESS)
+}

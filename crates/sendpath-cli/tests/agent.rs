@@ -1,0 +1,323 @@
+//! `sendpath agent` with `stream --agent` and `sweep --agent`, and clients that misbehave.
+
+mod common;
+
+use common::{fails_with, free_loopback_addr, sendpath};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An agent child process, killed on drop; its log (stderr) is read by `log`.
+struct Agent {
+    child: Child,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(prefix: &[&str], listen: &str, extra: &[&str]) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("agent.log");
+        let exe = assert_cmd::cargo::cargo_bin("sendpath");
+        let mut cmd = match prefix {
+            [] => Command::new(&exe),
+            [first, rest @ ..] => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(&exe);
+                c
+            }
+        };
+        let child = cmd
+            .args(["agent", "--listen", listen, "-t", "120s"])
+            .args(extra)
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        let a = Agent {
+            child,
+            log,
+            _dir: dir,
+        };
+        a.wait_for("listening on");
+        a
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_for(&self, needle: &str) {
+        let t0 = Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the agent never logged `{needle}`:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `line` on a fresh control connection and returns the agent's first reply.
+fn one_line(addr: &str, line: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(line).unwrap();
+    let mut r = BufReader::new(s);
+    let mut reply = String::new();
+    r.read_line(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn stream_and_sweep_receive_through_the_agent_with_remote_cpu() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &[]);
+    let out = sendpath()
+        .args([
+            "stream",
+            "-s",
+            "copy,msg-zerocopy",
+            "-l",
+            "64K",
+            "-t",
+            "300ms",
+        ])
+        .args([
+            "--warmup", "100ms", "-n", "2", "--recv", "verify", "--agent", &addr,
+        ])
+        .args(["--json", "-"])
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(v["environment"]["agent"], addr.as_str(), "{v}");
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["recv_mode"], "verify");
+        let i = &r["integrity"];
+        assert!(i["bytes_verified"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(i["bytes_verified"], i["bytes_sent"]);
+        assert_eq!(i["mismatches"], 0);
+        assert!(
+            r["cpu_ns_per_byte"]["remote"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+        assert!(r["cpu_ns_per_byte"]["receiver"].is_null());
+        for x in r["repeats"].as_array().unwrap() {
+            let c = &x["cpu"]["remote"];
+            assert!(c["user_ns"].as_u64().unwrap() + c["system_ns"].as_u64().unwrap() > 0);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("quick");
+    let out = sendpath()
+        .args([
+            "sweep", "--preset", "quick", "-n", "1", "-t", "100ms", "--warmup", "0",
+        ])
+        .args(["--agent", &addr, "--out"])
+        .arg(&res)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains("data: received by `sendpath agent` at"),
+        "{text}"
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("results.json")).unwrap()).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 32, "the quick preset's 8 paths x 4 sizes");
+    for r in rows {
+        assert!(!r["cpu_ns_per_byte"]["remote"].is_null(), "{r}");
+    }
+    let md = std::fs::read_to_string(res.join("summary.md")).unwrap();
+    assert!(
+        md.contains("Recommendation (data: received by `sendpath agent`"),
+        "{md}"
+    );
+    assert!(agent.log().contains("received"), "{}", agent.log());
+}
+
+#[test]
+fn the_agent_refuses_bad_clients_with_a_logged_reason_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "correct horse\n").unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "battery staple\n").unwrap();
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &["--token-file", token.to_str().unwrap()]);
+
+    // A wrong token, a missing one: refused before anything runs.
+    fails_with(
+        &[
+            "stream",
+            "-l",
+            "64K",
+            "-t",
+            "100ms",
+            "--agent",
+            &addr,
+            "--token-file",
+            wrong.to_str().unwrap(),
+        ],
+        &["the agent refused: wrong or missing token"],
+    );
+    fails_with(
+        &["stream", "-l", "64K", "-t", "100ms", "--agent", &addr],
+        &["the agent refused: wrong or missing token"],
+    );
+    // A malformed line, an oversized one, an unknown operation, work before hello.
+    assert!(one_line(&addr, b"{\"v\":1,\"op\":\n").contains("malformed request"));
+    let mut big = vec![b'x'; 10_000];
+    big.push(b'\n');
+    assert!(one_line(&addr, &big).contains("longer than 4096 bytes"));
+    assert!(one_line(&addr, b"{\"v\":1,\"op\":\"exec\"}\n").contains("unknown operation"));
+    assert!(one_line(
+        &addr,
+        b"{\"v\":1,\"op\":\"receive\",\"connections\":1,\"recv\":\"copy\",\"recv_size\":1,\"max_seconds\":1}\n"
+    )
+    .contains("say hello first"));
+    let log = agent.log();
+    for reason in [
+        "wrong or missing token",
+        "malformed request",
+        "longer than 4096 bytes",
+        "unknown operation",
+        "no hello",
+    ] {
+        assert!(log.contains(reason), "the log lacks `{reason}`:\n{log}");
+    }
+    assert!(
+        !log.contains("receiving"),
+        "nothing may run for refused clients:\n{log}"
+    );
+    // Still serving.
+    sendpath()
+        .args([
+            "stream", "-l", "64K", "-t", "200ms", "--warmup", "0", "--agent", &addr,
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .assert()
+        .success();
+    assert!(agent.log().contains("receiving 1 connection(s)"));
+}
+
+#[test]
+fn sessions_beyond_the_limit_are_refused_as_busy() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &["--max-sessions", "1"]);
+    let mut held = TcpStream::connect(&addr).unwrap();
+    held.write_all(b"{\"v\":1,\"op\":\"hello\"}\n").unwrap();
+    let mut r = BufReader::new(held.try_clone().unwrap());
+    let mut hello = String::new();
+    r.read_line(&mut hello).unwrap();
+    assert!(hello.contains("\"ok\":true"), "{hello}");
+    fails_with(
+        &["stream", "-l", "64K", "-t", "100ms", "--agent", &addr],
+        &["busy"],
+    );
+    assert!(agent.log().contains("busy"), "{}", agent.log());
+    drop((held, r));
+    agent.wait_for("ended");
+    sendpath()
+        .args([
+            "stream", "-l", "64K", "-t", "100ms", "--warmup", "0", "--agent", &addr,
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn a_reachable_agent_needs_a_token() {
+    fails_with(
+        &["agent", "--listen", "0.0.0.0:0", "-t", "1s"],
+        &["--token-file"],
+    );
+    fails_with(&["stream", "--agent", "no such host!"], &["HOST[:PORT]"]);
+    fails_with(
+        &["stream", "--agent", "127.0.0.1:1", "-t", "100ms"],
+        &["cannot connect (is `sendpath agent` running there?)"],
+    );
+}
+
+/// The agent in a namespace this test creates, and `sweep --preset quick --agent` against it
+/// across the veth pair.
+#[test]
+fn sweep_against_an_agent_in_a_namespace() {
+    if sendpath::host::euid() != 0 {
+        common::skip("needs root to create a network namespace");
+        return;
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        common::skip("no `ip` (apt-get install iproute2)");
+        return;
+    }
+    let pid = std::process::id();
+    let ns = format!("sendpath-agent-test-{pid}");
+    let (h, p) = (format!("spa{pid}h"), format!("spa{pid}n"));
+    let ip = |args: &[&str]| {
+        let st = Command::new("ip").args(args).status().unwrap();
+        assert!(st.success(), "ip {}", args.join(" "));
+    };
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    ip(&["netns", "add", &ns]);
+    let _cleanup = Cleanup(ns.clone());
+    let o = (pid % 250) as u8;
+    let (ha, pa) = (format!("10.212.{o}.1"), format!("10.212.{o}.2"));
+    ip(&[
+        "link", "add", &h, "type", "veth", "peer", "name", &p, "netns", &ns,
+    ]);
+    ip(&["addr", "add", &format!("{ha}/30"), "dev", &h]);
+    ip(&["-n", &ns, "addr", "add", &format!("{pa}/30"), "dev", &p]);
+    ip(&["link", "set", &h, "up"]);
+    ip(&["-n", &ns, "link", "set", &p, "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "namespace secret\n").unwrap();
+    let listen = format!("{pa}:5300");
+    let agent = Agent::start(
+        &["ip", "netns", "exec", &ns],
+        &listen,
+        &["--token-file", token.to_str().unwrap()],
+    );
+    let res = dir.path().join("quick");
+    sendpath()
+        .args([
+            "sweep", "--preset", "quick", "-n", "1", "-t", "100ms", "--warmup", "0",
+        ])
+        .args(["--agent", &pa, "--token-file"])
+        .arg(&token)
+        .arg("--out")
+        .arg(&res)
+        .assert()
+        .success();
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("results.json")).unwrap()).unwrap();
+    assert_eq!(v["environment"]["agent"], listen.as_str());
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 32);
+    for r in rows {
+        assert!(!r["cpu_ns_per_byte"]["remote"].is_null(), "{r}");
+        assert_eq!(
+            r["integrity"]["bytes_received"],
+            r["integrity"]["bytes_sent"]
+        );
+    }
+    assert!(agent.log().contains("received"), "{}", agent.log());
+}

@@ -1,0 +1,582 @@
+//! `sendpath agent`: the receiving side of `stream` (and of `sweep`'s stream points) on
+//! another host, run on request over a control connection ([`proto`]), with the receiver's
+//! bytes, verification and CPU sent back into the same rows (`cpu.remote`).
+//!
+//! Safety rails: the agent binds to loopback unless told otherwise, and a non-loopback
+//! listener requires a token (compared in constant time); a session must say hello with the
+//! right token before anything runs; every line is bounded and parsed strictly; sessions are
+//! bounded in number (`max_sessions`) and time (`max_session`), every receive by its own
+//! `max_seconds` and the agent's `max_receive`. A refusal is logged with its reason and costs
+//! the refused client its connection only.
+
+pub mod proto;
+
+use crate::cancel::Cancel;
+use crate::workload::{receive, RecvCounters, RecvMode};
+use anyhow::{bail, Context};
+use proto::{Reply, Request, RequestLine, MAX_LINE, VERSION};
+use sendpath::metrics::cpu::ThreadCpu;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The port the agent listens on by default.
+pub const DEFAULT_PORT: u16 = 5300;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The token a client must present; required when `listen` is not loopback.
+    pub token: Option<String>,
+    /// Sessions served at once; more are refused as busy.
+    pub max_sessions: usize,
+    /// The longest a session may last.
+    pub max_session: Duration,
+    /// The longest one receive may last, whatever the client asks.
+    pub max_receive: Duration,
+    /// The longest the agent waits for a client's next request.
+    pub idle: Duration,
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes; `Ok(None)` at end of file.
+fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>) -> anyhow::Result<Option<()>> {
+    buf.clear();
+    let n = r
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', buf)
+        .context("reading the control connection")?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.len() > MAX_LINE || buf.last() != Some(&b'\n') {
+        bail!("line longer than {MAX_LINE} bytes, or cut short");
+    }
+    Ok(Some(()))
+}
+
+/// Serves until `cancel` (Ctrl-C) or `until`.
+pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Result<()> {
+    if !cfg.listen.ip().is_loopback() && cfg.token.is_none() {
+        bail!(
+            "--listen {} is reachable from other hosts: give --token-file FILE (a secret the clients pass with --token-file too)",
+            cfg.listen
+        );
+    }
+    let l = TcpListener::bind(cfg.listen).with_context(|| {
+        format!(
+            "--listen {}: cannot bind (in use, or not a local address?)",
+            cfg.listen
+        )
+    })?;
+    l.set_nonblocking(true)?;
+    eprintln!(
+        "agent: listening on {} (protocol {VERSION}, token {}, at most {} sessions of {:?})",
+        l.local_addr()?,
+        if cfg.token.is_some() {
+            "required"
+        } else {
+            "not required (loopback)"
+        },
+        cfg.max_sessions,
+        cfg.max_session
+    );
+    let active = Arc::new(AtomicUsize::new(0));
+    let end = Instant::now() + until;
+    while !cancel.is_cancelled() && Instant::now() < end {
+        let (mut s, peer) = match l.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => {
+                eprintln!("agent: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let _ = s.set_nonblocking(false);
+        if active.load(Ordering::Acquire) >= cfg.max_sessions {
+            eprintln!(
+                "agent: refused {peer}: busy ({} sessions)",
+                cfg.max_sessions
+            );
+            let _ = s.write_all(
+                Reply::error("busy: too many sessions, try again later")
+                    .line()
+                    .as_bytes(),
+            );
+            // Read what already arrived (the hello), without waiting, so closing does not
+            // reset the connection before the refusal is read.
+            let _ = s.set_nonblocking(true);
+            let _ = s.read(&mut [0u8; MAX_LINE]);
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            continue;
+        }
+        active.fetch_add(1, Ordering::AcqRel);
+        let (cfg, active, cancel) = (cfg.clone(), active.clone(), cancel.clone());
+        std::thread::spawn(move || {
+            match session(s, peer, &cfg, &cancel) {
+                Ok(()) => eprintln!("agent: session {peer} ended"),
+                Err(e) => eprintln!("agent: session {peer} ended: {e:#}"),
+            }
+            active.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+    Ok(())
+}
+
+/// A receive in progress: the accepting thread, then one thread per connection.
+struct Receiving {
+    counters: Arc<RecvCounters>,
+    /// Receiver thread ids, for their CPU time so far.
+    tids: Arc<Mutex<Vec<i32>>>,
+    /// CPU of receiver threads that have finished.
+    done_cpu: Arc<Mutex<ThreadCpu>>,
+    handle: std::thread::JoinHandle<anyhow::Result<(u64, u64)>>,
+}
+
+impl Receiving {
+    fn cpu(&self) -> ThreadCpu {
+        let mut c = *self.done_cpu.lock().expect("cpu lock");
+        for &t in self.tids.lock().expect("tid lock").iter() {
+            if let Ok(x) = ThreadCpu::read(t) {
+                c.user_ns += x.user_ns;
+                c.system_ns += x.system_ns;
+            }
+        }
+        c
+    }
+}
+
+/// Starts a receive: binds `ip:0`, accepts `connections` within the deadline, one receiver
+/// thread each.
+fn start_receive(
+    ip: IpAddr,
+    connections: u32,
+    mode: RecvMode,
+    recv_size: usize,
+    deadline: Instant,
+) -> anyhow::Result<(u16, Receiving)> {
+    let l = TcpListener::bind((ip, 0)).context("binding the data port")?;
+    let port = l.local_addr()?.port();
+    let counters = Arc::new(RecvCounters::default());
+    let tids = Arc::new(Mutex::new(Vec::new()));
+    let done_cpu = Arc::new(Mutex::new(ThreadCpu::default()));
+    let (c, t, d) = (counters.clone(), tids.clone(), done_cpu.clone());
+    let handle = std::thread::spawn(move || -> anyhow::Result<(u64, u64)> {
+        l.set_nonblocking(true)?;
+        let mut threads = Vec::new();
+        while threads.len() < connections as usize {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} of {connections} connections arrived before the deadline",
+                    threads.len()
+                );
+            }
+            let s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Err(e) => return Err(e).context("accepting a data connection"),
+            };
+            s.set_nonblocking(false)?;
+            s.set_read_timeout(Some(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ))?;
+            let (c, t, d) = (c.clone(), t.clone(), d.clone());
+            threads.push(std::thread::spawn(move || {
+                let tid = sendpath::host::gettid();
+                t.lock().expect("tid lock").push(tid);
+                let v = receive(s, mode, &c, recv_size);
+                // Move this thread's CPU from the live list to the finished total.
+                let mine = ThreadCpu::read(tid).unwrap_or_default();
+                t.lock().expect("tid lock").retain(|&x| x != tid);
+                let mut dc = d.lock().expect("cpu lock");
+                dc.user_ns += mine.user_ns;
+                dc.system_ns += mine.system_ns;
+                v
+            }));
+        }
+        let (mut verified, mut mismatches) = (0, 0);
+        let mut first_err = None;
+        for h in threads {
+            match h.join() {
+                Ok(Ok(v)) => {
+                    verified += v.bytes_verified();
+                    mismatches += v.mismatches;
+                }
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(anyhow::anyhow!("a receiver thread panicked"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok((verified, mismatches)),
+        }
+    });
+    Ok((
+        port,
+        Receiving {
+            counters,
+            tids,
+            done_cpu,
+            handle,
+        },
+    ))
+}
+
+/// After a refusal: stops writing and reads (at most 1 MiB, for at most a second) what the
+/// client is still sending, so the refusal reaches it instead of being lost to a reset.
+fn linger(r: &mut BufReader<TcpStream>) {
+    let s = r.get_ref();
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
+}
+
+/// One control connection: hello (with the token), then receives.
+fn session(
+    s: TcpStream,
+    peer: SocketAddr,
+    cfg: &AgentConfig,
+    cancel: &Cancel,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    s.set_read_timeout(Some(cfg.idle))?;
+    let local_ip = s.local_addr()?.ip();
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::with_capacity(MAX_LINE, s);
+    let mut buf = Vec::with_capacity(MAX_LINE + 1);
+    let mut send = |reply: &Reply| -> anyhow::Result<()> {
+        w.write_all(reply.line().as_bytes())
+            .context("writing a reply")
+    };
+    // Hello first, with the token when one is required.
+    match read_line(&mut r, &mut buf) {
+        Ok(Some(())) => {}
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            eprintln!("agent: refused {peer}: {e:#}");
+            let _ = send(&Reply::error(format!("{e:#}")));
+            linger(&mut r);
+            return Ok(());
+        }
+    }
+    match proto::parse_request(&buf) {
+        Ok(Request::Hello { token }) => {
+            if let Some(want) = &cfg.token {
+                if !proto::token_matches(token.as_deref(), want) {
+                    eprintln!("agent: refused {peer}: wrong or missing token");
+                    send(&Reply::error("wrong or missing token"))?;
+                    return Ok(());
+                }
+            }
+            send(&Reply {
+                agent: Some(format!("sendpath {}", env!("CARGO_PKG_VERSION"))),
+                ..Reply::ok()
+            })?;
+        }
+        Ok(_) => {
+            eprintln!("agent: refused {peer}: no hello");
+            send(&Reply::error("say hello first"))?;
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("agent: refused {peer}: {e}");
+            send(&Reply::error(e.0))?;
+            return Ok(());
+        }
+    }
+    let mut current: Option<Receiving> = None;
+    loop {
+        if cancel.is_cancelled() || started.elapsed() > cfg.max_session {
+            send(&Reply::error("the session's time is up"))?;
+            return Ok(());
+        }
+        match read_line(&mut r, &mut buf) {
+            Ok(Some(())) => {}
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                eprintln!("agent: refused {peer}: {e:#}");
+                let _ = send(&Reply::error(format!("{e:#}")));
+                linger(&mut r);
+                return Ok(());
+            }
+        }
+        let req = match proto::parse_request(&buf) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("agent: refused a request from {peer}: {e}");
+                send(&Reply::error(e.0))?;
+                continue;
+            }
+        };
+        match (req, current.is_some()) {
+            (Request::Hello { .. }, _) => send(&Reply::error("hello was already said"))?,
+            (Request::Receive { .. }, true) => {
+                send(&Reply::error("a receive is running: finish it first"))?
+            }
+            (
+                Request::Receive {
+                    connections,
+                    recv,
+                    recv_size,
+                    max_seconds,
+                },
+                false,
+            ) => {
+                let limit = Duration::from_secs(u64::from(max_seconds)).min(cfg.max_receive);
+                match start_receive(
+                    local_ip,
+                    connections,
+                    recv,
+                    recv_size as usize,
+                    Instant::now() + limit,
+                ) {
+                    Ok((port, rx)) => {
+                        eprintln!(
+                            "agent: {peer}: receiving {connections} connection(s) on port {port} ({}, {recv_size} B reads, at most {limit:?})",
+                            recv.name()
+                        );
+                        current = Some(rx);
+                        send(&Reply {
+                            port: Some(port),
+                            ..Reply::ok()
+                        })?;
+                    }
+                    Err(e) => send(&Reply::error(format!("{e:#}")))?,
+                }
+            }
+            (Request::Sample | Request::Finish, false) => {
+                send(&Reply::error("no receive is running"))?
+            }
+            (Request::Sample, true) => {
+                let rx = current.as_ref().expect("running");
+                let c = rx.cpu();
+                send(&Reply {
+                    bytes: Some(rx.counters.bytes.load(Ordering::Relaxed)),
+                    cpu_user_ns: Some(c.user_ns),
+                    cpu_system_ns: Some(c.system_ns),
+                    ..Reply::ok()
+                })?;
+            }
+            (Request::Finish, true) => {
+                let Receiving {
+                    counters,
+                    tids,
+                    done_cpu,
+                    handle,
+                } = current.take().expect("running");
+                let joined = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the accepting thread panicked"));
+                // Every receiver thread has ended: its CPU is in the finished total.
+                drop(tids);
+                let c = *done_cpu.lock().expect("cpu lock");
+                let bytes = counters.bytes.load(Ordering::Relaxed);
+                match joined.and_then(|x| x) {
+                    Ok((verified, mismatches)) => {
+                        eprintln!("agent: {peer}: received {bytes} bytes");
+                        send(&Reply {
+                            bytes: Some(bytes),
+                            cpu_user_ns: Some(c.user_ns),
+                            cpu_system_ns: Some(c.system_ns),
+                            bytes_verified: Some(verified),
+                            mismatches: Some(mismatches),
+                            ..Reply::ok()
+                        })?;
+                    }
+                    Err(e) => {
+                        eprintln!("agent: {peer}: the receive failed: {e:#}");
+                        send(&Reply::error(format!("the receive failed: {e:#}")))?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where an agent is, and the token to present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTarget {
+    /// The agent's control address.
+    pub addr: SocketAddr,
+    /// The token, when the agent requires one.
+    pub token: Option<String>,
+}
+
+/// The receiver's bytes and CPU so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteSample {
+    /// Bytes received.
+    pub bytes: u64,
+    /// Receiver threads' user CPU, ns.
+    pub user_ns: u64,
+    /// Receiver threads' system CPU, ns.
+    pub system_ns: u64,
+}
+
+/// A control connection to an agent.
+pub struct AgentClient {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl AgentClient {
+    /// Connects and says hello.
+    pub fn connect(t: &AgentTarget) -> anyhow::Result<AgentClient> {
+        let s = TcpStream::connect_timeout(&t.addr, Duration::from_secs(5)).with_context(|| {
+            format!(
+                "--agent {}: cannot connect (is `sendpath agent` running there?)",
+                t.addr
+            )
+        })?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        let w = s.try_clone()?;
+        let mut c = AgentClient {
+            r: BufReader::with_capacity(MAX_LINE, s),
+            w,
+            buf: Vec::with_capacity(MAX_LINE + 1),
+        };
+        c.call(RequestLine {
+            v: VERSION,
+            op: "hello".into(),
+            token: t.token.clone(),
+            connections: None,
+            recv: None,
+            recv_size: None,
+            max_seconds: None,
+        })
+        .with_context(|| format!("--agent {}", t.addr))?;
+        Ok(c)
+    }
+
+    fn call(&mut self, req: RequestLine) -> anyhow::Result<Reply> {
+        let mut line = serde_json::to_string(&req)?;
+        line.push('\n');
+        self.w
+            .write_all(line.as_bytes())
+            .context("writing to the agent")?;
+        if read_line(&mut self.r, &mut self.buf)?.is_none() {
+            bail!("the agent closed the control connection");
+        }
+        let reply = proto::parse_reply(&self.buf).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !reply.ok {
+            bail!(
+                "the agent refused: {}",
+                reply.error.as_deref().unwrap_or("(no reason given)")
+            );
+        }
+        Ok(reply)
+    }
+
+    fn op(op: &str) -> RequestLine {
+        RequestLine {
+            v: VERSION,
+            op: op.into(),
+            token: None,
+            connections: None,
+            recv: None,
+            recv_size: None,
+            max_seconds: None,
+        }
+    }
+
+    /// Asks for a receiver of `connections` connections; the address to connect them to.
+    pub fn receive(
+        &mut self,
+        agent: SocketAddr,
+        connections: usize,
+        mode: RecvMode,
+        recv_size: usize,
+        max: Duration,
+    ) -> anyhow::Result<SocketAddr> {
+        let r = self.call(RequestLine {
+            connections: Some(connections as u32),
+            recv: Some(mode.name().into()),
+            recv_size: Some(recv_size.min(proto::MAX_RECV_SIZE as usize) as u32),
+            max_seconds: Some(max.as_secs().clamp(1, u64::from(proto::MAX_SECONDS)) as u32),
+            ..AgentClient::op("receive")
+        })?;
+        let port = r.port.context("the agent's reply lacks the port")?;
+        Ok(SocketAddr::new(agent.ip(), port))
+    }
+
+    /// Bytes and CPU so far.
+    pub fn sample(&mut self) -> anyhow::Result<RemoteSample> {
+        let r = self.call(AgentClient::op("sample"))?;
+        Ok(RemoteSample {
+            bytes: r.bytes.context("the agent's sample lacks bytes")?,
+            user_ns: r.cpu_user_ns.unwrap_or(0),
+            system_ns: r.cpu_system_ns.unwrap_or(0),
+        })
+    }
+
+    /// After the senders half-closed: the totals, bytes verified and mismatches.
+    pub fn finish(&mut self) -> anyhow::Result<(RemoteSample, u64, u64)> {
+        let r = self.call(AgentClient::op("finish"))?;
+        Ok((
+            RemoteSample {
+                bytes: r.bytes.context("the agent's reply lacks bytes")?,
+                user_ns: r.cpu_user_ns.unwrap_or(0),
+                system_ns: r.cpu_system_ns.unwrap_or(0),
+            },
+            r.bytes_verified.unwrap_or(0),
+            r.mismatches.unwrap_or(0),
+        ))
+    }
+}
+
+/// Parses `HOST[:PORT]` (port [`DEFAULT_PORT`] when missing).
+pub fn parse_target(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let with_port = if s.parse::<SocketAddr>().is_ok() {
+        s.to_string()
+    } else if s.parse::<IpAddr>().is_ok() {
+        match s.parse::<IpAddr>() {
+            Ok(IpAddr::V6(_)) => format!("[{s}]:{DEFAULT_PORT}"),
+            _ => format!("{s}:{DEFAULT_PORT}"),
+        }
+    } else if s.contains(':') {
+        s.to_string()
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("`{s}`: not HOST[:PORT] ({e})"))?
+        .next()
+        .ok_or_else(|| format!("`{s}`: no address"))
+}
+
+/// Reads a token file: its first line, trimmed; refuses an empty or oversized one.
+pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let s = std::fs::read_to_string(path)
+        .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+    let t = s.lines().next().unwrap_or("").trim().to_string();
+    if t.is_empty() {
+        bail!("--token-file {}: the file is empty", path.display());
+    }
+    if t.len() > proto::MAX_TOKEN {
+        bail!(
+            "--token-file {}: a token is at most {} bytes",
+            path.display(),
+            proto::MAX_TOKEN
+        );
+    }
+    Ok(t)
+}

@@ -1,0 +1,354 @@
+//! The agent's control protocol: JSON lines, one request and one reply at a time, versioned,
+//! every line at most [`MAX_LINE`] bytes, every request parsed strictly (unknown fields,
+//! unknown operations and out-of-range values are refused before anything runs).
+//!
+//! ```text
+//! client: {"v":1,"op":"hello","token":"..."}          agent: {"v":1,"ok":true,"agent":"sendpath 0.1.0"}
+//! client: {"v":1,"op":"receive","connections":2,"recv":"copy","recv_size":131072,"max_seconds":60}
+//!                                                      agent: {"v":1,"ok":true,"port":40123}
+//!   (the client opens 2 connections to that port and sends)
+//! client: {"v":1,"op":"sample"}                        agent: {"v":1,"ok":true,"bytes":..,"cpu_user_ns":..,"cpu_system_ns":..}
+//! client: {"v":1,"op":"finish"}  (after half-closing)  agent: {"v":1,"ok":true,"bytes":..,"bytes_verified":..,"mismatches":..,...}
+//! any refusal:                                         agent: {"v":1,"ok":false,"error":"..."}
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version both ends speak.
+pub const VERSION: u32 = 1;
+/// The longest line either end sends or accepts, bytes (newline included).
+pub const MAX_LINE: usize = 4096;
+/// The most connections one receive may ask for.
+pub const MAX_CONNECTIONS: u32 = 1024;
+/// The longest receive a request may ask for, seconds.
+pub const MAX_SECONDS: u32 = 3600;
+/// The largest receiver read size, bytes.
+pub const MAX_RECV_SIZE: u32 = 64 << 20;
+/// The longest token, bytes.
+pub const MAX_TOKEN: usize = 1024;
+
+/// A request, as sent on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLine {
+    /// Protocol version ([`VERSION`]).
+    pub v: u32,
+    /// `hello`, `receive`, `sample` or `finish`.
+    pub op: String,
+    /// `hello`: the shared secret, when the agent requires one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// `receive`: connections to accept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<u32>,
+    /// `receive`: `copy`, `discard` or `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv: Option<String>,
+    /// `receive`: bytes per read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_size: Option<u32>,
+    /// `receive`: the longest the receive may last, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u32>,
+}
+
+/// A request, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Opens the session.
+    Hello {
+        /// The token offered.
+        token: Option<String>,
+    },
+    /// Accept `connections` connections on a new port and receive on them.
+    Receive {
+        /// Connections.
+        connections: u32,
+        /// What to do with the bytes.
+        recv: crate::workload::RecvMode,
+        /// Bytes per read.
+        recv_size: u32,
+        /// Upper bound on the receive, seconds.
+        max_seconds: u32,
+    },
+    /// Bytes and receiver CPU so far.
+    Sample,
+    /// Wait for every connection's end of file and report.
+    Finish,
+}
+
+/// The reply to every request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reply {
+    /// Protocol version.
+    pub v: u32,
+    /// Whether the request was carried out.
+    pub ok: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `hello`: the agent's name and version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `receive`: the port to connect to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// `sample`, `finish`: bytes received so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// `sample`, `finish`: the receiver threads' user CPU time so far, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user_ns: Option<u64>,
+    /// `sample`, `finish`: the receiver threads' system CPU time so far, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_system_ns: Option<u64>,
+    /// `finish`: bytes checked against the pattern (verify).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_verified: Option<u64>,
+    /// `finish`: bytes that differed (verify).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatches: Option<u64>,
+}
+
+impl Reply {
+    /// A success with nothing else.
+    pub fn ok() -> Reply {
+        Reply {
+            v: VERSION,
+            ok: true,
+            ..Reply::default()
+        }
+    }
+
+    /// A refusal.
+    pub fn error(msg: impl Into<String>) -> Reply {
+        Reply {
+            v: VERSION,
+            ok: false,
+            error: Some(msg.into()),
+            ..Reply::default()
+        }
+    }
+
+    /// The line to send (newline included).
+    pub fn line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("a reply serializes");
+        s.push('\n');
+        s
+    }
+}
+
+/// Why a line was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Parses and validates one request line (without or with its newline).
+pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
+    if line.len() > MAX_LINE {
+        return Err(Refused(format!("line longer than {MAX_LINE} bytes")));
+    }
+    let r: RequestLine =
+        serde_json::from_slice(line).map_err(|e| Refused(format!("malformed request: {e}")))?;
+    if r.v != VERSION {
+        return Err(Refused(format!(
+            "protocol version {} (this agent speaks {VERSION})",
+            r.v
+        )));
+    }
+    let no_receive_fields = r.connections.is_none()
+        && r.recv.is_none()
+        && r.recv_size.is_none()
+        && r.max_seconds.is_none();
+    match r.op.as_str() {
+        "hello" => {
+            if !no_receive_fields {
+                return Err(Refused("hello takes only a token".into()));
+            }
+            if r.token.as_ref().is_some_and(|t| t.len() > MAX_TOKEN) {
+                return Err(Refused(format!("token longer than {MAX_TOKEN} bytes")));
+            }
+            Ok(Request::Hello { token: r.token })
+        }
+        "receive" => {
+            if r.token.is_some() {
+                return Err(Refused("receive takes no token".into()));
+            }
+            let connections = r
+                .connections
+                .filter(|c| (1..=MAX_CONNECTIONS).contains(c))
+                .ok_or_else(|| Refused(format!("connections must be 1..{MAX_CONNECTIONS}")))?;
+            let recv = match r.recv.as_deref() {
+                Some("copy") => crate::workload::RecvMode::Copy,
+                Some("discard") => crate::workload::RecvMode::Discard,
+                Some("verify") => crate::workload::RecvMode::Verify,
+                _ => return Err(Refused("recv must be copy, discard or verify".into())),
+            };
+            let recv_size = r
+                .recv_size
+                .filter(|s| (1..=MAX_RECV_SIZE).contains(s))
+                .ok_or_else(|| Refused(format!("recv_size must be 1..{MAX_RECV_SIZE}")))?;
+            let max_seconds = r
+                .max_seconds
+                .filter(|s| (1..=MAX_SECONDS).contains(s))
+                .ok_or_else(|| Refused(format!("max_seconds must be 1..{MAX_SECONDS}")))?;
+            Ok(Request::Receive {
+                connections,
+                recv,
+                recv_size,
+                max_seconds,
+            })
+        }
+        "sample" | "finish" => {
+            if !no_receive_fields || r.token.is_some() {
+                return Err(Refused(format!("{} takes no arguments", r.op)));
+            }
+            Ok(if r.op == "sample" {
+                Request::Sample
+            } else {
+                Request::Finish
+            })
+        }
+        other => Err(Refused(format!(
+            "unknown operation `{}` (hello, receive, sample, finish)",
+            other.chars().take(32).collect::<String>()
+        ))),
+    }
+}
+
+/// Parses a reply line.
+pub fn parse_reply(line: &[u8]) -> Result<Reply, Refused> {
+    if line.len() > MAX_LINE {
+        return Err(Refused(format!("reply longer than {MAX_LINE} bytes")));
+    }
+    let r: Reply =
+        serde_json::from_slice(line).map_err(|e| Refused(format!("malformed reply: {e}")))?;
+    if r.v != VERSION {
+        return Err(Refused(format!(
+            "the agent speaks protocol version {} (this sendpath speaks {VERSION}): run the same sendpath version on both hosts",
+            r.v
+        )));
+    }
+    Ok(r)
+}
+
+/// Compares a token offered with the one required, in time that does not depend on where
+/// they differ.
+pub fn token_matches(offered: Option<&str>, required: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let offered = offered.unwrap_or("");
+    bool::from(offered.as_bytes().ct_eq(required.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_requests_parse() {
+        assert_eq!(
+            parse_request(br#"{"v":1,"op":"hello","token":"s3cret"}"#),
+            Ok(Request::Hello {
+                token: Some("s3cret".into())
+            })
+        );
+        assert_eq!(
+            parse_request(
+                br#"{"v":1,"op":"receive","connections":2,"recv":"verify","recv_size":65536,"max_seconds":10}"#
+            ),
+            Ok(Request::Receive {
+                connections: 2,
+                recv: crate::workload::RecvMode::Verify,
+                recv_size: 65536,
+                max_seconds: 10
+            })
+        );
+        assert_eq!(
+            parse_request(b"{\"v\":1,\"op\":\"sample\"}\n"),
+            Ok(Request::Sample)
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_a_reason() {
+        let e = |l: &[u8]| parse_request(l).unwrap_err().0;
+        assert!(e(br#"{"v":2,"op":"hello"}"#).contains("version 2"));
+        assert!(e(br#"{"v":1,"op":"hello","x":1}"#).contains("unknown field"));
+        assert!(e(br#"{"v":1,"op":"rm -rf"}"#).contains("unknown operation"));
+        assert!(e(br#"{"v":1,"op":"receive","connections":0,"recv":"copy","recv_size":1,"max_seconds":1}"#).contains("connections"));
+        assert!(e(br#"{"v":1,"op":"receive","connections":1,"recv":"copy","recv_size":1,"max_seconds":99999}"#).contains("max_seconds"));
+        assert!(e(
+            br#"{"v":1,"op":"receive","connections":1,"recv":"tee","recv_size":1,"max_seconds":1}"#
+        )
+        .contains("recv must"));
+        assert!(e(br#"{"v":1,"op":"sample","connections":1}"#).contains("no arguments"));
+        assert!(e(b"not json").contains("malformed"));
+        assert!(e(&vec![b' '; MAX_LINE + 1]).contains("longer than"));
+        let long = format!(
+            r#"{{"v":1,"op":"hello","token":"{}"}}"#,
+            "a".repeat(MAX_TOKEN + 1)
+        );
+        assert!(e(long.as_bytes()).contains("token longer"));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(token_matches(Some("abc"), "abc"));
+        assert!(!token_matches(Some("abd"), "abc"));
+        assert!(!token_matches(Some("ab"), "abc"));
+        assert!(!token_matches(None, "abc"));
+        assert!(!token_matches(Some("abcd"), "abc"));
+    }
+
+    #[test]
+    fn a_million_generated_lines_never_panic() {
+        // Mutations of valid lines and random bytes: each parses or is refused, and the
+        // parser never holds more than the line it was given.
+        let seeds: [&[u8]; 4] = [
+            br#"{"v":1,"op":"hello","token":"s3cret"}"#,
+            br#"{"v":1,"op":"receive","connections":2,"recv":"copy","recv_size":65536,"max_seconds":10}"#,
+            br#"{"v":1,"op":"sample"}"#,
+            br#"{"v":1,"op":"finish"}"#,
+        ];
+        let alphabet = b"{}[]\":,0123456789-+.eEtrufalsn \\u\x00\xff\n";
+        let mut rng = fastrand::Rng::with_seed(12);
+        let (mut ok, mut refused) = (0u32, 0u32);
+        let mut buf = Vec::with_capacity(MAX_LINE * 2);
+        for i in 0..1_000_000u32 {
+            buf.clear();
+            if i % 4 == 3 {
+                let n = rng.usize(0..64);
+                buf.extend((0..n).map(|_| rng.u8(..)));
+            } else {
+                buf.extend_from_slice(seeds[rng.usize(0..seeds.len())]);
+                for _ in 0..rng.usize(1..4) {
+                    let at = rng.usize(0..=buf.len());
+                    match rng.u8(0..4) {
+                        0 if at < buf.len() => {
+                            buf.remove(at);
+                        }
+                        1 => buf.insert(at, alphabet[rng.usize(0..alphabet.len())]),
+                        2 if at < buf.len() => buf[at] = alphabet[rng.usize(0..alphabet.len())],
+                        _ => {
+                            let n = rng.usize(0..3000);
+                            buf.splice(at..at, std::iter::repeat_n(b'9', n));
+                        }
+                    }
+                }
+            }
+            match parse_request(&buf) {
+                Ok(_) => ok += 1,
+                Err(_) => refused += 1,
+            }
+            let _ = parse_reply(&buf);
+        }
+        println!("agent protocol fuzz: 1000000 lines, {ok} parsed, {refused} refused");
+        assert!(ok > 0 && refused > 0);
+    }
+}
