@@ -105,3 +105,49 @@ fn topology_flags_are_checked() {
         &["--connect"],
     );
 }
+
+/// A sender waiting for room on a slow socket waits in the kernel: through a 100 Mbit/s
+/// veth, the io_uring paths' sender threads stay far from a busy CPU (a sender that polled
+/// instead spent about 8 ns of CPU per byte at 1 Gbit/s, a whole CPU; waiting, about 0.2).
+#[test]
+fn a_sender_held_back_by_a_slow_link_sleeps() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let out = sendpath()
+        .args([
+            "stream",
+            "-s",
+            "uring,uring-zc",
+            "-l",
+            "64K",
+            "-t",
+            "1s",
+            "-n",
+            "1",
+        ])
+        .args([
+            "--warmup",
+            "200ms",
+            "--topology",
+            "netns",
+            "--rate",
+            "100mbit",
+        ])
+        .args(["--json", "-"])
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        let gbps = r["throughput_gbps"]["median"].as_f64().unwrap();
+        assert!(gbps < 0.11, "the rate limit did not hold: {r}");
+        let cpu = r["cpu_ns_per_byte"]["sender"].as_f64().unwrap();
+        // A busy sender at 0.1 Gbit/s would spend 80 ns per byte.
+        assert!(
+            cpu < 8.0,
+            "{}: {cpu} ns of sender CPU per byte",
+            r["strategy"]
+        );
+    }
+}

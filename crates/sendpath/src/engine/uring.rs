@@ -616,10 +616,15 @@ impl UringDriver {
             }
             // Room was made, or the connection failed: either way its owner should look.
             if pushed.is_ok_and(|n| n > 0) || state.error().is_some() {
-                self.writable.push(ConnId {
+                let c = ConnId {
                     idx: id,
                     gen: self.gens[id as usize],
-                });
+                };
+                // One entry per burst: an owner that never takes them (one connection
+                // driven by wait_room and flush) must not grow the list per chain.
+                if self.writable.last() != Some(&c) {
+                    self.writable.push(c);
+                }
             }
         }
         self.dirty = dirty;
@@ -877,18 +882,33 @@ impl UringDriver {
 
     /// Runs until `id` has room for a buffer or has failed.
     pub fn wait_room(&mut self, id: ConnId) -> Result<()> {
-        while self.room(id) == 0 && self.conn(id).state.error().is_none() {
-            self.run(true)?;
-        }
-        self.conn_error(id)
+        self.run_until(id, |d| d.room(id) > 0)
     }
 
     /// Runs until every byte queued on `id` is on the socket.
     pub fn flush(&mut self, id: ConnId) -> Result<()> {
         self.request_flush(id);
-        while !self.conn(id).state.is_flushed() && self.conn(id).state.error().is_none() {
-            self.run(true)?;
-        }
+        self.run_until(id, |d| d.conn(id).state.is_flushed())
+    }
+
+    /// Runs, waiting in the kernel, until `done` or `id` failed. Room made on connections is
+    /// news for the owner's next [`UringDriver::take_writable`], not a reason to stop waiting:
+    /// it is set aside during the wait (else a pass would never wait, and the caller would
+    /// spin until the kernel released what it holds) and handed back after.
+    fn run_until(&mut self, id: ConnId, done: impl Fn(&UringDriver) -> bool) -> Result<()> {
+        let mut parked = Vec::new();
+        let r = (|| {
+            while !done(self) && self.conn(id).state.error().is_none() {
+                parked.append(&mut self.writable);
+                parked.dedup();
+                self.run(true)?;
+            }
+            Ok(())
+        })();
+        parked.append(&mut self.writable);
+        parked.dedup();
+        self.writable = parked;
+        r?;
         self.conn_error(id)
     }
 
