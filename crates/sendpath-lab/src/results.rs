@@ -620,7 +620,7 @@ impl Row {
         self.warnings = self.zerocopy.note.iter().cloned().collect();
         if let Some(f) = self.zerocopy.copied_fraction.filter(|f| *f > 0.5) {
             self.warnings.push(format!(
-                "the kernel copied {:.0}% of the zero-copy sends (a local receiver always forces the copy): this measures zero-copy bookkeeping plus a copy",
+                "the kernel copied {:.0}% of the zero-copy sends (it always does when the receiver is on this host): this measures zero-copy bookkeeping plus a copy",
                 f * 100.0
             ));
         }

@@ -247,6 +247,37 @@ fn linger(r: &mut BufReader<TcpStream>) {
     let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
 }
 
+/// The agent's end of one control connection.
+struct Control {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+    buf: Vec<u8>,
+    peer: SocketAddr,
+}
+
+impl Control {
+    fn send(&mut self, reply: &Reply) -> anyhow::Result<()> {
+        self.w
+            .write_all(reply.line().as_bytes())
+            .context("writing a reply")
+    }
+
+    /// The next line into `buf`: `false` at end of file, or after a line too long (refused,
+    /// logged, and the connection drained so the refusal is read).
+    fn next_line(&mut self) -> bool {
+        match read_line(&mut self.r, &mut self.buf) {
+            Ok(Some(())) => true,
+            Ok(None) => false,
+            Err(e) => {
+                eprintln!("agent: refused {}: {e:#}", self.peer);
+                let _ = self.send(&Reply::error(format!("{e:#}")));
+                linger(&mut self.r);
+                false
+            }
+        }
+    }
+}
+
 /// One control connection: hello (with the token), then receives.
 fn session(
     s: TcpStream,
@@ -257,77 +288,62 @@ fn session(
     let started = Instant::now();
     s.set_read_timeout(Some(cfg.idle))?;
     let local_ip = s.local_addr()?.ip();
-    let mut w = s.try_clone()?;
-    let mut r = BufReader::with_capacity(MAX_LINE, s);
-    let mut buf = Vec::with_capacity(MAX_LINE + 1);
-    let mut send = |reply: &Reply| -> anyhow::Result<()> {
-        w.write_all(reply.line().as_bytes())
-            .context("writing a reply")
+    let mut ctl = Control {
+        w: s.try_clone()?,
+        r: BufReader::with_capacity(MAX_LINE, s),
+        buf: Vec::with_capacity(MAX_LINE + 1),
+        peer,
     };
     // Hello first, with the token when one is required.
-    match read_line(&mut r, &mut buf) {
-        Ok(Some(())) => {}
-        Ok(None) => return Ok(()),
-        Err(e) => {
-            eprintln!("agent: refused {peer}: {e:#}");
-            let _ = send(&Reply::error(format!("{e:#}")));
-            linger(&mut r);
-            return Ok(());
-        }
+    if !ctl.next_line() {
+        return Ok(());
     }
-    match proto::parse_request(&buf) {
+    match proto::parse_request(&ctl.buf) {
         Ok(Request::Hello { token }) => {
             if let Some(want) = &cfg.token {
                 if !proto::token_matches(token.as_deref(), want) {
                     eprintln!("agent: refused {peer}: wrong or missing token");
-                    send(&Reply::error("wrong or missing token"))?;
+                    ctl.send(&Reply::error("wrong or missing token"))?;
                     return Ok(());
                 }
             }
-            send(&Reply {
+            ctl.send(&Reply {
                 agent: Some(format!("sendpath {}", env!("CARGO_PKG_VERSION"))),
                 ..Reply::ok()
             })?;
         }
         Ok(_) => {
             eprintln!("agent: refused {peer}: no hello");
-            send(&Reply::error("say hello first"))?;
+            ctl.send(&Reply::error("say hello first"))?;
             return Ok(());
         }
         Err(e) => {
             eprintln!("agent: refused {peer}: {e}");
-            send(&Reply::error(e.0))?;
+            ctl.send(&Reply::error(e.0))?;
             return Ok(());
         }
     }
     let mut current: Option<Receiving> = None;
     loop {
         if cancel.is_cancelled() || started.elapsed() > cfg.max_session {
-            send(&Reply::error("the session's time is up"))?;
+            ctl.send(&Reply::error("the session's time is up"))?;
             return Ok(());
         }
-        match read_line(&mut r, &mut buf) {
-            Ok(Some(())) => {}
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                eprintln!("agent: refused {peer}: {e:#}");
-                let _ = send(&Reply::error(format!("{e:#}")));
-                linger(&mut r);
-                return Ok(());
-            }
+        if !ctl.next_line() {
+            return Ok(());
         }
-        let req = match proto::parse_request(&buf) {
+        let req = match proto::parse_request(&ctl.buf) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("agent: refused a request from {peer}: {e}");
-                send(&Reply::error(e.0))?;
+                ctl.send(&Reply::error(e.0))?;
                 continue;
             }
         };
         match (req, current.is_some()) {
-            (Request::Hello { .. }, _) => send(&Reply::error("hello was already said"))?,
+            (Request::Hello { .. }, _) => ctl.send(&Reply::error("hello was already said"))?,
             (Request::Receive { .. }, true) => {
-                send(&Reply::error("a receive is running: finish it first"))?
+                ctl.send(&Reply::error("a receive is running: finish it first"))?
             }
             (
                 Request::Receive {
@@ -352,21 +368,21 @@ fn session(
                             recv.name()
                         );
                         current = Some(rx);
-                        send(&Reply {
+                        ctl.send(&Reply {
                             port: Some(port),
                             ..Reply::ok()
                         })?;
                     }
-                    Err(e) => send(&Reply::error(format!("{e:#}")))?,
+                    Err(e) => ctl.send(&Reply::error(format!("{e:#}")))?,
                 }
             }
             (Request::Sample | Request::Finish, false) => {
-                send(&Reply::error("no receive is running"))?
+                ctl.send(&Reply::error("no receive is running"))?
             }
             (Request::Sample, true) => {
                 let rx = current.as_ref().expect("running");
                 let c = rx.cpu();
-                send(&Reply {
+                ctl.send(&Reply {
                     bytes: Some(rx.counters.bytes.load(Ordering::Relaxed)),
                     cpu_user_ns: Some(c.user_ns),
                     cpu_system_ns: Some(c.system_ns),
@@ -390,7 +406,7 @@ fn session(
                 match joined.and_then(|x| x) {
                     Ok((verified, mismatches)) => {
                         eprintln!("agent: {peer}: received {bytes} bytes");
-                        send(&Reply {
+                        ctl.send(&Reply {
                             bytes: Some(bytes),
                             cpu_user_ns: Some(c.user_ns),
                             cpu_system_ns: Some(c.system_ns),
@@ -401,7 +417,7 @@ fn session(
                     }
                     Err(e) => {
                         eprintln!("agent: {peer}: the receive failed: {e:#}");
-                        send(&Reply::error(format!("the receive failed: {e:#}")))?;
+                        ctl.send(&Reply::error(format!("the receive failed: {e:#}")))?;
                     }
                 }
             }

@@ -525,17 +525,22 @@ mod tests {
             run_min: 0,
             ..AdaptiveConfig::default()
         };
-        let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(Profile::defaults(), cfg));
-        let mut st = ConnState::new(
-            StateConfig {
-                depth: 2,
-                zc: Some(ZcConfig {
-                    limits: InflightLimits::default(),
-                    report_usage: true,
-                }),
-            },
-            Box::new(chooser),
-        );
+        // A connection of depth 2 whose choices are `profile`'s.
+        let adaptive = |profile: Profile| {
+            let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(profile, cfg));
+            let zc = ZcConfig {
+                limits: InflightLimits::default(),
+                report_usage: true,
+            };
+            ConnState::new(
+                StateConfig {
+                    depth: 2,
+                    zc: Some(zc),
+                },
+                Box::new(chooser),
+            )
+        };
+        let mut st = adaptive(Profile::defaults());
         let mut k = Kernel::new(1);
         let zc = SendOp::SendZc { report_usage: true };
         // 64 KiB and up is a zero-copy tier in the defaults; the kernel copies every one.
@@ -555,17 +560,7 @@ mod tests {
         // ENOMEM halves the cap (a profile that expects copies, so no back-off interferes).
         let mut profile = Profile::defaults();
         profile.zerocopy_measured_copied = true;
-        let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(profile, cfg));
-        let mut st = ConnState::new(
-            StateConfig {
-                depth: 2,
-                zc: Some(ZcConfig {
-                    limits: InflightLimits::default(),
-                    report_usage: true,
-                }),
-            },
-            Box::new(chooser),
-        );
+        let mut st = adaptive(profile);
         fill(&mut st, 2, 1 << 20);
         let c = k.submit(&mut st);
         assert_eq!(c[0].3, zc);
