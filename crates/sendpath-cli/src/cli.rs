@@ -144,6 +144,10 @@ pub(crate) struct TransferArgs {
     /// Write one CSV line per transfer to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
 }
 
 fn transfer_sizes(s: &str) -> Result<Vec<u64>, String> {
@@ -375,6 +379,8 @@ pub(crate) struct SweepArgs {
     pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub remote: AgentClientArgs,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -698,9 +704,18 @@ pub(crate) struct StreamArgs {
     /// megabyte, as `iperf3 -Z` does.
     #[arg(long, value_parser = file_size)]
     pub file_size: Option<usize>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
+}
+
+/// Where the receiver runs (`--topology`, `--rate`, `--mtu`).
+#[derive(Debug, Args, Clone)]
+pub(crate) struct TopologyArgs {
     /// Where the receiver runs: loopback, or netns (a network namespace sendpath creates and
     /// removes, joined by a veth pair; needs root and iproute2).
-    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"], conflicts_with_all = ["connect", "agent"])]
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
     pub topology: String,
     /// With --topology netns: limit the sender's veth to this rate (htb), e.g. 1gbit, 10gbit.
     #[arg(long, value_name = "RATE", value_parser = sendpath_lab::topology::parse_rate)]
@@ -708,8 +723,44 @@ pub(crate) struct StreamArgs {
     /// With --topology netns: the MTU of both veth ends.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: Option<u32>,
-    #[command(flatten)]
-    pub remote: AgentClientArgs,
+}
+
+impl TopologyArgs {
+    /// The namespace to receive in, created (and announced) when `--topology netns`.
+    pub(crate) fn create(
+        &self,
+        elsewhere: bool,
+    ) -> anyhow::Result<Option<std::sync::Arc<sendpath_lab::topology::Netns>>> {
+        use sendpath_lab::topology::{Netns, NetnsSpec};
+        if self.topology != "netns" {
+            if self.rate.is_some() || self.mtu.is_some() {
+                anyhow::bail!(
+                    "--rate and --mtu shape the veth pair of --topology netns: add --topology netns"
+                );
+            }
+            return Ok(None);
+        }
+        if elsewhere {
+            anyhow::bail!("--topology netns puts our own receiver in a namespace: it cannot go with --connect or --agent");
+        }
+        let ns = Netns::create(NetnsSpec {
+            rate_bits_per_s: self.rate,
+            mtu: self.mtu,
+        })?;
+        let i = ns.info();
+        eprintln!(
+            "topology: receiver in namespace {} at {}, sender at {} over a veth pair{}{}",
+            i.namespace,
+            i.receiver_addr,
+            i.sender_addr,
+            i.rate_bits_per_s.map_or(String::new(), |r| format!(
+                ", rate {:.3} Gbit/s (htb)",
+                r as f64 / 1e9
+            )),
+            i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
+        );
+        Ok(Some(std::sync::Arc::new(ns)))
+    }
 }
 
 fn cpu_pair(s: &str) -> Result<(usize, usize), String> {

@@ -8,7 +8,7 @@ use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
 use sendpath_lab::runner::{fresh_seed, source_file, stream_matrix, Point, Recorder};
-use sendpath_lab::topology::{Netns, NetnsSpec, TopologyInfo};
+use sendpath_lab::topology::TopologyInfo;
 use sendpath_lab::workload::mix::Alloc;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
@@ -65,32 +65,9 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         None
     };
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
-    let netns = match a.topology.as_str() {
-        "netns" => Some(Arc::new(Netns::create(NetnsSpec {
-            rate_bits_per_s: a.rate,
-            mtu: a.mtu,
-        })?)),
-        _ => {
-            if a.rate.is_some() || a.mtu.is_some() {
-                bail!("--rate and --mtu shape the veth pair of --topology netns: add --topology netns");
-            }
-            None
-        }
-    };
-    if let Some(ns) = &netns {
-        let i = ns.info();
-        eprintln!(
-            "topology: receiver in namespace {} at {}, sender at {} over a veth pair{}{}",
-            i.namespace,
-            i.receiver_addr,
-            i.sender_addr,
-            i.rate_bits_per_s.map_or(String::new(), |r| format!(
-                ", rate {:.3} Gbit/s (htb)",
-                r as f64 / 1e9
-            )),
-            i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
-        );
-    }
+    let netns = a
+        .topology
+        .create(a.connect.is_some() || a.remote.agent.is_some())?;
     let agent = a.remote.target()?;
     let mut points = Vec::new();
     for &alloc in &a.run.alloc {

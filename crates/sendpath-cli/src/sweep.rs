@@ -60,6 +60,9 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     if a.preset == crate::http_cmd::HTTP_PRESET {
+        if a.remote.agent.is_some() || a.topology.topology != "loopback" {
+            bail!("the http-server preset runs its servers and load on loopback: --agent and --topology apply to the other presets");
+        }
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::http_cmd::study(a, &dir, cancel);
     }
@@ -118,15 +121,22 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
                 .map_or("no --agent".into(), |x| format!("--agent {x}"))
         );
     }
+    let netns = a.topology.create(agent.is_some())?;
+    let topology = netns.as_ref().map(|n| n.info().clone());
+    if a.resume.is_some() && rec.results.environment.topology.is_some() != topology.is_some() {
+        bail!("resume a sweep with the --topology it was started with");
+    }
     let mut plan = plan;
     for p in &mut plan.points {
         if let sendpath_lab::runner::Point::Stream(s) = p {
             s.opts.profile = profile.clone();
             s.agent = agent.clone();
+            s.netns = netns.clone();
         }
     }
     rec.results.environment.profile = profile.map(|p| (*p).clone());
     rec.results.environment.agent = agent_name;
+    rec.results.environment.topology = topology;
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         plan.preset.name,

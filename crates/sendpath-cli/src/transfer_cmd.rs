@@ -42,6 +42,8 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         seed: a.seed.unwrap_or_else(fresh_seed),
         cpus: a.cpu,
         timeout: a.timeout,
+        agent: a.remote.target()?,
+        netns: a.topology.create(a.remote.agent.is_some())?,
     };
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
@@ -86,6 +88,8 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
         seed: a.seed.unwrap_or_else(fresh_seed),
         cpus: None,
         timeout: Duration::from_secs(120),
+        agent: a.remote.target()?,
+        netns: a.topology.create(a.remote.agent.is_some())?,
     };
     let r = measure(&cfg, cancel)?;
     write_json(&dir.join("transfer-results.json"), &r.0)?;

@@ -87,6 +87,46 @@ fn stream_crosses_a_rate_limited_veth_into_a_namespace_and_cleans_up() {
 }
 
 #[test]
+fn sweep_and_transfer_receive_in_a_namespace() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("quick");
+    sendpath()
+        .args([
+            "sweep", "--preset", "quick", "-n", "1", "-t", "100ms", "--warmup", "0",
+        ])
+        .args(["--topology", "netns", "--out"])
+        .arg(&res)
+        .assert()
+        .success();
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(res.join("results.json")).unwrap()).unwrap();
+    assert_eq!(v["environment"]["topology"]["kind"], "netns");
+    assert_eq!(v["results"].as_array().unwrap().len(), 32);
+    let md = std::fs::read_to_string(res.join("summary.md")).unwrap();
+    assert!(
+        md.contains("data: through a veth pair into network namespace"),
+        "{md}"
+    );
+
+    let json = dir.path().join("t.json");
+    sendpath()
+        .args([
+            "transfer", "-l", "5M", "-s", "sendfile", "--cache", "warm", "-n", "1",
+        ])
+        .args(["--topology", "netns", "--json"])
+        .arg(&json)
+        .assert()
+        .success();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["environment"]["topology"]["kind"], "netns");
+    assert_eq!(v["rows"][0]["repeats"][0]["bytes_received"], 5u64 << 20);
+}
+
+#[test]
 fn topology_flags_are_checked() {
     fails_with(
         &["stream", "--rate", "1gbit", "-t", "100ms"],
@@ -102,7 +142,11 @@ fn topology_flags_are_checked() {
     );
     fails_with(
         &["stream", "--topology", "netns", "--connect", "127.0.0.1:9"],
-        &["--connect"],
+        &["cannot go with --connect or --agent"],
+    );
+    fails_with(
+        &["sweep", "--preset", "http-server", "--topology", "netns"],
+        &["--agent and --topology apply to the other presets"],
     );
 }
 

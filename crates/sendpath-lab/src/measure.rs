@@ -213,3 +213,36 @@ fn cpu_window(a: &CpuReading, b: &CpuReading, per: impl Fn(u64) -> f64) -> CpuWi
         remote: None,
     }
 }
+
+/// CPU time of the calling thread, nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: exact, where
+/// `/proc` counts in clock ticks).
+pub fn thread_cpu_ns() -> u64 {
+    cpu_ns(rustix::time::ClockId::ThreadCPUTime)
+}
+
+/// CPU time of the whole process (every thread, io_uring's io-wq workers included).
+pub fn process_cpu_ns() -> u64 {
+    cpu_ns(rustix::time::ClockId::ProcessCPUTime)
+}
+
+fn cpu_ns(clock: rustix::time::ClockId) -> u64 {
+    let t = rustix::time::clock_gettime(clock);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// The calling thread's CPU time, exact in total, split into user and system in the
+/// proportion `/proc` counted in ticks (all system when it counted none yet).
+pub fn own_thread_cpu(tid: i32) -> ThreadCpu {
+    let total = thread_cpu_ns();
+    let ticks = ThreadCpu::read(tid).unwrap_or_default();
+    let t = ticks.user_ns + ticks.system_ns;
+    let user = if t > 0 {
+        (u128::from(total) * u128::from(ticks.user_ns) / u128::from(t)) as u64
+    } else {
+        0
+    };
+    ThreadCpu {
+        user_ns: user,
+        system_ns: total - user,
+    }
+}

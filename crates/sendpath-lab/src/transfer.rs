@@ -12,6 +12,7 @@
 //! workers io_uring hands file splices to are counted.
 
 use crate::cancel::Cancel;
+use crate::measure::{process_cpu_ns, thread_cpu_ns};
 use crate::results::{Environment, Spread};
 use crate::runner::round_order;
 use crate::units::fmt_size;
@@ -20,7 +21,7 @@ use anyhow::{bail, Context};
 use sendpath::{Msg, Strategy};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -176,6 +177,10 @@ pub struct TransferConfig {
     pub cpus: Option<(usize, usize)>,
     /// The longest one transfer may take.
     pub timeout: Duration,
+    /// Receive in this namespace (`--topology netns`) instead of on loopback.
+    pub netns: Option<std::sync::Arc<crate::topology::Netns>>,
+    /// Have `sendpath agent` receive (it acknowledges through its control connection).
+    pub agent: Option<crate::agent::AgentTarget>,
 }
 
 /// One transfer.
@@ -314,21 +319,6 @@ pub const STUDY_ZEROCOPY: Method = Method {
     chunk_bytes: None,
 };
 
-/// CPU time of the calling thread, nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    cpu_ns(rustix::time::ClockId::ThreadCPUTime)
-}
-
-/// CPU time of the whole process (every thread, io_uring's io-wq workers included).
-fn process_cpu_ns() -> u64 {
-    cpu_ns(rustix::time::ClockId::ProcessCPUTime)
-}
-
-fn cpu_ns(clock: rustix::time::ClockId) -> u64 {
-    let t = rustix::time::clock_gettime(clock);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// What the receiver of one transfer reports.
 struct Received {
     bytes: u64,
@@ -402,6 +392,63 @@ fn warm_up(f: &PatternFile) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The receiving end of one transfer: a thread of ours, or `sendpath agent`.
+enum Far {
+    Local(std::thread::JoinHandle<anyhow::Result<Received>>),
+    Agent(crate::agent::AgentClient),
+    /// The agent's report, once it acknowledged.
+    Done(Received),
+}
+
+impl Far {
+    /// Readies a receiver for one connection; the address to send to.
+    fn open(listener: &TcpListener, cfg: &TransferConfig) -> anyhow::Result<(Far, SocketAddr)> {
+        if let Some(t) = &cfg.agent {
+            let mode = match cfg.sink {
+                Sink::Discard => crate::workload::RecvMode::Discard,
+                Sink::Copy => crate::workload::RecvMode::Copy,
+                Sink::File { .. } => {
+                    bail!("--sink-file writes on this host: it cannot go with --agent")
+                }
+            };
+            let mut c = crate::agent::AgentClient::connect(t)?;
+            let at = c.receive(t.addr, 1, mode, cfg.recv_size, cfg.timeout)?;
+            return Ok((Far::Agent(c), at));
+        }
+        let (sink, recv_size, timeout) = (cfg.sink.clone(), cfg.recv_size, cfg.timeout);
+        let cpu_rx = cfg.cpus.map(|c| c.1);
+        let l = listener.try_clone()?;
+        let h = std::thread::spawn(move || -> anyhow::Result<Received> {
+            crate::workload::stream::pin(cpu_rx);
+            let (conn, _) = l.accept().context("accepting the transfer's connection")?;
+            receive_one(conn, &sink, recv_size, timeout)
+        });
+        Ok((Far::Local(h), listener.local_addr()?))
+    }
+
+    /// Waits for the acknowledgement of the last byte: our receiver's one byte on `sock`, or
+    /// the agent's reply to `finish` (sent once it read to end of file).
+    fn acknowledged(&mut self, sock: &sendpath::Socket, timeout: Duration) -> anyhow::Result<()> {
+        match self {
+            Far::Local(_) => {
+                let mut s = TcpStream::from(sock.as_fd().try_clone_to_owned()?);
+                s.set_read_timeout(Some(timeout)).ok();
+                s.read_exact(&mut [0u8; 1])
+                    .context("waiting for the receiver's acknowledgement")
+            }
+            Far::Agent(c) => {
+                let (total, _, _) = c.finish()?;
+                *self = Far::Done(Received {
+                    bytes: total.bytes,
+                    cpu_ns: total.user_ns + total.system_ns,
+                });
+                Ok(())
+            }
+            Far::Done(_) => Ok(()),
+        }
+    }
+}
+
 /// One transfer of `file` with `method`, and the path's fallback note.
 fn transfer_once(
     listener: &TcpListener,
@@ -409,15 +456,8 @@ fn transfer_once(
     method: &Method,
     cfg: &TransferConfig,
 ) -> anyhow::Result<(TransferRepeat, Option<String>)> {
-    let addr = listener.local_addr()?;
-    let (sink, recv_size, timeout) = (cfg.sink.clone(), cfg.recv_size, cfg.timeout);
-    let cpu_rx = cfg.cpus.map(|c| c.1);
-    let l = listener.try_clone()?;
-    let receiver = std::thread::spawn(move || -> anyhow::Result<Received> {
-        crate::workload::stream::pin(cpu_rx);
-        let (conn, _) = l.accept().context("accepting the transfer's connection")?;
-        receive_one(conn, &sink, recv_size, timeout)
-    });
+    let timeout = cfg.timeout;
+    let (mut far, addr) = Far::open(listener, cfg)?;
     let resident = file.resident_fraction();
     // The file is opened again by its descriptor's /proc path: a real open(), timed.
     let path = format!("/proc/self/fd/{}", file.file.as_raw_fd());
@@ -445,23 +485,24 @@ fn transfer_once(
         p.socket()
             .shutdown(std::net::Shutdown::Write)
             .context("half-closing the connection")?;
-        let mut ack = [0u8; 1];
-        let fd = p.socket().as_fd().try_clone_to_owned()?;
-        let mut s = TcpStream::from(fd);
-        s.set_read_timeout(Some(timeout)).ok();
-        s.read_exact(&mut ack)
-            .context("waiting for the receiver's acknowledgement")?;
+        far.acknowledged(p.socket(), timeout)?;
         Ok(note)
     })();
     let seconds = t0.elapsed().as_secs_f64();
     let cpu_all = process_cpu_ns() - cpu0;
     if !connected {
-        // The receiver waits in accept(): a connection that closes at once releases it.
+        // Our receiver waits in accept(): a connection that closes at once releases it.
         let _ = TcpStream::connect(addr);
     }
-    let got = receiver
-        .join()
-        .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))?;
+    let (got, remote) = match far {
+        Far::Local(h) => (
+            h.join()
+                .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))?,
+            false,
+        ),
+        Far::Done(r) => (Ok(r), true),
+        Far::Agent(_) => (Err(anyhow::anyhow!("the agent did not report")), true),
+    };
     let note =
         sent.with_context(|| format!("{} of {}", method.label(), fmt_size(file.len as usize)))?;
     let got = got?;
@@ -473,13 +514,15 @@ fn transfer_once(
             file.len
         );
     }
+    // Our receiver thread is part of this process; an agent's is not.
+    let local_rx = if remote { 0 } else { got.cpu_ns };
     Ok((
         TransferRepeat {
             round: 0,
             seconds,
             throughput_gbps: file.len as f64 * 8.0 / seconds / 1e9,
             resident_fraction: resident,
-            cpu_sender_ms: Some(cpu_all.saturating_sub(got.cpu_ns) as f64 / 1e6),
+            cpu_sender_ms: Some(cpu_all.saturating_sub(local_rx) as f64 / 1e6),
             cpu_receiver_ms: Some(got.cpu_ns as f64 / 1e6),
             bytes_received: got.bytes,
         },
@@ -504,7 +547,9 @@ fn source_files(sizes: &[u64], cold: bool) -> anyhow::Result<Vec<PatternFile>> {
 
 impl TransferResults {
     /// Empty results for `cfg`, to be filled by [`run`].
-    pub fn new(cfg: &TransferConfig, environment: Environment) -> TransferResults {
+    pub fn new(cfg: &TransferConfig, mut environment: Environment) -> TransferResults {
+        environment.topology = cfg.netns.as_ref().map(|n| n.info().clone());
+        environment.agent = cfg.agent.as_ref().map(|a| a.addr.to_string());
         TransferResults {
             schema_version: SCHEMA_VERSION,
             environment,
@@ -532,9 +577,15 @@ pub fn run(
     if cfg.sizes.is_empty() || cfg.methods.is_empty() || cfg.caches.is_empty() {
         bail!("nothing to transfer: give at least one size, path and cache state");
     }
+    if cfg.agent.is_some() && matches!(cfg.sink, Sink::File { .. }) {
+        bail!("--sink-file writes on this host: it cannot go with --agent (the agent copies or discards)");
+    }
     let files = source_files(&cfg.sizes, cfg.caches.contains(&Cache::Cold))?;
     results.settings.filesystem = files[0].filesystem.clone();
-    let listener = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
+    let listener = match &cfg.netns {
+        Some(ns) => ns.listen()?,
+        None => TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?,
+    };
     crate::workload::stream::pin(cfg.cpus.map(|c| c.0));
     let mut points = Vec::new();
     for (fi, _) in cfg.sizes.iter().enumerate() {
@@ -602,6 +653,20 @@ pub fn saved_per_round(base: &TransferRow, other: &TransferRow) -> Option<Spread
         })
         .collect();
     (!v.is_empty()).then(|| Spread::of(&v))
+}
+
+/// The route of the transfers, in words.
+fn route(env: &Environment) -> String {
+    match (&env.agent, &env.topology) {
+        (Some(a), _) => format!("received by `sendpath agent` at {a}"),
+        (None, Some(t)) => format!(
+            "through a veth pair into namespace {}{}",
+            t.namespace,
+            t.rate_bits_per_s
+                .map_or(String::new(), |b| format!(", {:.3} Gbit/s", b as f64 / 1e9))
+        ),
+        (None, None) => "loopback".into(),
+    }
 }
 
 /// `7 MB` for the study's decimal sizes, `64 MiB` otherwise.
@@ -707,8 +772,9 @@ pub fn summary(r: &TransferResults) -> String {
         }
     }
     out += &format!(
-        "\nSource files on {}; each transfer timed from open() to the receiver's one-byte acknowledgement of the last byte, over a fresh loopback connection. The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
-        r.settings.filesystem
+        "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
+        r.settings.filesystem,
+        route(&r.environment)
     );
     let warned: Vec<String> = r
         .rows

@@ -197,8 +197,9 @@ fn start_receive(
                 let tid = sendpath::host::gettid();
                 t.lock().expect("tid lock").push(tid);
                 let v = receive(s, mode, &c, recv_size);
-                // Move this thread's CPU from the live list to the finished total.
-                let mine = ThreadCpu::read(tid).unwrap_or_default();
+                // Move this thread's CPU (exact, not in ticks) from the live list to the
+                // finished total.
+                let mine = crate::measure::own_thread_cpu(tid);
                 t.lock().expect("tid lock").retain(|&x| x != tid);
                 let mut dc = d.lock().expect("cpu lock");
                 dc.user_ns += mine.user_ns;
