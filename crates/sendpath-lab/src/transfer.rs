@@ -145,6 +145,14 @@ pub enum Sink {
 }
 
 impl Sink {
+    /// How a receiver reads for this sink (a file sink reads as `copy`, then writes).
+    pub fn recv_mode(&self) -> crate::workload::RecvMode {
+        match self {
+            Sink::Discard => crate::workload::RecvMode::Discard,
+            Sink::Copy | Sink::File { .. } => crate::workload::RecvMode::Copy,
+        }
+    }
+
     /// `discard`, `copy`, `file`, `file+fsync`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -335,39 +343,34 @@ fn receive_one(
 ) -> anyhow::Result<Received> {
     conn.set_read_timeout(Some(timeout)).ok();
     let cpu0 = thread_cpu_ns();
-    let mut buf = vec![0u8; recv_size.max(1)];
-    let mut out = match sink {
-        Sink::File { path, .. } => Some(
-            std::fs::File::create(path)
-                .with_context(|| format!("--sink-file {}: cannot create it", path.display()))?,
-        ),
-        _ => None,
-    };
-    let mut bytes = 0u64;
-    loop {
-        let n = match sink {
-            Sink::Discard => {
-                rustix::net::recv(conn.as_fd(), &mut buf[..], rustix::net::RecvFlags::TRUNC)
-                    .map(|(n, _)| n)
-                    .map_err(std::io::Error::from)
+    let bytes = match sink {
+        Sink::File { path, fsync } => {
+            let mut out = std::fs::File::create(path)
+                .with_context(|| format!("--sink-file {}: cannot create it", path.display()))?;
+            let mut buf = vec![0u8; recv_size.max(1)];
+            let mut bytes = 0u64;
+            loop {
+                let n = match conn.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e).context("the receiver's read"),
+                };
+                out.write_all(&buf[..n])
+                    .context("writing the --sink-file (is the disk full?)")?;
+                bytes += n as u64;
             }
-            _ => conn.read(&mut buf),
-        };
-        let n = match n {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e).context("the receiver's read"),
-        };
-        if let Some(f) = out.as_mut() {
-            f.write_all(&buf[..n.min(buf.len())])
-                .context("writing the --sink-file (is the disk full?)")?;
+            if *fsync {
+                out.sync_all().context("fsync of the --sink-file")?;
+            }
+            bytes
         }
-        bytes += n as u64;
-    }
-    if let (Some(f), Sink::File { fsync: true, .. }) = (&out, sink) {
-        f.sync_all().context("fsync of the --sink-file")?;
-    }
+        Sink::Discard | Sink::Copy => {
+            let c = crate::workload::RecvCounters::default();
+            crate::workload::receive(conn.try_clone()?, sink.recv_mode(), &c, recv_size)?;
+            c.bytes.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    };
     let cpu_ns = thread_cpu_ns() - cpu0;
     conn.write_all(b"k")
         .context("the receiver's acknowledgement")?;
@@ -404,15 +407,8 @@ impl Far {
     /// Readies a receiver for one connection; the address to send to.
     fn open(listener: &TcpListener, cfg: &TransferConfig) -> anyhow::Result<(Far, SocketAddr)> {
         if let Some(t) = &cfg.agent {
-            let mode = match cfg.sink {
-                Sink::Discard => crate::workload::RecvMode::Discard,
-                Sink::Copy => crate::workload::RecvMode::Copy,
-                Sink::File { .. } => {
-                    bail!("--sink-file writes on this host: it cannot go with --agent")
-                }
-            };
             let mut c = crate::agent::AgentClient::connect(t)?;
-            let at = c.receive(t.addr, 1, mode, cfg.recv_size, cfg.timeout)?;
+            let at = c.receive(t.addr, 1, cfg.sink.recv_mode(), cfg.recv_size, cfg.timeout)?;
             return Ok((Far::Agent(c), at));
         }
         let (sink, recv_size, timeout) = (cfg.sink.clone(), cfg.recv_size, cfg.timeout);
