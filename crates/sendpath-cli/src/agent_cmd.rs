@@ -17,7 +17,8 @@ pub(crate) fn run(a: &AgentArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
         max_sessions: a.max_sessions as usize,
         max_session: a.max_session,
         max_receive: a.max_receive,
-        idle: Duration::from_secs(120),
+        // A client is silent for a whole window between two samples: as long as a receive.
+        idle: a.max_receive + Duration::from_secs(30),
     };
     agent::serve(&cfg, cancel, a.duration)?;
     Ok(ExitCode::SUCCESS)

@@ -38,7 +38,8 @@ pub struct AgentConfig {
     pub max_session: Duration,
     /// The longest one receive may last, whatever the client asks.
     pub max_receive: Duration,
-    /// The longest the agent waits for a client's next request.
+    /// The longest the agent waits for a client's next request (at least a window: a client
+    /// says nothing between the samples at its edges).
     pub idle: Duration,
 }
 
@@ -462,7 +463,9 @@ impl AgentClient {
                 t.addr
             )
         })?;
-        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        // The agent answers `finish` once its receivers read to end of file, which follows
+        // the senders' last byte by little: minutes of silence mean it is gone.
+        s.set_read_timeout(Some(Duration::from_secs(300)))?;
         let w = s.try_clone()?;
         let mut c = AgentClient {
             r: BufReader::with_capacity(MAX_LINE, s),
