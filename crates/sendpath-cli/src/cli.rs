@@ -814,6 +814,8 @@ pub(crate) struct RrArgs {
     /// Pin every server to CPU S and every client to CPU C.
     #[arg(long, value_name = "S,C", value_parser = cpu_pair)]
     pub cpu: Option<(usize, usize)>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
 }
 
 #[derive(Debug, Args)]

@@ -160,6 +160,7 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
     };
     crate::cli::check_memory(&largest, &a.concurrency, &a.run)?;
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
+    let agent = a.remote.target()?;
     let mut points = Vec::new();
     for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
@@ -185,9 +186,11 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
                     opts: a.run.options(profile.clone()),
                     mix: a.size_mix.clone(),
                     alloc,
+                    agent: agent.clone(),
                 }));
             }
         }
     }
-    run_matrix(&a.run, &points, None, profile, (None, None), cancel)
+    let agent = agent.map(|t| t.addr.to_string());
+    run_matrix(&a.run, &points, None, profile, (None, agent), cancel)
 }

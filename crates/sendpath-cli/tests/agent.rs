@@ -150,6 +150,61 @@ fn stream_and_sweep_receive_through_the_agent_with_remote_cpu() {
 }
 
 #[test]
+fn rr_clients_run_on_the_agent_and_their_latency_comes_back() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &[]);
+    let out = sendpath()
+        .args([
+            "rr",
+            "-s",
+            "copy,uring",
+            "--request",
+            "100",
+            "--response",
+            "3000",
+        ])
+        .args([
+            "--concurrency",
+            "1,3",
+            "-t",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "-n",
+            "2",
+        ])
+        .args(["--recv", "verify", "--agent", &addr, "--json", "-"])
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(v["environment"]["agent"], addr.as_str());
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert!(r["latency_us"]["p50"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["messages_per_s"]["median"].as_f64().unwrap() > 0.0, "{r}");
+        let i = &r["integrity"];
+        assert_eq!(i["bytes_received"], i["bytes_sent"], "{r}");
+        assert_eq!(i["bytes_verified"], i["bytes_sent"], "{r}");
+        assert_eq!(i["mismatches"], 0);
+        assert!(r["repeats"][0]["cpu"]["remote"].is_object(), "{r}");
+    }
+    assert!(
+        agent.log().contains("rr clients, 3 connection(s)"),
+        "{}",
+        agent.log()
+    );
+    // Misuse of the protocol by a client: refused with the reason.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"{\"v\":1,\"op\":\"hello\"}\n{\"v\":1,\"op\":\"rr-client\",\"connections\":1,\"port\":1,\"request\":1,\"response\":1,\"recv\":\"discard\",\"duration_ms\":1}\n").unwrap();
+    let mut r = BufReader::new(s);
+    let (mut hello, mut reply) = (String::new(), String::new());
+    r.read_line(&mut hello).unwrap();
+    r.read_line(&mut reply).unwrap();
+    assert!(reply.contains("recv must be copy or verify"), "{reply}");
+}
+
+#[test]
 fn transfer_through_the_agent_is_acknowledged_by_it() {
     let addr = free_loopback_addr();
     let _agent = Agent::start(&[], &addr, &[]);

@@ -43,18 +43,18 @@ pub struct AgentConfig {
     pub idle: Duration,
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes; `Ok(None)` at end of file.
-fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>) -> anyhow::Result<Option<()>> {
+/// Reads one line of at most `max` bytes; `Ok(None)` at end of file.
+fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> anyhow::Result<Option<()>> {
     buf.clear();
     let n = r
-        .take(MAX_LINE as u64 + 1)
+        .take(max as u64 + 1)
         .read_until(b'\n', buf)
         .context("reading the control connection")?;
     if n == 0 {
         return Ok(None);
     }
-    if buf.len() > MAX_LINE || buf.last() != Some(&b'\n') {
-        bail!("line longer than {MAX_LINE} bytes, or cut short");
+    if buf.len() > max || buf.last() != Some(&b'\n') {
+        bail!("line longer than {max} bytes, or cut short");
     }
     Ok(Some(()))
 }
@@ -267,7 +267,7 @@ impl Control {
     /// The next line into `buf`: `false` at end of file, or after a line too long (refused,
     /// logged, and the connection drained so the refusal is read).
     fn next_line(&mut self) -> bool {
-        match read_line(&mut self.r, &mut self.buf) {
+        match read_line(&mut self.r, &mut self.buf, MAX_LINE) {
             Ok(Some(())) => true,
             Ok(None) => false,
             Err(e) => {
@@ -344,6 +344,20 @@ fn session(
         };
         match (req, current.is_some()) {
             (Request::Hello { .. }, _) => ctl.send(&Reply::error("hello was already said"))?,
+            (Request::RrClient(_), true) => {
+                ctl.send(&Reply::error("a receive is running: finish it first"))?
+            }
+            (Request::RrClient(spec), false) => {
+                eprintln!(
+                    "agent: {peer}: rr clients, {} connection(s) to port {}, {} B requests, {} B responses, {} ms + {} ms",
+                    spec.connections, spec.port, spec.request, spec.response, spec.warmup_ms, spec.duration_ms
+                );
+                let reply = run_rr_clients(peer.ip(), &spec, cancel).unwrap_or_else(|e| {
+                    eprintln!("agent: {peer}: the rr clients failed: {e:#}");
+                    Reply::error(format!("the rr clients failed: {e:#}"))
+                });
+                ctl.send(&reply)?;
+            }
             (Request::Receive { .. }, true) => {
                 ctl.send(&Reply::error("a receive is running: finish it first"))?
             }
@@ -427,6 +441,128 @@ fn session(
     }
 }
 
+/// Runs the clients of request/response against `ip:spec.port` (the caller's servers): the
+/// warmup, then the recorded window, by this host's clock.
+fn run_rr_clients(
+    ip: IpAddr,
+    spec: &proto::RrClientSpec,
+    cancel: &Cancel,
+) -> anyhow::Result<Reply> {
+    use crate::workload::rr::{client, RrPoint};
+    let pt = RrPoint {
+        strategy: sendpath::Strategy::Copy,
+        request: spec.request as usize,
+        response: spec.response as usize,
+        concurrency: spec.connections as usize,
+        fields: 1,
+        recv: spec.recv,
+        duration: Duration::from_millis(u64::from(spec.duration_ms)),
+        warmup: Duration::from_millis(u64::from(spec.warmup_ms)),
+        rate: spec.rate,
+        cpus: None,
+        opts: sendpath::Options::default(),
+        mix: spec.size_mix.clone(),
+        alloc: crate::workload::mix::Alloc::Pool,
+        agent: None,
+    };
+    let addr = SocketAddr::new(ip, spec.port);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recording = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tids = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    let mut connect_err = None;
+    for conn in 0..u64::from(spec.connections) {
+        let c = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(c) => c,
+            Err(e) => {
+                connect_err = Some(anyhow::Error::from(e).context(format!("connecting to {addr}")));
+                break;
+            }
+        };
+        c.set_nodelay(true)?;
+        let (p, rec, st, dn, t) = (
+            pt.clone(),
+            recording.clone(),
+            stop.clone(),
+            done.clone(),
+            tids.clone(),
+        );
+        clients.push(std::thread::spawn(move || {
+            t.lock().expect("tid lock").push(sendpath::host::gettid());
+            let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
+            let _ = c.shutdown(std::net::Shutdown::Both);
+            r
+        }));
+    }
+    let cpu_now = || {
+        let mut c = ThreadCpu::default();
+        for &t in tids.lock().expect("tid lock").iter() {
+            if let Ok(x) = ThreadCpu::read(t) {
+                c.user_ns += x.user_ns;
+                c.system_ns += x.system_ns;
+            }
+        }
+        c
+    };
+    let mut window = None;
+    if connect_err.is_none() && cancel.sleep(pt.warmup) {
+        let c0 = cpu_now();
+        recording.store(true, Ordering::Relaxed);
+        let full = cancel.sleep(pt.duration);
+        recording.store(false, Ordering::Relaxed);
+        let c1 = cpu_now();
+        if full {
+            window = Some((c0, c1));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = sendpath::metrics::new_histogram();
+    let (mut bytes, mut verified, mut mismatches) = (0, 0, 0);
+    for h in clients {
+        let o = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("an rr client panicked"))??;
+        let _ = hist.add(&o.hist);
+        bytes += o.bytes;
+        verified += o.verifier.bytes_verified();
+        mismatches += o.verifier.mismatches;
+    }
+    if let Some(e) = connect_err {
+        return Err(e);
+    }
+    let Some((c0, c1)) = window else {
+        bail!("the agent was stopped during the window");
+    };
+    Ok(Reply {
+        transactions: Some(done.load(Ordering::Relaxed)),
+        bytes: Some(bytes),
+        latency_hist_ns: Some(crate::results::hist_pairs(&hist)),
+        cpu_user_ns: Some(c1.user_ns.saturating_sub(c0.user_ns)),
+        cpu_system_ns: Some(c1.system_ns.saturating_sub(c0.system_ns)),
+        bytes_verified: Some(verified),
+        mismatches: Some(mismatches),
+        ..Reply::ok()
+    })
+}
+
+/// What the agent's rr clients report.
+#[derive(Debug, Clone, Default)]
+pub struct RrRemote {
+    /// Transactions in the window.
+    pub transactions: u64,
+    /// Response bytes read over the whole run.
+    pub bytes: u64,
+    /// The window's latency histogram, (ns, count).
+    pub latency_hist_ns: Vec<(u64, u64)>,
+    /// The client threads' CPU over the window.
+    pub cpu: RemoteSample,
+    /// Bytes verified (verify).
+    pub verified: u64,
+    /// Bytes that differed.
+    pub mismatches: u64,
+}
+
 /// Where an agent is, and the token to present.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentTarget {
@@ -473,13 +609,8 @@ impl AgentClient {
             buf: Vec::with_capacity(MAX_LINE + 1),
         };
         c.call(RequestLine {
-            v: VERSION,
-            op: "hello".into(),
             token: t.token.clone(),
-            connections: None,
-            recv: None,
-            recv_size: None,
-            max_seconds: None,
+            ..RequestLine::op("hello")
         })
         .with_context(|| format!("--agent {}", t.addr))?;
         Ok(c)
@@ -491,7 +622,7 @@ impl AgentClient {
         self.w
             .write_all(line.as_bytes())
             .context("writing to the agent")?;
-        if read_line(&mut self.r, &mut self.buf)?.is_none() {
+        if read_line(&mut self.r, &mut self.buf, proto::MAX_REPLY)?.is_none() {
             bail!("the agent closed the control connection");
         }
         let reply = proto::parse_reply(&self.buf).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -502,18 +633,6 @@ impl AgentClient {
             );
         }
         Ok(reply)
-    }
-
-    fn op(op: &str) -> RequestLine {
-        RequestLine {
-            v: VERSION,
-            op: op.into(),
-            token: None,
-            connections: None,
-            recv: None,
-            recv_size: None,
-            max_seconds: None,
-        }
     }
 
     /// Asks for a receiver of `connections` connections; the address to connect them to.
@@ -530,15 +649,60 @@ impl AgentClient {
             recv: Some(mode.name().into()),
             recv_size: Some(recv_size.min(proto::MAX_RECV_SIZE as usize) as u32),
             max_seconds: Some(max.as_secs().clamp(1, u64::from(proto::MAX_SECONDS)) as u32),
-            ..AgentClient::op("receive")
+            ..RequestLine::op("receive")
         })?;
         let port = r.port.context("the agent's reply lacks the port")?;
         Ok(SocketAddr::new(agent.ip(), port))
     }
 
+    /// The address of this end of the control connection (where the agent reaches us).
+    pub fn local_ip(&self) -> IpAddr {
+        self.w
+            .local_addr()
+            .map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip())
+    }
+
+    /// Has the agent run `pt`'s clients against our servers on `port`; returns when the
+    /// window is over.
+    pub fn rr_clients(
+        &mut self,
+        port: u16,
+        pt: &crate::workload::rr::RrPoint,
+    ) -> anyhow::Result<RrRemote> {
+        let ms = |d: Duration| d.as_millis().min(u128::from(proto::MAX_WINDOW_MS)) as u32;
+        let wait = pt.warmup + pt.duration + Duration::from_secs(60);
+        self.w.set_read_timeout(Some(wait))?;
+        let r = self.call(RequestLine {
+            connections: Some(pt.concurrency as u32),
+            port: Some(port),
+            request: Some(pt.request as u32),
+            response: Some(pt.response as u32),
+            size_mix: pt.mix.as_ref().map(|m| m.name()),
+            rate: pt.rate,
+            recv: Some(pt.recv.name().into()),
+            warmup_ms: Some(ms(pt.warmup)),
+            duration_ms: Some(ms(pt.duration).max(1)),
+            ..RequestLine::op("rr-client")
+        })?;
+        Ok(RrRemote {
+            transactions: r
+                .transactions
+                .context("the agent's reply lacks transactions")?,
+            bytes: r.bytes.context("the agent's reply lacks bytes")?,
+            latency_hist_ns: r.latency_hist_ns.unwrap_or_default(),
+            cpu: RemoteSample {
+                bytes: 0,
+                user_ns: r.cpu_user_ns.unwrap_or(0),
+                system_ns: r.cpu_system_ns.unwrap_or(0),
+            },
+            verified: r.bytes_verified.unwrap_or(0),
+            mismatches: r.mismatches.unwrap_or(0),
+        })
+    }
+
     /// Bytes and CPU so far.
     pub fn sample(&mut self) -> anyhow::Result<RemoteSample> {
-        let r = self.call(AgentClient::op("sample"))?;
+        let r = self.call(RequestLine::op("sample"))?;
         Ok(RemoteSample {
             bytes: r.bytes.context("the agent's sample lacks bytes")?,
             user_ns: r.cpu_user_ns.unwrap_or(0),
@@ -548,7 +712,7 @@ impl AgentClient {
 
     /// After the senders half-closed: the totals, bytes verified and mismatches.
     pub fn finish(&mut self) -> anyhow::Result<(RemoteSample, u64, u64)> {
-        let r = self.call(AgentClient::op("finish"))?;
+        let r = self.call(RequestLine::op("finish"))?;
         Ok((
             RemoteSample {
                 bytes: r.bytes.context("the agent's reply lacks bytes")?,

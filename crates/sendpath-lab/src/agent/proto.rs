@@ -9,6 +9,11 @@
 //!   (the client opens 2 connections to that port and sends)
 //! client: {"v":1,"op":"sample"}                        agent: {"v":1,"ok":true,"bytes":..,"cpu_user_ns":..,"cpu_system_ns":..}
 //! client: {"v":1,"op":"finish"}  (after half-closing)  agent: {"v":1,"ok":true,"bytes":..,"bytes_verified":..,"mismatches":..,...}
+//! client: {"v":1,"op":"rr-client","connections":8,"port":40999,"request":64,"response":64,
+//!          "recv":"copy","warmup_ms":500,"duration_ms":2000}   (rate, size_mix optional)
+//!   (the agent opens 8 connections to that port at the client's address, runs request/response
+//!    for the warmup and the window, and replies when done)
+//!                                                      agent: {"v":1,"ok":true,"transactions":..,"bytes":..,"latency_hist_ns":[[ns,count],..],...}
 //! any refusal:                                         agent: {"v":1,"ok":false,"error":"..."}
 //! ```
 
@@ -26,9 +31,15 @@ pub const MAX_SECONDS: u32 = 3600;
 pub const MAX_RECV_SIZE: u32 = 64 << 20;
 /// The longest token, bytes.
 pub const MAX_TOKEN: usize = 1024;
+/// The longest reply line, bytes (an rr reply carries a latency histogram).
+pub const MAX_REPLY: usize = 1 << 20;
+/// The largest rr request, bytes.
+pub const MAX_REQUEST_BYTES: u32 = 1 << 20;
+/// The longest rr warmup or window, milliseconds.
+pub const MAX_WINDOW_MS: u32 = 600_000;
 
 /// A request, as sent on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestLine {
     /// Protocol version ([`VERSION`]).
@@ -50,10 +61,80 @@ pub struct RequestLine {
     /// `receive`: the longest the receive may last, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seconds: Option<u32>,
+    /// `rr-client`: the port of the servers, at the client's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// `rr-client`: request bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<u32>,
+    /// `rr-client`: response bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<u32>,
+    /// `rr-client`: response sizes drawn from this mix (`SIZE:WEIGHT,...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_mix: Option<String>,
+    /// `rr-client`: open loop, requests per second over all connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// `rr-client`: unrecorded time first, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_ms: Option<u32>,
+    /// `rr-client`: the recorded window, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u32>,
+}
+
+impl RequestLine {
+    /// A request of `op` with no arguments.
+    pub fn op(op: &str) -> RequestLine {
+        RequestLine {
+            v: VERSION,
+            op: op.into(),
+            ..RequestLine::default()
+        }
+    }
+
+    /// Whether any field only `receive` or `rr-client` takes is set.
+    fn has_run_fields(&self) -> bool {
+        self.connections.is_some()
+            || self.recv.is_some()
+            || self.recv_size.is_some()
+            || self.max_seconds.is_some()
+            || self.port.is_some()
+            || self.request.is_some()
+            || self.response.is_some()
+            || self.size_mix.is_some()
+            || self.rate.is_some()
+            || self.warmup_ms.is_some()
+            || self.duration_ms.is_some()
+    }
+}
+
+/// What an `rr-client` request asks the agent to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RrClientSpec {
+    /// Connections, one client thread each.
+    pub connections: u32,
+    /// The servers' port at the client's address.
+    pub port: u16,
+    /// Request bytes.
+    pub request: u32,
+    /// Response bytes (the mix's mean with a mix).
+    pub response: u32,
+    /// Response sizes drawn from this mix.
+    pub size_mix: Option<crate::workload::mix::SizeMix>,
+    /// Open loop rate over all connections.
+    pub rate: Option<f64>,
+    /// `copy` or `verify`.
+    pub recv: crate::workload::RecvMode,
+    /// Unrecorded time first.
+    pub warmup_ms: u32,
+    /// The recorded window.
+    pub duration_ms: u32,
 }
 
 /// A request, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// Opens the session.
     Hello {
@@ -75,6 +156,8 @@ pub enum Request {
     Sample,
     /// Wait for every connection's end of file and report.
     Finish,
+    /// Run the clients of request/response against the caller's servers.
+    RrClient(RrClientSpec),
 }
 
 /// The reply to every request.
@@ -109,6 +192,12 @@ pub struct Reply {
     /// `finish`: bytes that differed (verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatches: Option<u64>,
+    /// `rr-client`: transactions completed in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<u64>,
+    /// `rr-client`: the window's latency histogram, (ns, count) pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_hist_ns: Option<Vec<(u64, u64)>>,
 }
 
 impl Reply {
@@ -162,10 +251,14 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             r.v
         )));
     }
-    let no_receive_fields = r.connections.is_none()
-        && r.recv.is_none()
-        && r.recv_size.is_none()
-        && r.max_seconds.is_none();
+    let receive_only = r.port.is_none()
+        && r.request.is_none()
+        && r.response.is_none()
+        && r.size_mix.is_none()
+        && r.rate.is_none()
+        && r.warmup_ms.is_none()
+        && r.duration_ms.is_none();
+    let no_receive_fields = !r.has_run_fields();
     match r.op.as_str() {
         "hello" => {
             if !no_receive_fields {
@@ -177,8 +270,10 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             Ok(Request::Hello { token: r.token })
         }
         "receive" => {
-            if r.token.is_some() {
-                return Err(Refused("receive takes no token".into()));
+            if r.token.is_some() || !receive_only {
+                return Err(Refused(
+                    "receive takes connections, recv, recv_size and max_seconds only".into(),
+                ));
             }
             let connections = r
                 .connections
@@ -215,17 +310,71 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
                 Request::Finish
             })
         }
+        "rr-client" => parse_rr_client(&r).map(Request::RrClient),
         other => Err(Refused(format!(
-            "unknown operation `{}` (hello, receive, sample, finish)",
+            "unknown operation `{}` (hello, receive, sample, finish, rr-client)",
             other.chars().take(32).collect::<String>()
         ))),
     }
 }
 
+/// Validates an `rr-client` request.
+fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
+    if r.token.is_some() || r.recv_size.is_some() || r.max_seconds.is_some() {
+        return Err(Refused(
+            "rr-client takes no token, recv_size or max_seconds".into(),
+        ));
+    }
+    let range = |v: Option<u32>, lo: u32, hi: u32, what: &str| {
+        v.filter(|x| (lo..=hi).contains(x))
+            .ok_or_else(|| Refused(format!("{what} must be {lo}..{hi}")))
+    };
+    let connections = range(r.connections, 1, MAX_CONNECTIONS, "connections")?;
+    let port = r
+        .port
+        .filter(|p| *p > 0)
+        .ok_or_else(|| Refused("port must be 1..65535".into()))?;
+    let request = range(r.request, 1, MAX_REQUEST_BYTES, "request")?;
+    let response = range(r.response, 1, MAX_RECV_SIZE, "response")?;
+    let warmup_ms = range(r.warmup_ms.or(Some(0)), 0, MAX_WINDOW_MS, "warmup_ms")?;
+    let duration_ms = range(r.duration_ms, 1, MAX_WINDOW_MS, "duration_ms")?;
+    let recv = match r.recv.as_deref() {
+        Some("copy") => crate::workload::RecvMode::Copy,
+        Some("verify") => crate::workload::RecvMode::Verify,
+        _ => return Err(Refused("rr-client: recv must be copy or verify".into())),
+    };
+    if let Some(rate) = r.rate {
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1e8) {
+            return Err(Refused(
+                "rate must be above 0 and at most 1e8 per second".into(),
+            ));
+        }
+    }
+    let size_mix = match &r.size_mix {
+        Some(m) if m.len() <= 256 => Some(
+            crate::workload::mix::SizeMix::parse(m, MAX_RECV_SIZE as usize)
+                .map_err(|e| Refused(format!("size_mix: {e}")))?,
+        ),
+        Some(_) => return Err(Refused("size_mix longer than 256 bytes".into())),
+        None => None,
+    };
+    Ok(RrClientSpec {
+        connections,
+        port,
+        request,
+        response,
+        size_mix,
+        rate: r.rate,
+        recv,
+        warmup_ms,
+        duration_ms,
+    })
+}
+
 /// Parses a reply line.
 pub fn parse_reply(line: &[u8]) -> Result<Reply, Refused> {
-    if line.len() > MAX_LINE {
-        return Err(Refused(format!("reply longer than {MAX_LINE} bytes")));
+    if line.len() > MAX_REPLY {
+        return Err(Refused(format!("reply longer than {MAX_REPLY} bytes")));
     }
     let r: Reply =
         serde_json::from_slice(line).map_err(|e| Refused(format!("malformed reply: {e}")))?;
@@ -273,6 +422,20 @@ mod tests {
             parse_request(b"{\"v\":1,\"op\":\"sample\"}\n"),
             Ok(Request::Sample)
         );
+        match parse_request(
+            br#"{"v":1,"op":"rr-client","connections":8,"port":40999,"request":64,"response":64,"recv":"verify","size_mix":"88:70,4K:30","rate":1000,"duration_ms":2000}"#,
+        ) {
+            Ok(Request::RrClient(r)) => {
+                assert_eq!((r.connections, r.port, r.request, r.warmup_ms), (8, 40999, 64, 0));
+                assert_eq!(r.size_mix.unwrap().name(), "88:70,4K:30");
+                assert_eq!(r.rate, Some(1000.0));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = parse_request(br#"{"v":1,"op":"rr-client","connections":1,"port":1,"request":1,"response":1,"recv":"copy","duration_ms":1,"rate":-1}"#).unwrap_err();
+        assert!(e.0.contains("rate"), "{e}");
+        let e = parse_request(br#"{"v":1,"op":"receive","connections":1,"recv":"copy","recv_size":1,"max_seconds":1,"port":5}"#).unwrap_err();
+        assert!(e.0.contains("receive takes"), "{e}");
     }
 
     #[test]
@@ -310,8 +473,9 @@ mod tests {
     fn a_million_generated_lines_never_panic() {
         // Mutations of valid lines and random bytes: each parses or is refused, and the
         // parser never holds more than the line it was given.
-        let seeds: [&[u8]; 4] = [
+        let seeds: [&[u8]; 5] = [
             br#"{"v":1,"op":"hello","token":"s3cret"}"#,
+            br#"{"v":1,"op":"rr-client","connections":8,"port":40999,"request":64,"response":64,"recv":"copy","size_mix":"88:70,4K:30","rate":1000.5,"warmup_ms":500,"duration_ms":2000}"#,
             br#"{"v":1,"op":"receive","connections":2,"recv":"copy","recv_size":65536,"max_seconds":10}"#,
             br#"{"v":1,"op":"sample"}"#,
             br#"{"v":1,"op":"finish"}"#,

@@ -41,6 +41,8 @@ pub struct RrPoint {
     pub mix: Option<SizeMix>,
     /// Pooled or freshly allocated response buffers.
     pub alloc: Alloc,
+    /// Run the clients on `sendpath agent` there (its latency, bytes and CPU come back).
+    pub agent: Option<crate::agent::AgentTarget>,
 }
 
 /// The response sizes of connection `conn`: the mix's sequence, or `response` again and again.
@@ -51,11 +53,12 @@ fn response_sizes(pt: &RrPoint, conn: u64) -> Box<dyn Iterator<Item = usize> + S
     }
 }
 
-struct ClientOut {
-    hist: Histogram<u64>,
-    verifier: Verifier,
+/// What one client connection measured.
+pub(crate) struct ClientOut {
+    pub hist: Histogram<u64>,
+    pub verifier: Verifier,
     /// Response bytes read.
-    bytes: u64,
+    pub bytes: u64,
 }
 
 fn serve(
@@ -94,7 +97,9 @@ fn serve(
     Ok((p.stats().clone(), p.note().map(String::from)))
 }
 
-fn client(
+/// One client connection: requests and responses until `stop`, latencies recorded while
+/// `recording` (each counted in `done`).
+pub(crate) fn client(
     mut s: TcpStream,
     pt: &RrPoint,
     recording: &AtomicBool,
@@ -158,6 +163,9 @@ pub fn run_once(
     cpu_mhz: Option<f64>,
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
+    if let Some(t) = &pt.agent {
+        return run_once_with_agent(pt, t, hw, cpu_mhz, cancel);
+    }
     let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
     let addr = l.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -258,5 +266,132 @@ pub fn run_once(
     repeat.latency_hist_ns = hist_pairs(&hist);
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;
+    Ok(Some(Outcome { repeat, note }))
+}
+
+/// One repeat with the clients on `sendpath agent`: our servers listen on the address the
+/// agent reached us at, the agent connects, runs the warmup and the window by its clock and
+/// replies with the window's transactions, latency histogram and client CPU.
+fn run_once_with_agent(
+    pt: &RrPoint,
+    t: &crate::agent::AgentTarget,
+    hw: &mut Meter,
+    cpu_mhz: Option<f64>,
+    cancel: &Cancel,
+) -> anyhow::Result<Option<Outcome>> {
+    let mut agent = crate::agent::AgentClient::connect(t)?;
+    let l = TcpListener::bind((agent.local_ip(), 0))
+        .context("binding a listener on the address the agent reached us at")?;
+    let port = l.local_addr()?.port();
+    let spec = pt.clone();
+    let asked = std::thread::spawn(move || agent.rr_clients(port, &spec));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    l.set_nonblocking(true)?;
+    let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
+    let release = Arc::new(AtomicBool::new(false));
+    let mut servers = Vec::new();
+    for conn in 0..pt.concurrency as u64 {
+        let sv = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline || asked.is_finished() {
+                        // The agent failed (its reply says why) or never connected.
+                        let why = match asked.join() {
+                            Ok(Err(e)) => e,
+                            _ => anyhow!("the agent's clients did not connect within 10 s"),
+                        };
+                        release.store(true, Ordering::Relaxed);
+                        return Err(why);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => {
+                    release.store(true, Ordering::Relaxed);
+                    return Err(e).context("accepting the agent's connection");
+                }
+            }
+        };
+        sv.set_nonblocking(false)?;
+        sv.set_nodelay(true)?;
+        let p = pt.clone();
+        let fill = pt.recv == RecvMode::Verify;
+        let tids = tid_tx.clone();
+        let held = release.clone();
+        servers.push(std::thread::spawn(move || {
+            pin(p.cpus.map(|c| c.0));
+            let _ = tids.send((true, sendpath::host::gettid()));
+            let r = serve(sv, &p, fill, conn);
+            // The agent's clock ends its window, and its clients close: stay until our
+            // window's last CPU reading, which needs this thread.
+            while !held.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r
+        }));
+    }
+    drop(tid_tx);
+    let roles = Roles::gather(&tid_rx, pt.concurrency, None);
+    let mut ok = cancel.sleep(pt.warmup);
+    let mut window = None;
+    if ok {
+        let s0 = Snapshot::take(hw, &roles);
+        ok = cancel.sleep(pt.duration);
+        window = Some((s0, Snapshot::take(hw, &roles)));
+    }
+    release.store(true, Ordering::Relaxed);
+    let remote = asked
+        .join()
+        .map_err(|_| anyhow!("the agent's control thread panicked"))?;
+    let mut stats = SendStats::default();
+    let mut note = None;
+    let mut first_err = None;
+    for s in servers {
+        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
+            Ok((st, n)) => {
+                stats.merge(&st);
+                note = note.or(n);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let remote = remote?;
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let (Some((s0, s1)), true) = (window, ok) else {
+        return Ok(None);
+    };
+    if remote.bytes != stats.bytes {
+        anyhow::bail!(
+            "the servers sent {} response bytes but the agent's clients read {}",
+            stats.bytes,
+            remote.bytes
+        );
+    }
+    let mut hist = new_histogram();
+    for &(v, c) in &remote.latency_hist_ns {
+        hist.saturating_record_n(v, c);
+    }
+    let bytes = remote.transactions * (pt.request + pt.response) as u64;
+    let mut repeat = s0.window(&s1, bytes, remote.transactions, pt.concurrency, cpu_mhz);
+    if let Some(cpu) = repeat.cpu.as_mut() {
+        cpu.set_remote(remote.cpu.user_ns, remote.cpu.system_ns, bytes);
+    }
+    repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
+    repeat.latency_hist_ns = remote.latency_hist_ns;
+    repeat.zerocopy = zerocopy_counts(&stats);
+    repeat.integrity = Integrity {
+        bytes_sent: stats.bytes,
+        bytes_received: Some(remote.bytes),
+        bytes_verified: if pt.recv == RecvMode::Verify {
+            remote.verified
+        } else {
+            0
+        },
+        mismatches: remote.mismatches,
+    };
     Ok(Some(Outcome { repeat, note }))
 }
