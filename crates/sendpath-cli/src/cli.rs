@@ -76,8 +76,10 @@ pub(crate) struct AgentArgs {
 /// Where `--agent` points and the token for it.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct AgentClientArgs {
-    /// Have `sendpath agent` at HOST[:PORT] (port 5300 by default) receive, instead of a
-    /// receiver of our own; its CPU comes back as cpu.remote.
+    /// Run the other end on `sendpath agent` at HOST[:PORT] (port 5300 by default): it
+    /// receives (stream, sweep, transfer) or runs the clients (rr; http-load, against
+    /// TARGET's port at the address it reached this host at); its CPU comes back as
+    /// cpu.remote.
     #[arg(long, value_name = "HOST[:PORT]", value_parser = sendpath_lab::agent::parse_target)]
     pub agent: Option<SocketAddr>,
     /// With --agent: a file whose first line is the agent's token.
@@ -274,6 +276,8 @@ pub(crate) struct HttpLoadArgs {
     /// Write the report as CSV (a header and one record) to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
 }
 
 fn send_mode() -> impl clap::builder::TypedValueParser<Value = sendpath_lab::http::serve::SendMode>

@@ -151,9 +151,12 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
         path: a.path.clone(),
         timeout: a.timeout,
     };
-    // Fail early and clearly when nothing listens there.
-    std::net::TcpStream::connect_timeout(&a.target, a.timeout)
-        .with_context(|| format!("connecting to {}: is a server listening there?", a.target))?;
+    let agent = a.remote.target()?;
+    if agent.is_none() {
+        // Fail early and clearly when nothing listens there.
+        std::net::TcpStream::connect_timeout(&a.target, a.timeout)
+            .with_context(|| format!("connecting to {}: is a server listening there?", a.target))?;
+    }
     let mode = a.rate.map_or_else(
         || "closed loop".to_string(),
         |r| format!("open loop at {r} req/s"),
@@ -166,7 +169,19 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
         a.connections,
         a.threads
     );
-    let report = load::run(&cfg, cancel);
+    let report = match &agent {
+        Some(t) => {
+            let mut c = sendpath_lab::agent::AgentClient::connect(t)?;
+            say!(
+                "(the load runs on the agent at {}, against port {} of {})",
+                t.addr,
+                a.target.port(),
+                c.local_ip()
+            );
+            c.http_load(&cfg)?
+        }
+        None => load::run(&cfg, cancel),
+    };
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }

@@ -205,6 +205,54 @@ fn rr_clients_run_on_the_agent_and_their_latency_comes_back() {
 }
 
 #[test]
+fn http_load_runs_on_the_agent_against_a_server_here() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &[]);
+    let server = free_loopback_addr();
+    let mut serve = Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args(["serve", "--listen", &server, "-t", "60s", "--workers", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while TcpStream::connect(&server).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("load.json");
+    let ran = sendpath()
+        .args([
+            "http-load",
+            &server,
+            "-c",
+            "20",
+            "-d",
+            "500ms",
+            "--warmup",
+            "100ms",
+        ])
+        .args(["--agent", &addr, "--json"])
+        .arg(&json)
+        .assert();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    ran.success();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["requests"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["body_bytes"], 88);
+    assert!(
+        agent.log().contains("http-load, 20 connection(s)"),
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
 fn transfer_through_the_agent_is_acknowledged_by_it() {
     let addr = free_loopback_addr();
     let _agent = Agent::start(&[], &addr, &[]);

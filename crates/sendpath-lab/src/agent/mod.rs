@@ -344,8 +344,35 @@ fn session(
         };
         match (req, current.is_some()) {
             (Request::Hello { .. }, _) => ctl.send(&Reply::error("hello was already said"))?,
-            (Request::RrClient(_), true) => {
+            (Request::HttpLoad(_) | Request::RrClient(_), true) => {
                 ctl.send(&Reply::error("a receive is running: finish it first"))?
+            }
+            (Request::HttpLoad(spec), false) => {
+                eprintln!(
+                    "agent: {peer}: http-load, {} connection(s) on {} thread(s) to port {}{}, {} ms + {} ms",
+                    spec.connections,
+                    spec.threads,
+                    spec.port,
+                    spec.rate.map_or(String::new(), |r| format!(" at {r} req/s")),
+                    spec.warmup_ms,
+                    spec.duration_ms
+                );
+                let cfg = crate::http::load::LoadConfig {
+                    target: SocketAddr::new(peer.ip(), spec.port),
+                    connections: spec.connections as usize,
+                    threads: spec.threads as usize,
+                    cpus: Vec::new(),
+                    duration: Duration::from_millis(u64::from(spec.duration_ms)),
+                    warmup: Duration::from_millis(u64::from(spec.warmup_ms)),
+                    rate: spec.rate,
+                    path: spec.path.clone(),
+                    timeout: Duration::from_secs(5),
+                };
+                let report = crate::http::load::run(&cfg, cancel);
+                ctl.send(&Reply {
+                    http_load: Some(report),
+                    ..Reply::ok()
+                })?;
             }
             (Request::RrClient(spec), false) => {
                 eprintln!(
@@ -698,6 +725,29 @@ impl AgentClient {
             verified: r.bytes_verified.unwrap_or(0),
             mismatches: r.mismatches.unwrap_or(0),
         })
+    }
+
+    /// Has the agent run `http-load` with `cfg` (its target's port, at the address the agent
+    /// reached us at); returns its report when the window is over.
+    pub fn http_load(
+        &mut self,
+        cfg: &crate::http::load::LoadConfig,
+    ) -> anyhow::Result<crate::http::load::LoadReport> {
+        let ms = |d: Duration| d.as_millis().min(u128::from(proto::MAX_WINDOW_MS)) as u32;
+        self.w
+            .set_read_timeout(Some(cfg.warmup + cfg.duration + Duration::from_secs(60)))?;
+        let r = self.call(RequestLine {
+            connections: Some(cfg.connections as u32),
+            threads: Some(cfg.threads as u32),
+            port: Some(cfg.target.port()),
+            rate: cfg.rate,
+            path: Some(cfg.path.clone()),
+            warmup_ms: Some(ms(cfg.warmup)),
+            duration_ms: Some(ms(cfg.duration).max(1)),
+            ..RequestLine::op("http-load")
+        })?;
+        r.http_load
+            .context("the agent's reply lacks the http-load report")
     }
 
     /// Bytes and CPU so far.

@@ -37,6 +37,10 @@ pub const MAX_REPLY: usize = 1 << 20;
 pub const MAX_REQUEST_BYTES: u32 = 1 << 20;
 /// The longest rr warmup or window, milliseconds.
 pub const MAX_WINDOW_MS: u32 = 600_000;
+/// The most connections one `http-load` may open.
+pub const MAX_HTTP_CONNECTIONS: u32 = 20_000;
+/// The most load threads.
+pub const MAX_THREADS: u32 = 256;
 
 /// A request, as sent on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -82,6 +86,12 @@ pub struct RequestLine {
     /// `rr-client`: the recorded window, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u32>,
+    /// `http-load`: load threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// `http-load`: the request target (`/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl RequestLine {
@@ -107,6 +117,8 @@ impl RequestLine {
             || self.rate.is_some()
             || self.warmup_ms.is_some()
             || self.duration_ms.is_some()
+            || self.threads.is_some()
+            || self.path.is_some()
     }
 }
 
@@ -158,10 +170,31 @@ pub enum Request {
     Finish,
     /// Run the clients of request/response against the caller's servers.
     RrClient(RrClientSpec),
+    /// Run `http-load` against the caller's HTTP server.
+    HttpLoad(HttpLoadSpec),
+}
+
+/// What an `http-load` request asks the agent to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpLoadSpec {
+    /// Connections in total.
+    pub connections: u32,
+    /// Load threads.
+    pub threads: u32,
+    /// The server's port at the client's address.
+    pub port: u16,
+    /// Open loop rate over all connections.
+    pub rate: Option<f64>,
+    /// The request target.
+    pub path: String,
+    /// Unrecorded time first.
+    pub warmup_ms: u32,
+    /// The recorded window.
+    pub duration_ms: u32,
 }
 
 /// The reply to every request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reply {
     /// Protocol version.
@@ -198,6 +231,9 @@ pub struct Reply {
     /// `rr-client`: the window's latency histogram, (ns, count) pairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_hist_ns: Option<Vec<(u64, u64)>>,
+    /// `http-load`: its report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_load: Option<crate::http::load::LoadReport>,
 }
 
 impl Reply {
@@ -251,7 +287,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             r.v
         )));
     }
-    let receive_only = r.port.is_none()
+    let receive_only = r.threads.is_none()
+        && r.path.is_none()
+        && r.port.is_none()
         && r.request.is_none()
         && r.response.is_none()
         && r.size_mix.is_none()
@@ -311,24 +349,77 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             })
         }
         "rr-client" => parse_rr_client(&r).map(Request::RrClient),
+        "http-load" => parse_http_load(&r).map(Request::HttpLoad),
         other => Err(Refused(format!(
-            "unknown operation `{}` (hello, receive, sample, finish, rr-client)",
+            "unknown operation `{}` (hello, receive, sample, finish, rr-client, http-load)",
             other.chars().take(32).collect::<String>()
         ))),
     }
 }
 
-/// Validates an `rr-client` request.
-fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
-    if r.token.is_some() || r.recv_size.is_some() || r.max_seconds.is_some() {
+/// `v` when within `lo..=hi`, else a refusal naming `what`.
+fn range(v: Option<u32>, lo: u32, hi: u32, what: &str) -> Result<u32, Refused> {
+    v.filter(|x| (lo..=hi).contains(x))
+        .ok_or_else(|| Refused(format!("{what} must be {lo}..{hi}")))
+}
+
+/// A positive, finite rate of at most 1e8 per second, when given.
+fn rate(r: Option<f64>) -> Result<Option<f64>, Refused> {
+    match r {
+        Some(x) if !(x.is_finite() && x > 0.0 && x <= 1e8) => Err(Refused(
+            "rate must be above 0 and at most 1e8 per second".into(),
+        )),
+        _ => Ok(r),
+    }
+}
+
+/// Validates an `http-load` request.
+fn parse_http_load(r: &RequestLine) -> Result<HttpLoadSpec, Refused> {
+    if r.token.is_some()
+        || r.recv.is_some()
+        || r.recv_size.is_some()
+        || r.max_seconds.is_some()
+        || r.request.is_some()
+        || r.response.is_some()
+        || r.size_mix.is_some()
+    {
         return Err(Refused(
-            "rr-client takes no token, recv_size or max_seconds".into(),
+            "http-load takes connections, threads, port, rate, path, warmup_ms and duration_ms"
+                .into(),
         ));
     }
-    let range = |v: Option<u32>, lo: u32, hi: u32, what: &str| {
-        v.filter(|x| (lo..=hi).contains(x))
-            .ok_or_else(|| Refused(format!("{what} must be {lo}..{hi}")))
-    };
+    let path = r.path.clone().unwrap_or_else(|| "/".into());
+    if path.len() > 256 || !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Refused(
+            "path must start with / and be at most 256 printable characters".into(),
+        ));
+    }
+    Ok(HttpLoadSpec {
+        connections: range(r.connections, 1, MAX_HTTP_CONNECTIONS, "connections")?,
+        threads: range(r.threads.or(Some(1)), 1, MAX_THREADS, "threads")?,
+        port: r
+            .port
+            .filter(|p| *p > 0)
+            .ok_or_else(|| Refused("port must be 1..65535".into()))?,
+        rate: rate(r.rate)?,
+        path,
+        warmup_ms: range(r.warmup_ms.or(Some(0)), 0, MAX_WINDOW_MS, "warmup_ms")?,
+        duration_ms: range(r.duration_ms, 1, MAX_WINDOW_MS, "duration_ms")?,
+    })
+}
+
+/// Validates an `rr-client` request.
+fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
+    if r.token.is_some()
+        || r.recv_size.is_some()
+        || r.max_seconds.is_some()
+        || r.threads.is_some()
+        || r.path.is_some()
+    {
+        return Err(Refused(
+            "rr-client takes no token, recv_size, max_seconds, threads or path".into(),
+        ));
+    }
     let connections = range(r.connections, 1, MAX_CONNECTIONS, "connections")?;
     let port = r
         .port
@@ -343,13 +434,7 @@ fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
         Some("verify") => crate::workload::RecvMode::Verify,
         _ => return Err(Refused("rr-client: recv must be copy or verify".into())),
     };
-    if let Some(rate) = r.rate {
-        if !(rate.is_finite() && rate > 0.0 && rate <= 1e8) {
-            return Err(Refused(
-                "rate must be above 0 and at most 1e8 per second".into(),
-            ));
-        }
-    }
+    rate(r.rate)?;
     let size_mix = match &r.size_mix {
         Some(m) if m.len() <= 256 => Some(
             crate::workload::mix::SizeMix::parse(m, MAX_RECV_SIZE as usize)
@@ -473,7 +558,8 @@ mod tests {
     fn a_million_generated_lines_never_panic() {
         // Mutations of valid lines and random bytes: each parses or is refused, and the
         // parser never holds more than the line it was given.
-        let seeds: [&[u8]; 5] = [
+        let seeds: [&[u8]; 6] = [
+            br#"{"v":1,"op":"http-load","connections":100,"threads":2,"port":8080,"path":"/x","rate":500,"warmup_ms":100,"duration_ms":1000}"#,
             br#"{"v":1,"op":"hello","token":"s3cret"}"#,
             br#"{"v":1,"op":"rr-client","connections":8,"port":40999,"request":64,"response":64,"recv":"copy","size_mix":"88:70,4K:30","rate":1000.5,"warmup_ms":500,"duration_ms":2000}"#,
             br#"{"v":1,"op":"receive","connections":2,"recv":"copy","recv_size":65536,"max_seconds":10}"#,
