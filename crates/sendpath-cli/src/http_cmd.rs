@@ -263,7 +263,19 @@ pub(crate) fn study(
         !servers.is_empty(),
         "no server to measure: give --http-servers"
     );
-    let load = if a.http_load == "wrk" && study::installed("wrk") {
+    let agent = a.remote.target()?;
+    // With the load on an agent, the servers listen where it reaches this host, and have
+    // every CPU here.
+    let listen_ip = match &agent {
+        Some(t) => sendpath_lab::agent::AgentClient::connect(t)?.local_ip(),
+        None => std::net::IpAddr::from([127, 0, 0, 1]),
+    };
+    let load = if agent.is_some() {
+        if a.http_load == "wrk" {
+            eprintln!("note: with --agent the load is http-load on the agent (wrk cannot run there): no wrk cross-check");
+        }
+        LoadTool::HttpLoad
+    } else if a.http_load == "wrk" && study::installed("wrk") {
         LoadTool::Wrk
     } else {
         if a.http_load == "wrk" {
@@ -275,7 +287,7 @@ pub(crate) fn study(
     };
     // With at least 4 CPUs the server and the load get half each; with fewer they share.
     let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
-    let (server_cpus, load_cpus) = if allowed.len() >= 4 {
+    let (server_cpus, load_cpus) = if allowed.len() >= 4 && agent.is_none() {
         let (a, b) = allowed.split_at(allowed.len() / 2);
         (a.to_vec(), b.to_vec())
     } else {
@@ -308,9 +320,11 @@ pub(crate) fn study(
         load_cpus,
         load,
         open_loop: a.http_open_loop.clone(),
-        wrk_check: true,
+        wrk_check: agent.is_none(),
         dir: dir.to_path_buf(),
         seed: a.seed.unwrap_or_else(sendpath_lab::runner::fresh_seed),
+        listen_ip,
+        agent,
     };
     let windows = cfg.rounds as usize
         * cfg.bodies.len()

@@ -60,8 +60,8 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     if a.preset == crate::http_cmd::HTTP_PRESET {
-        if a.remote.agent.is_some() || a.topology.topology != "loopback" {
-            bail!("the http-server preset runs its servers and load on loopback: --agent and --topology apply to the other presets");
+        if a.topology.topology != "loopback" {
+            bail!("the http-server preset runs its servers here and the load here or on --agent: --topology applies to the other presets");
         }
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::http_cmd::study(a, &dir, cancel);

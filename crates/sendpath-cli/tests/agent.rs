@@ -253,6 +253,45 @@ fn http_load_runs_on_the_agent_against_a_server_here() {
 }
 
 #[test]
+fn the_http_server_preset_loads_from_the_agent() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(&[], &addr, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("study");
+    sendpath()
+        .args([
+            "sweep",
+            "--preset",
+            "http-server",
+            "--http-servers",
+            "uring,epoll",
+        ])
+        .args(["--http-connections", "10", "--http-bodies", "88", "-n", "1"])
+        .args(["-t", "300ms", "--warmup", "100ms", "--http-open-loop", ""])
+        .args(["--agent", &addr, "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("http-results.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["environment"]["agent"], addr.as_str());
+    let m = v["measurements"].as_array().unwrap();
+    assert_eq!(m.len(), 2, "{v}");
+    for x in m {
+        assert_eq!(x["load"], "http-load", "{x}");
+        assert!(x["requests_per_s"].as_f64().unwrap() > 0.0, "{x}");
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("The load ran on `sendpath agent`"), "{md}");
+    assert!(
+        agent.log().contains("http-load, 10 connection(s)"),
+        "{}",
+        agent.log()
+    );
+}
+
+#[test]
 fn transfer_through_the_agent_is_acknowledged_by_it() {
     let addr = free_loopback_addr();
     let _agent = Agent::start(&[], &addr, &[]);

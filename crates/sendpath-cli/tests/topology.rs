@@ -146,7 +146,7 @@ fn topology_flags_are_checked() {
     );
     fails_with(
         &["sweep", "--preset", "http-server", "--topology", "netns"],
-        &["--agent and --topology apply to the other presets"],
+        &["--topology applies to the other presets"],
     );
 }
 

@@ -82,6 +82,10 @@ pub struct StudyConfig {
     pub dir: PathBuf,
     /// Seed of the point order in each round.
     pub seed: u64,
+    /// Servers listen on this address (127.0.0.1, or the one an agent reaches this host at).
+    pub listen_ip: std::net::IpAddr,
+    /// Generate the load on `sendpath agent` there (http-load; no wrk, no cross-check).
+    pub agent: Option<crate::agent::AgentTarget>,
 }
 
 /// One measured window.
@@ -148,6 +152,7 @@ pub fn installed(prog: &str) -> bool {
 /// with `cpus`, workers are pinned to them in turn (`worker_cpu_affinity`).
 pub fn nginx_config(
     dir: &Path,
+    ip: std::net::IpAddr,
     port: u16,
     workers: usize,
     connections: usize,
@@ -185,7 +190,7 @@ pub fn nginx_config(
         format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
     };
     format!(
-        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen 127.0.0.1:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
+        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen {ip}:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
         ((2 * per_worker * workers) as u64).min(max_nofile)
     )
 }
@@ -214,11 +219,9 @@ fn log(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
         .open(dir.join(name))
 }
 
-/// A free loopback port (bound and released; the server binds it right after).
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// A free port on `ip` (bound and released; the server binds it right after).
+fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
 }
 
 /// A server process and the pids whose CPU counts for it.
@@ -298,8 +301,8 @@ fn start(
     tag: &str,
 ) -> anyhow::Result<(Running, SocketAddr)> {
     use anyhow::Context;
-    let port = free_port()?;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let port = free_port(cfg.listen_ip)?;
+    let addr = SocketAddr::new(cfg.listen_ip, port);
     let (child, report) = match server {
         Server::Sendpath(mode) => {
             let report = cfg.dir.join(format!("serve-{tag}.json"));
@@ -338,6 +341,7 @@ fn start(
                 &conf,
                 nginx_config(
                     &cfg.dir,
+                    cfg.listen_ip,
                     port,
                     cfg.workers,
                     conns,
@@ -407,27 +411,28 @@ fn http_load(
     d: Duration,
     rate: Option<f64>,
     cancel: &Cancel,
-) -> Window {
-    let r = load::run(
-        &LoadConfig {
-            target: addr,
-            connections: conns,
-            threads: cfg.load_threads,
-            cpus: cfg.load_cpus.clone(),
-            duration: d,
-            warmup: Duration::ZERO,
-            rate,
-            path: "/".into(),
-            timeout: Duration::from_secs(5),
-        },
-        cancel,
-    );
-    Window {
+) -> anyhow::Result<Window> {
+    let lc = LoadConfig {
+        target: addr,
+        connections: conns,
+        threads: cfg.load_threads,
+        cpus: cfg.load_cpus.clone(),
+        duration: d,
+        warmup: Duration::ZERO,
+        rate,
+        path: "/".into(),
+        timeout: Duration::from_secs(5),
+    };
+    let r = match &cfg.agent {
+        Some(t) => crate::agent::AgentClient::connect(t)?.http_load(&lc)?,
+        None => load::run(&lc, cancel),
+    };
+    Ok(Window {
         requests_per_s: r.requests_per_s,
         requests: r.requests as f64,
         latency: r.latency_us,
         errors: r.errors,
-    }
+    })
 }
 
 fn wrk(cfg: &StudyConfig, addr: SocketAddr, conns: usize, d: Duration) -> anyhow::Result<Window> {
@@ -539,7 +544,7 @@ fn point(
     let run = |d: Duration| -> anyhow::Result<Window> {
         match (tool, rate) {
             (LoadTool::Wrk, None) => wrk(cfg, addr, conns, d),
-            _ => Ok(http_load(cfg, addr, conns, d, rate, cancel)),
+            _ => http_load(cfg, addr, conns, d, rate, cancel),
         }
     };
     let result = (|| {
@@ -583,11 +588,14 @@ pub fn run(
     mut progress: impl FnMut(&Measurement),
 ) -> anyhow::Result<StudyResults> {
     std::fs::create_dir_all(&cfg.dir)?;
+    let mut environment = crate::runner::environment();
+    environment.agent = cfg.agent.as_ref().map(|t| t.addr.to_string());
     let mut out = StudyResults {
-        environment: crate::runner::environment(),
+        environment,
         nginx_config: cfg.servers.contains(&Server::Nginx).then(|| {
             nginx_config(
                 &cfg.dir,
+                cfg.listen_ip,
                 8080,
                 cfg.workers,
                 cfg.connections.iter().copied().max().unwrap_or(100),
@@ -779,6 +787,12 @@ fn fmt_n(x: f64) -> String {
 pub fn summary(r: &StudyResults) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    if let Some(a) = &r.environment.agent {
+        let _ = writeln!(
+            s,
+            "The load ran on `sendpath agent` at {a} (http-load), the servers on this host.\n"
+        );
+    }
     let mut servers: Vec<String> = Vec::new();
     for m in &r.measurements {
         if !servers.contains(&m.server) && !m.load.ends_with("-check") {
@@ -1043,7 +1057,16 @@ mod tests {
 
     #[test]
     fn the_nginx_configuration_is_fair_and_complete() {
-        let c = nginx_config(Path::new("/tmp/x"), 8099, 2, 4000, 88, 1 << 20, &[]);
+        let c = nginx_config(
+            Path::new("/tmp/x"),
+            [127, 0, 0, 1].into(),
+            8099,
+            2,
+            4000,
+            88,
+            1 << 20,
+            &[],
+        );
         for want in [
             "worker_processes 2;",
             "worker_connections 5024;",
@@ -1056,7 +1079,16 @@ mod tests {
         ] {
             assert!(c.contains(want), "missing {want:?} in\n{c}");
         }
-        let f = nginx_config(Path::new("/tmp/x"), 8099, 2, 100, 1 << 20, 3000, &[2, 3]);
+        let f = nginx_config(
+            Path::new("/tmp/x"),
+            [127, 0, 0, 1].into(),
+            8099,
+            2,
+            100,
+            1 << 20,
+            3000,
+            &[2, 3],
+        );
         assert!(f.contains("worker_cpu_affinity 0100 1000;"), "{f}");
         assert!(!c.contains("worker_cpu_affinity"));
         assert!(
