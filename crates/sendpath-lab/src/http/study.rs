@@ -152,8 +152,7 @@ pub fn installed(prog: &str) -> bool {
 /// with `cpus`, workers are pinned to them in turn (`worker_cpu_affinity`).
 pub fn nginx_config(
     dir: &Path,
-    ip: std::net::IpAddr,
-    port: u16,
+    listen: SocketAddr,
     workers: usize,
     connections: usize,
     body_len: usize,
@@ -190,7 +189,7 @@ pub fn nginx_config(
         format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
     };
     format!(
-        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen {ip}:{port} reuseport backlog=4096;\n{location}    }}\n}}\n",
+        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen {listen} reuseport backlog=4096;\n{location}    }}\n}}\n",
         ((2 * per_worker * workers) as u64).min(max_nofile)
     )
 }
@@ -341,8 +340,7 @@ fn start(
                 &conf,
                 nginx_config(
                     &cfg.dir,
-                    cfg.listen_ip,
-                    port,
+                    addr,
                     cfg.workers,
                     conns,
                     body,
@@ -595,8 +593,7 @@ pub fn run(
         nginx_config: cfg.servers.contains(&Server::Nginx).then(|| {
             nginx_config(
                 &cfg.dir,
-                cfg.listen_ip,
-                8080,
+                SocketAddr::new(cfg.listen_ip, 8080),
                 cfg.workers,
                 cfg.connections.iter().copied().max().unwrap_or(100),
                 cfg.bodies.first().copied().unwrap_or(88),
@@ -1059,8 +1056,7 @@ mod tests {
     fn the_nginx_configuration_is_fair_and_complete() {
         let c = nginx_config(
             Path::new("/tmp/x"),
-            [127, 0, 0, 1].into(),
-            8099,
+            ([127, 0, 0, 1], 8099).into(),
             2,
             4000,
             88,
@@ -1081,8 +1077,7 @@ mod tests {
         }
         let f = nginx_config(
             Path::new("/tmp/x"),
-            [127, 0, 0, 1].into(),
-            8099,
+            ([127, 0, 0, 1], 8099).into(),
             2,
             100,
             1 << 20,
