@@ -156,6 +156,28 @@ pub(crate) fn client(
     Ok(out)
 }
 
+/// The server threads' merged statistics and first fallback note; the first error goes to
+/// `first_err` (unless one is there).
+fn join_servers(
+    servers: Vec<std::thread::JoinHandle<anyhow::Result<(SendStats, Option<String>)>>>,
+    first_err: &mut Option<anyhow::Error>,
+) -> anyhow::Result<(SendStats, Option<String>)> {
+    let mut stats = SendStats::default();
+    let mut note = None;
+    for s in servers {
+        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
+            Ok((st, n)) => {
+                stats.merge(&st);
+                note = note.or(n);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Ok((stats, note))
+}
+
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
 pub fn run_once(
     pt: &RrPoint,
@@ -227,19 +249,7 @@ pub fn run_once(
             }
         }
     }
-    let mut stats = SendStats::default();
-    let mut note = None;
-    for s in servers {
-        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
-            Ok((st, n)) => {
-                stats.merge(&st);
-                note = note.or(n);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
+    let (stats, note) = join_servers(servers, &mut first_err)?;
     if let Some(e) = first_err {
         if !cancel.is_cancelled() {
             return Err(e);
@@ -343,20 +353,8 @@ fn run_once_with_agent(
     let remote = asked
         .join()
         .map_err(|_| anyhow!("the agent's control thread panicked"))?;
-    let mut stats = SendStats::default();
-    let mut note = None;
     let mut first_err = None;
-    for s in servers {
-        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
-            Ok((st, n)) => {
-                stats.merge(&st);
-                note = note.or(n);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
+    let (stats, note) = join_servers(servers, &mut first_err)?;
     let remote = remote?;
     if let Some(e) = first_err {
         return Err(e);
