@@ -156,10 +156,13 @@ pub(crate) fn client(
     Ok(out)
 }
 
+/// What a server thread returns: its statistics and the path's fallback note.
+type Served = anyhow::Result<(SendStats, Option<String>)>;
+
 /// The server threads' merged statistics and first fallback note; the first error goes to
 /// `first_err` (unless one is there).
 fn join_servers(
-    servers: Vec<std::thread::JoinHandle<anyhow::Result<(SendStats, Option<String>)>>>,
+    servers: Vec<std::thread::JoinHandle<Served>>,
     first_err: &mut Option<anyhow::Error>,
 ) -> anyhow::Result<(SendStats, Option<String>)> {
     let mut stats = SendStats::default();
