@@ -46,8 +46,9 @@ pub(crate) enum Command {
     /// open() to the receiver's acknowledgement: read-send, mmap-send, sendfile, splice and
     /// io_uring splice, warm and cold.
     Transfer(TransferArgs),
-    /// Receive on request for `stream --agent` / `sweep --agent` on another host (or in a
-    /// namespace), and send back bytes, verification and the receiver's CPU.
+    /// Run the other end on request, on another host or in a namespace: the receiver of
+    /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
+    /// `http-load --agent`; sends back what it measured and its CPU.
     Agent(AgentArgs),
 }
 
