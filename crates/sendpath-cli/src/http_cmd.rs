@@ -234,7 +234,7 @@ fn print_load(r: &LoadReport) {
     }
 }
 
-fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
     std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
     say!("wrote {}", path.display());

@@ -47,7 +47,7 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
     };
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
-        write_json(p, &r.0)?;
+        crate::http_cmd::write_json(p, &r.0)?;
     }
     if let Some(p) = &a.csv {
         transfer::write_csv(&r.0, p)?;
@@ -92,7 +92,7 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
         netns: a.topology.create(a.remote.agent.is_some())?,
     };
     let r = measure(&cfg, cancel)?;
-    write_json(&dir.join("transfer-results.json"), &r.0)?;
+    crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;
     transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;
     std::fs::write(dir.join("summary.md"), transfer::summary(&r.0))
         .with_context(|| format!("writing {}/summary.md", dir.display()))?;
@@ -184,12 +184,5 @@ fn check_space(cfg: &TransferConfig) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
-}
-
-fn write_json(path: &Path, r: &TransferResults) -> anyhow::Result<()> {
-    let s = serde_json::to_string_pretty(r)?;
-    std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("wrote {}", path.display());
     Ok(())
 }

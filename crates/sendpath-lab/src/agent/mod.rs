@@ -141,16 +141,20 @@ struct Receiving {
     handle: std::thread::JoinHandle<anyhow::Result<(u64, u64)>>,
 }
 
+/// `base` plus the CPU time so far of the threads `tids` that are still there.
+fn plus_live_cpu(mut base: ThreadCpu, tids: &Mutex<Vec<i32>>) -> ThreadCpu {
+    for &t in tids.lock().expect("tid lock").iter() {
+        if let Ok(x) = ThreadCpu::read(t) {
+            base.user_ns += x.user_ns;
+            base.system_ns += x.system_ns;
+        }
+    }
+    base
+}
+
 impl Receiving {
     fn cpu(&self) -> ThreadCpu {
-        let mut c = *self.done_cpu.lock().expect("cpu lock");
-        for &t in self.tids.lock().expect("tid lock").iter() {
-            if let Ok(x) = ThreadCpu::read(t) {
-                c.user_ns += x.user_ns;
-                c.system_ns += x.system_ns;
-            }
-        }
-        c
+        plus_live_cpu(*self.done_cpu.lock().expect("cpu lock"), &self.tids)
     }
 }
 
@@ -173,21 +177,14 @@ fn start_receive(
         l.set_nonblocking(true)?;
         let mut threads = Vec::new();
         while threads.len() < connections as usize {
-            if Instant::now() > deadline {
+            let Some((s, _)) = crate::workload::accept_before(&l, deadline, || false)
+                .context("accepting a data connection")?
+            else {
                 bail!(
                     "{} of {connections} connections arrived before the deadline",
                     threads.len()
                 );
-            }
-            let s = match l.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                }
-                Err(e) => return Err(e).context("accepting a data connection"),
             };
-            s.set_nonblocking(false)?;
             s.set_read_timeout(Some(
                 deadline
                     .saturating_duration_since(Instant::now())
@@ -522,16 +519,7 @@ fn run_rr_clients(
             r
         }));
     }
-    let cpu_now = || {
-        let mut c = ThreadCpu::default();
-        for &t in tids.lock().expect("tid lock").iter() {
-            if let Ok(x) = ThreadCpu::read(t) {
-                c.user_ns += x.user_ns;
-                c.system_ns += x.system_ns;
-            }
-        }
-        c
-    };
+    let cpu_now = || plus_live_cpu(ThreadCpu::default(), &tids);
     let mut window = None;
     if connect_err.is_none() && cancel.sleep(pt.warmup) {
         let c0 = cpu_now();

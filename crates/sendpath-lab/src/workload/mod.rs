@@ -10,11 +10,12 @@ use sendpath::pattern::{self, Verifier};
 use sendpath::{Msg, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How the receiver treats bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -157,6 +158,30 @@ pub fn receive_many(
         }
     }
     Ok(verifiers)
+}
+
+/// Waits on the non-blocking listener `l` for one connection, polling every 2 ms, until
+/// `deadline` or `give_up()`: `Ok(None)` then. The connection comes back blocking.
+pub fn accept_before(
+    l: &TcpListener,
+    deadline: Instant,
+    mut give_up: impl FnMut() -> bool,
+) -> std::io::Result<Option<(TcpStream, SocketAddr)>> {
+    loop {
+        match l.accept() {
+            Ok((s, peer)) => {
+                s.set_nonblocking(false)?;
+                return Ok(Some((s, peer)));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline || give_up() {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The default receiver read size for messages of `size` bytes: the message size clamped to

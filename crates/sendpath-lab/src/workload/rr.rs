@@ -304,28 +304,23 @@ fn run_once_with_agent(
     let release = Arc::new(AtomicBool::new(false));
     let mut servers = Vec::new();
     for conn in 0..pt.concurrency as u64 {
-        let sv = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline || asked.is_finished() {
-                        // The agent failed (its reply says why) or never connected.
-                        let why = match asked.join() {
-                            Ok(Err(e)) => e,
-                            _ => anyhow!("the agent's clients did not connect within 10 s"),
-                        };
-                        release.store(true, Ordering::Relaxed);
-                        return Err(why);
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => {
-                    release.store(true, Ordering::Relaxed);
-                    return Err(e).context("accepting the agent's connection");
-                }
+        let accepted = super::accept_before(&l, deadline, || asked.is_finished());
+        let sv = match accepted {
+            Ok(Some((s, _))) => s,
+            Ok(None) => {
+                // The agent failed (its reply says why) or never connected.
+                let why = match asked.join() {
+                    Ok(Err(e)) => e,
+                    _ => anyhow!("the agent's clients did not connect within 10 s"),
+                };
+                release.store(true, Ordering::Relaxed);
+                return Err(why);
+            }
+            Err(e) => {
+                release.store(true, Ordering::Relaxed);
+                return Err(e).context("accepting the agent's connection");
             }
         };
-        sv.set_nonblocking(false)?;
         sv.set_nodelay(true)?;
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;

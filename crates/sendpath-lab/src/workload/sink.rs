@@ -1,6 +1,6 @@
 //! `sendpath sink`: receive from any TCP sender (another sendpath, iperf-like tools, `nc`).
 
-use super::{receive, RecvCounters, RecvMode};
+use super::{accept_before, receive, RecvCounters, RecvMode};
 use crate::cancel::Cancel;
 use anyhow::{bail, Context};
 use std::net::{SocketAddr, TcpListener};
@@ -30,29 +30,22 @@ pub fn run(
     let deadline = Instant::now() + timeout;
     let mut handles = Vec::new();
     while handles.len() < connections {
-        if Instant::now() > deadline || cancel.is_cancelled() {
+        let Some((s, peer)) =
+            accept_before(&l, deadline, || cancel.is_cancelled()).context("accept")?
+        else {
             break;
-        }
-        match l.accept() {
-            Ok((s, peer)) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(
-                    deadline
-                        .saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1)),
-                ))?;
-                handles.push(std::thread::spawn(move || {
-                    let c = RecvCounters::default();
-                    let t0 = Instant::now();
-                    let v = receive(s, mode, &c, read_size);
-                    (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
-                }));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => return Err(e).context("accept"),
-        }
+        };
+        s.set_read_timeout(Some(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        ))?;
+        handles.push(std::thread::spawn(move || {
+            let c = RecvCounters::default();
+            let t0 = Instant::now();
+            let v = receive(s, mode, &c, read_size);
+            (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
+        }));
     }
     if handles.is_empty() {
         bail!("no sender connected within {timeout:?} (raise --timeout)");
