@@ -759,8 +759,9 @@ impl TopologyArgs {
             i.receiver_addr,
             i.sender_addr,
             i.rate_bits_per_s.map_or(String::new(), |r| format!(
-                ", rate {:.3} Gbit/s (htb)",
-                r as f64 / 1e9
+                ", rate {:.3} Gbit/s (htb, burst {} B)",
+                r as f64 / 1e9,
+                i.burst_bytes.unwrap_or(0)
             )),
             i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
         );

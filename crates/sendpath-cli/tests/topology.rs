@@ -66,6 +66,7 @@ fn stream_crosses_a_rate_limited_veth_into_a_namespace_and_cleans_up() {
     let t = &v["environment"]["topology"];
     assert_eq!(t["kind"], "netns", "{v}");
     assert_eq!(t["rate_bits_per_s"], 1_000_000_000u64);
+    assert_eq!(t["burst_bytes"], 625_000u64, "5 ms of bytes at 1 Gbit/s");
     assert_eq!(t["mtu"], 9000);
     let ns = t["namespace"].as_str().unwrap();
     assert!(ns.starts_with("sendpath-t-"), "{t}");
