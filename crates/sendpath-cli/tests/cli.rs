@@ -144,6 +144,15 @@ fn stream_all_paths_verify_and_write_json_and_csv() {
         ] {
             assert!(r.get(k).is_some(), "{name}: {k}");
         }
+        // TCP read from the connection's own sockets: the sender had data to send for some
+        // of the 200 ms window (at least ten 4 ms jiffies), and the receiver is ours.
+        let t = &r["repeats"][0]["tcp"];
+        assert!(t["busy_us"].as_u64().unwrap() >= 40_000, "{name}: {t}");
+        assert!(t["receiver_drops"].is_u64(), "{name}: {t}");
+        assert!(
+            t["connection_retrans_segs"].as_u64() >= t["retrans_segs"].as_u64(),
+            "{name}: {t}"
+        );
         let s = sendpath::Strategy::parse(name).unwrap();
         if s.has_zc_completions() {
             let f = r["zerocopy"]["copied_fraction"].as_f64();

@@ -123,7 +123,7 @@ pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub const CSV_HEADER: [&str; 58] = [
+pub const CSV_HEADER: [&str; 62] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -182,6 +182,10 @@ pub const CSV_HEADER: [&str; 58] = [
     "adaptive_file_sends",
     "adaptive_backoffs",
     "adaptive_switches",
+    "tcp_retrans_segs",
+    "tcp_receiver_drops",
+    "tcp_windows",
+    "tcp_rwnd_stalled_windows",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -204,6 +208,7 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
                 .as_ref()
                 .map_or(String::new(), |d| g(d).to_string())
         };
+        let tcp = row.tcp_totals();
         let cb = |g: fn(&ConnectionBytes) -> u64| {
             row.connection_bytes
                 .as_ref()
@@ -270,6 +275,11 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
             dec(|d| d.file_sends),
             dec(|d| d.backoffs),
             dec(|d| d.switches),
+            tcp.map_or(String::new(), |t| t.retrans_segs.to_string()),
+            tcp.and_then(|t| t.receiver_drops)
+                .map_or(String::new(), |d| d.to_string()),
+            tcp.map_or(String::new(), |t| t.windows.to_string()),
+            tcp.map_or(String::new(), |t| t.rwnd_stalled_windows.to_string()),
         ])?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;

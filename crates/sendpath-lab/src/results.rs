@@ -160,6 +160,58 @@ pub struct Repeat {
     /// several connections per sender thread (`--connections`); null otherwise.
     #[serde(default)]
     pub connection_bytes: Option<ConnectionBytes>,
+    /// What TCP did on the window's connections, read from their sockets at the window's
+    /// start and end; null where it was not read.
+    #[serde(default)]
+    pub tcp: Option<TcpWindow>,
+}
+
+/// TCP over a row's repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpTotals {
+    /// Segments retransmitted in the windows.
+    pub retrans_segs: u64,
+    /// Packets the receiving sockets dropped in the windows (null when not ours).
+    pub receiver_drops: Option<u64>,
+    /// Windows that read TCP.
+    pub windows: usize,
+    /// Windows in which the receivers' windows held the senders back half the time or more.
+    pub rwnd_stalled_windows: usize,
+}
+
+/// What TCP did on one window's connections, read from the sockets themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpWindow {
+    /// Segments the senders retransmitted in the window (`tcpi_total_retrans` of `TCP_INFO`).
+    pub retrans_segs: u64,
+    /// Packets the receivers' sockets dropped in the window (`SO_MEMINFO`, what `ss -m`
+    /// prints as `d`); null when the receiver is not in this process.
+    pub receiver_drops: Option<u64>,
+    /// Segments retransmitted over the connections' whole life (warmup, window and the end
+    /// of the run): a loss recovered only by a timer after the window shows here.
+    #[serde(default)]
+    pub connection_retrans_segs: u64,
+    /// Microseconds in the window that the senders had data to send (`tcpi_busy_time`,
+    /// summed over connections; the kernel counts in jiffies, 4 ms at HZ=250).
+    #[serde(default)]
+    pub busy_us: u64,
+    /// Microseconds of those that the receivers' advertised windows held the senders back
+    /// (`tcpi_rwnd_limited`, what `ss -ti` prints as `rwnd_limited`).
+    #[serde(default)]
+    pub rwnd_limited_us: u64,
+}
+
+impl TcpWindow {
+    /// The share of a window of `elapsed_s` over `connections` that the receivers' windows
+    /// held the senders back.
+    pub fn rwnd_limited_fraction(&self, elapsed_s: f64, connections: usize) -> f64 {
+        let total_us = elapsed_s * 1e6 * connections.max(1) as f64;
+        if total_us > 0.0 {
+            (self.rwnd_limited_us as f64 / total_us).min(1.0)
+        } else {
+            0.0
+        }
+    }
 }
 
 /// How evenly the connections shared one window: bytes per connection.
@@ -588,6 +640,31 @@ impl Row {
         (!v.is_empty()).then(|| Spread::of(&v).median)
     }
 
+    /// TCP over the repeats that read it; `None` when none did.
+    pub fn tcp_totals(&self) -> Option<TcpTotals> {
+        let t: Vec<(&Repeat, TcpWindow)> = self
+            .repeats
+            .iter()
+            .filter_map(|r| r.tcp.map(|t| (r, t)))
+            .collect();
+        if t.is_empty() {
+            return None;
+        }
+        let conns = self.threads * self.connections_per_thread.max(1);
+        Some(TcpTotals {
+            retrans_segs: t.iter().map(|(_, w)| w.retrans_segs).sum(),
+            receiver_drops: t
+                .iter()
+                .filter_map(|(_, w)| w.receiver_drops)
+                .reduce(|a, b| a + b),
+            windows: t.len(),
+            rwnd_stalled_windows: t
+                .iter()
+                .filter(|(r, w)| w.rwnd_limited_fraction(r.elapsed_s, conns) >= 0.5)
+                .count(),
+        })
+    }
+
     /// The repeat measured in `round`, if any.
     pub fn in_round(&self, round: u32) -> Option<&Repeat> {
         self.repeats.iter().find(|r| r.round == round)
@@ -637,6 +714,12 @@ impl Row {
                 "throughput varied by {:.0}% of the median across {} rounds: close other load, pin CPUs (--cpu), or raise --duration/--repeat",
                 spread * 100.0,
                 self.repeats.len()
+            ));
+        }
+        if let Some(t) = self.tcp_totals().filter(|t| t.rwnd_stalled_windows > 0) {
+            self.warnings.push(format!(
+                "in {} of {} windows the receiver's advertised window held the sender back for half the window or more (rwnd_limited in TCP_INFO): those windows measure a TCP stall, not the path; a longer --warmup lets the window open first",
+                t.rwnd_stalled_windows, t.windows
             ));
         }
         if self.repeats.len() == 1 {
@@ -733,6 +816,64 @@ mod tests {
         assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
         assert_eq!(Spread::of(&[1.0, 2.0, 3.0, 10.0]).median, 2.5);
         assert!((s.relative_range() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_window_held_back_by_the_receivers_window_is_named_a_stall() {
+        // Four 100 ms windows of one connection; TCP_INFO counts in 4 ms jiffies.
+        let tcp = |rwnd_ms: u64, retrans: u64| TcpWindow {
+            retrans_segs: retrans,
+            receiver_drops: Some(retrans),
+            connection_retrans_segs: retrans,
+            busy_us: 100_000,
+            rwnd_limited_us: rwnd_ms * 1000,
+        };
+        let mut r = Row {
+            threads: 1,
+            connections_per_thread: 1,
+            ..Row::default()
+        };
+        for (round, (t, w)) in [
+            (0.5, tcp(4, 3)),
+            (0.004, tcp(96, 0)),
+            (0.5, tcp(0, 0)),
+            (0.45, tcp(48, 1)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            r.repeats.push(Repeat {
+                round: round as u32,
+                throughput_gbps: t,
+                elapsed_s: 0.1,
+                tcp: Some(w),
+                ..Default::default()
+            });
+        }
+        r.summarise();
+        let t = r.tcp_totals().unwrap();
+        assert_eq!(t.retrans_segs, 4);
+        assert_eq!(t.receiver_drops, Some(4));
+        assert_eq!(
+            (t.windows, t.rwnd_stalled_windows),
+            (4, 1),
+            "96% stalls, 48% not"
+        );
+        assert!(
+            r.warnings.iter().any(|w| w.contains("in 1 of 4 windows")
+                && w.contains("rwnd_limited")
+                && w.contains("--warmup")),
+            "{:?}",
+            r.warnings
+        );
+        // The same 48 ms over two connections is a quarter of their time.
+        assert!((tcp(48, 0).rwnd_limited_fraction(0.1, 2) - 0.24).abs() < 1e-9);
+        // Rows without TCP (older files, rr) neither count nor warn.
+        let mut old = Row::default();
+        old.repeats.push(Repeat::default());
+        old.summarise();
+        assert!(old.tcp_totals().is_none());
+        assert!(!old.warnings.iter().any(|w| w.contains("rwnd")));
     }
 
     #[test]

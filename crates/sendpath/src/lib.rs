@@ -94,6 +94,11 @@ pub mod host {
     pub use crate::sys::host::{allowed_cpus, enter_netns, euid, gettid, pin_current_thread};
 }
 
+/// Per-connection TCP counters the measuring tools read around a window.
+pub mod tcp {
+    pub use crate::sys::socket::{socket_drops, tcp_counters, TcpCounters};
+}
+
 /// Files and the page cache.
 pub mod file {
     pub use crate::sys::file::{drop_page_cache, fs_is_memory_backed, fs_type};

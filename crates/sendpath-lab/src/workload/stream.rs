@@ -6,12 +6,13 @@ use super::{
 };
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
-use crate::results::{ConnectionBytes, Integrity, Repeat, ZerocopyCounts};
+use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
 use anyhow::{anyhow, bail, Context};
 use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
 use sendpath::{Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Duration;
@@ -236,6 +237,7 @@ pub fn run_once(
     let conn_bytes: Vec<Arc<[AtomicU64]>> = (0..pt.threads)
         .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
         .collect();
+    let mut tcp_probes: (Vec<TcpStream>, Vec<TcpStream>) = (Vec::new(), Vec::new());
     for i in 0..pt.threads {
         let mut txs = Vec::with_capacity(per_thread);
         let mut rxs = Vec::with_capacity(per_thread);
@@ -243,9 +245,13 @@ pub fn run_once(
             let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3))
                 .with_context(|| format!("--connect {target}: cannot connect"))?;
             tx.set_nodelay(false).ok();
+            // Duplicates of both ends, to read TCP's counters around the window.
+            tcp_probes.0.extend(tx.try_clone().ok());
             txs.push(tx);
             if let Some(l) = &listener {
-                rxs.push(l.accept().context("accepting the loopback connection")?.0);
+                let rx = l.accept().context("accepting the loopback connection")?.0;
+                tcp_probes.1.extend(rx.try_clone().ok());
+                rxs.push(rx);
             }
         }
         if listener.is_some() {
@@ -357,10 +363,12 @@ pub fn run_once(
                 .collect()
         };
         let remote0 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
+        let t0 = TcpCounts::read(&tcp_probes, listener.is_some());
         let (s0, b0, c0) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
         completed = cancel.sleep_unless(pt.duration, all_done);
         let (s1, b1, c1) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
+        let tcp = TcpCounts::read(&tcp_probes, listener.is_some()).since(t0);
         let remote1 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
         let remote = remote0.zip(remote1);
         // The agent counts what arrived, as our own receiver would.
@@ -372,7 +380,7 @@ pub fn run_once(
             let moved: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();
             ConnectionBytes::of(&moved)
         });
-        window = Some((s0, s1, b1 - b0, resident, fairness, remote));
+        window = Some((s0, s1, b1 - b0, resident, fairness, remote, tcp));
     }
     stop.store(true, Ordering::Relaxed);
     let mut stats = SendStats::default();
@@ -388,6 +396,14 @@ pub fn run_once(
                 first_err.get_or_insert(e);
             }
         }
+    }
+    let lifetime = TcpCounts::read(&tcp_probes, false)
+        .senders
+        .map(|c| c.retrans_segs);
+    // The probes hold the senders' sockets open: a sender that failed before half-closing
+    // its connection would leave its receiver waiting for the end.
+    for s in &tcp_probes.0 {
+        let _ = s.shutdown(std::net::Shutdown::Write);
     }
     let mut integrity = Integrity {
         bytes_sent: stats.bytes,
@@ -439,7 +455,7 @@ pub fn run_once(
             );
         }
     }
-    let (Some((s0, s1, bytes, resident, fairness, remote)), true) = (window, completed) else {
+    let (Some((s0, s1, bytes, resident, fairness, remote, tcp)), true) = (window, completed) else {
         return Ok(None);
     };
     // With a mix, messages are counted from its mean size.
@@ -449,6 +465,10 @@ pub fn run_once(
     };
     let mut repeat = s0.window(&s1, bytes, messages, pt.threads * per_thread, cpu_mhz);
     repeat.connection_bytes = fairness;
+    repeat.tcp = tcp.map(|t| TcpWindow {
+        connection_retrans_segs: lifetime.unwrap_or(t.retrans_segs),
+        ..t
+    });
     if let (Some(cpu), Some((r0, r1))) = (repeat.cpu.as_mut(), remote) {
         cpu.set_remote(
             r1.user_ns.saturating_sub(r0.user_ns),
@@ -460,6 +480,59 @@ pub fn run_once(
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;
     Ok(Some(Outcome { repeat, note }))
+}
+
+/// TCP's counters summed over a run's connections: the senders' `TCP_INFO`, and the packets
+/// the receivers' sockets dropped (when the receivers are ours).
+#[derive(Debug, Clone, Copy)]
+struct TcpCounts {
+    senders: Option<sendpath::tcp::TcpCounters>,
+    drops: Option<u64>,
+}
+
+impl TcpCounts {
+    /// Reads the senders' (`probes.0`) and receivers' (`probes.1`) sockets; a value is `None`
+    /// when any socket could not be read.
+    fn read(probes: &(Vec<TcpStream>, Vec<TcpStream>), ours: bool) -> TcpCounts {
+        let senders = probes
+            .0
+            .iter()
+            .map(|s| sendpath::tcp::tcp_counters(s.as_fd()).ok())
+            .try_fold(sendpath::tcp::TcpCounters::default(), |a, c| {
+                let c = c?;
+                Some(sendpath::tcp::TcpCounters {
+                    retrans_segs: a.retrans_segs + c.retrans_segs,
+                    busy_us: a.busy_us + c.busy_us,
+                    rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
+                })
+            });
+        let drops = if ours {
+            probes
+                .1
+                .iter()
+                .map(|s| sendpath::tcp::socket_drops(s.as_fd()).ok().map(u64::from))
+                .sum()
+        } else {
+            None
+        };
+        TcpCounts { senders, drops }
+    }
+
+    /// What changed since `before`, as results record it; `None` without sender counts.
+    fn since(self, before: TcpCounts) -> Option<TcpWindow> {
+        let (a, b) = (self.senders?, before.senders?);
+        let retrans_segs = a.retrans_segs.saturating_sub(b.retrans_segs);
+        Some(TcpWindow {
+            retrans_segs,
+            receiver_drops: self
+                .drops
+                .zip(before.drops)
+                .map(|(a, b)| a.saturating_sub(b)),
+            connection_retrans_segs: retrans_segs,
+            busy_us: a.busy_us.saturating_sub(b.busy_us),
+            rwnd_limited_us: a.rwnd_limited_us.saturating_sub(b.rwnd_limited_us),
+        })
+    }
 }
 
 #[cfg(test)]
