@@ -390,7 +390,8 @@ pub(crate) struct SweepArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReportArgs {
-    /// A results.json written by `sendpath sweep` or `sendpath stream --json`.
+    /// A results.json written by `sendpath sweep` or `sendpath stream --json`, or the
+    /// http-results.json of `sweep --preset http-server`.
     pub results: PathBuf,
     /// Where to write summary.md and report.html (default: beside the results file).
     #[arg(long, value_name = "DIR")]

@@ -361,9 +361,11 @@ pub(crate) fn study(
         );
     })?;
     write_json(&dir.join("http-results.json"), &r)?;
-    let md = study::summary(&r);
-    std::fs::write(dir.join("summary.md"), &md)?;
+    let md = sendpath_lab::report::write_http(dir, &r)?;
     say!("{md}");
-    say!("wrote {}/http-results.json, summary.md", dir.display());
+    say!(
+        "wrote {}/http-results.json, summary.md, report.html",
+        dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -233,11 +233,16 @@ pub(crate) fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<PathBu
 }
 
 pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
-    let r = report::load(&a.results)?;
     let out: &Path = a
         .out
         .as_deref()
         .unwrap_or_else(|| a.results.parent().unwrap_or(Path::new(".")));
+    if let Some(h) = report::load_http(&a.results)? {
+        report::write_http(out, &h)?;
+        println!("wrote {}/summary.md and report.html", out.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let r = report::load(&a.results)?;
     report::write(out, &r)?;
     println!("wrote {}/summary.md and report.html", out.display());
     Ok(ExitCode::SUCCESS)

@@ -171,6 +171,7 @@ fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
             "wrong-shape.json",
             "{\"schema_version\": 2, \"results\": 7}",
         ),
+        ("damaged-http-results.json", "{\"measurements\": 7}"),
     ];
     for (name, text) in cases {
         let f = dir.path().join(name);

@@ -357,19 +357,30 @@ impl CpuNsPerByte {
     }
 }
 
-/// Latency percentiles, microseconds.
+/// Latency percentiles, microseconds. A percentile that was not measured (wrk prints no
+/// p99.9) is NaN, written as `null` and read back from it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyUs {
     /// Median.
+    #[serde(deserialize_with = "f64_or_null")]
     pub p50: f64,
     /// 90th percentile.
+    #[serde(deserialize_with = "f64_or_null")]
     pub p90: f64,
     /// 99th percentile.
+    #[serde(deserialize_with = "f64_or_null")]
     pub p99: f64,
     /// 99.9th percentile.
+    #[serde(deserialize_with = "f64_or_null")]
     pub p999: f64,
     /// Largest.
+    #[serde(deserialize_with = "f64_or_null")]
     pub max: f64,
+}
+
+/// A number, or `null` (what serde_json writes for NaN, a value not measured) read as NaN.
+fn f64_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl LatencyUs {
@@ -874,6 +885,26 @@ mod tests {
         old.summarise();
         assert!(old.tcp_totals().is_none());
         assert!(!old.warnings.iter().any(|w| w.contains("rwnd")));
+    }
+
+    #[test]
+    fn a_percentile_not_measured_is_written_null_and_read_back() {
+        let l = LatencyUs {
+            p50: 519.0,
+            p90: 1100.0,
+            p99: 4140.0,
+            p999: f64::NAN,
+            max: 9090.0,
+        };
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(text.contains("\"p999\":null"), "{text}");
+        let back: LatencyUs = serde_json::from_str(&text).unwrap();
+        assert!(back.p999.is_nan());
+        assert_eq!((back.p50, back.max), (519.0, 9090.0));
+        assert!(serde_json::from_str::<LatencyUs>(
+            r#"{"p50":"x","p90":1,"p99":1,"p999":1,"max":1}"#
+        )
+        .is_err());
     }
 
     #[test]

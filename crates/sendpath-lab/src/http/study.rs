@@ -778,18 +778,8 @@ fn fmt_n(x: f64) -> String {
     }
 }
 
-/// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
-/// request against connections; the ratios of the first server to the reference per paired
-/// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
-pub fn summary(r: &StudyResults) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    if let Some(a) = &r.environment.agent {
-        let _ = writeln!(
-            s,
-            "The load ran on `sendpath agent` at {a} (http-load), the servers on this host.\n"
-        );
-    }
+/// The servers (in the order first measured), body sizes and connection counts of a study.
+pub fn axes(r: &StudyResults) -> (Vec<String>, Vec<usize>, Vec<usize>) {
     let mut servers: Vec<String> = Vec::new();
     for m in &r.measurements {
         if !servers.contains(&m.server) && !m.load.ends_with("-check") {
@@ -802,14 +792,43 @@ pub fn summary(r: &StudyResults) -> String {
     let mut conns: Vec<usize> = r.measurements.iter().map(|m| m.connections).collect();
     conns.sort_unstable();
     conns.dedup();
-    let closed = |m: &&Measurement| m.rate_per_s.is_none() && !m.load.ends_with("-check");
-    let pick = |srv: &str, body: usize, c: usize| -> Vec<&Measurement> {
-        r.measurements
-            .iter()
-            .filter(closed)
-            .filter(|m| m.server == srv && m.body_bytes == body && m.connections == c)
-            .collect()
-    };
+    (servers, bodies, conns)
+}
+
+/// The closed-loop windows (every round) of one server, body size and connection count; the
+/// cross-check windows are left out.
+pub fn closed_windows<'a>(
+    r: &'a StudyResults,
+    server: &str,
+    body: usize,
+    conns: usize,
+) -> Vec<&'a Measurement> {
+    r.measurements
+        .iter()
+        .filter(|m| m.rate_per_s.is_none() && !m.load.ends_with("-check"))
+        .filter(|m| m.server == server && m.body_bytes == body && m.connections == conns)
+        .collect()
+}
+
+/// The median over `ms` of a value, where measured.
+pub fn median_of(ms: &[&Measurement], f: impl Fn(&Measurement) -> Option<f64>) -> Option<f64> {
+    median(ms.iter().filter_map(|m| f(m)))
+}
+
+/// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
+/// request against connections; the ratios of the first server to the reference per paired
+/// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
+pub fn summary(r: &StudyResults) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if let Some(a) = &r.environment.agent {
+        let _ = writeln!(
+            s,
+            "The load ran on `sendpath agent` at {a} (http-load), the servers on this host.\n"
+        );
+    }
+    let (servers, bodies, conns) = axes(r);
+    let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
     let _ = writeln!(s, "# HTTP server study\n");
     let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
     for &body in &bodies {
@@ -1034,6 +1053,58 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("SEND against SEND_ZC"), "no SEND_ZC server ran");
+    }
+
+    #[test]
+    fn the_report_plots_each_body_against_connections() {
+        let mut ms = Vec::new();
+        for (body, conns) in [(88, 100), (88, 1000), (65536, 100), (65536, 1000)] {
+            for (srv, rps) in [("sendpath-uring", 120.0), ("nginx", 100.0)] {
+                for round in 1..=2 {
+                    ms.push(Measurement {
+                        body_bytes: body,
+                        connections: conns,
+                        latency_us: (srv == "nginx").then_some(LatencyUs {
+                            p50: 500.0,
+                            p90: 900.0,
+                            p99: 2000.0,
+                            p999: 3000.0,
+                            max: 4000.0,
+                        }),
+                        ..m(srv, round, rps * f64::from(round), 8.0)
+                    });
+                }
+            }
+        }
+        // An open-loop window is not a closed-loop point.
+        ms.push(Measurement {
+            rate_per_s: Some(50.0),
+            requests_per_s: 1e9,
+            ..m("nginx", 1, 0.0, 8.0)
+        });
+        let r = StudyResults {
+            environment: crate::runner::environment(),
+            nginx_config: None,
+            measurements: ms,
+            wrk_check_ratios: vec![],
+        };
+        assert_eq!(
+            median_of(&closed_windows(&r, "nginx", 88, 100), |m| Some(
+                m.requests_per_s
+            )),
+            Some(150.0),
+            "rounds 1 and 2, the open-loop window left out"
+        );
+        let h = crate::report::http_html(&r).unwrap();
+        assert!(
+            h.contains("<h2>Body 88B</h2>") && h.contains("<h2>Body 64KiB</h2>"),
+            "{h}"
+        );
+        // Requests/s, p50, p99, CPU for each body; latency only where measured (nginx).
+        assert_eq!(h.matches("<svg").count(), 8, "{h}");
+        assert!(h.contains("Requests/s, body 64KiB vs connections"), "{h}");
+        assert!(h.contains("sendpath-uring") && h.contains("nginx"), "{h}");
+        assert!(h.contains("| nginx | 1000 |"), "the tables follow: {h}");
     }
 
     #[test]

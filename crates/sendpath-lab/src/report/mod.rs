@@ -1,13 +1,13 @@
 //! `summary.md` and `report.html`, rendered from a results file alone.
 
 pub mod analysis;
-mod plot;
+pub(crate) mod plot;
 
 use crate::results::{Results, Row, Workload, SCHEMA_VERSION};
 use crate::units::fmt_size;
 use analysis::Analysis;
 use anyhow::{bail, Context};
-use plot::{line_chart, Series};
+use plot::{line_chart, Series, XAxis};
 use sendpath::Strategy;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -310,7 +310,7 @@ fn size_chart(
         &title,
         "message size (bytes, log scale)",
         y_desc,
-        true,
+        XAxis::LogBytes,
         series,
     )?;
     Ok((
@@ -354,7 +354,7 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
                     &format!("Latency per message, {}", fmt_size(size)),
                     "connections (threads)",
                     "time per message (us)",
-                    false,
+                    XAxis::Linear,
                     &series,
                 )?,
             ));
@@ -401,15 +401,22 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-fn environment_line(r: &Results) -> String {
-    let e = &r.environment;
+/// The host and command of a run: kernel, CPUs, version, command line.
+fn environment_line_of(e: &crate::results::Environment) -> String {
     format!(
-        "kernel {}, {} x {}, sendpath {}, command: `{}`{}",
+        "kernel {}, {} x {}, sendpath {}, command: `{}`",
         e.kernel,
         e.probe.cpus,
         e.cpu,
         e.sendpath_version,
-        e.command_line.join(" "),
+        e.command_line.join(" ")
+    )
+}
+
+fn environment_line(r: &Results) -> String {
+    format!(
+        "{}{}",
+        environment_line_of(&r.environment),
         r.sweep.as_ref().map_or(String::new(), |s| format!(
             ", preset {}: {} s windows after {} s warmup",
             s.preset, s.duration_s, s.warmup_s
@@ -462,6 +469,84 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
         let _ = writeln!(s, "## Warnings\n\n{}\n", warnings.join("\n"));
     }
     s
+}
+
+/// `report.html` of the HTTP server study: per body size, requests/s, p50 and p99 latency
+/// and server CPU per request against connections (closed loop, medians over rounds, one
+/// line per server), then the summary's tables as text. Self-contained, plots as inline SVG.
+pub fn http_html(r: &crate::http::study::StudyResults) -> anyhow::Result<String> {
+    use crate::http::study::{axes, closed_windows, median_of, Measurement};
+    type Value = fn(&Measurement) -> Option<f64>;
+    let (servers, bodies, conns) = axes(r);
+    let charts: [(&str, &str, Value); 4] = [
+        ("Requests/s", "requests/s", |m| Some(m.requests_per_s)),
+        ("p50 latency", "p50 (ms)", |m| {
+            m.latency_us.map(|l| l.p50 / 1e3)
+        }),
+        ("p99 latency", "p99 (ms)", |m| {
+            m.latency_us.map(|l| l.p99 / 1e3)
+        }),
+        ("Server CPU per request", "CPU (us per request)", |m| {
+            m.server_cpu_us_per_request
+        }),
+    ];
+    let mut s = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath HTTP server study</title>\n<style>\
+         body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
+         .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}\
+         pre{font-size:13px;background:#f7f7f7;padding:1em;overflow-x:auto}\
+         </style></head><body>\n<h1>sendpath HTTP server study</h1>\n",
+    );
+    let _ = writeln!(
+        s,
+        "<p>{}</p><p>Closed loop; each point is the median over rounds; server CPU is the server's own, from /proc over the measured window.</p>",
+        esc(&environment_line_of(&r.environment))
+    );
+    for &body in &bodies {
+        let _ = writeln!(
+            s,
+            "<h2>Body {}</h2>\n<div class=\"plots\">",
+            esc(&fmt_size(body))
+        );
+        for (what, y_desc, f) in charts {
+            let series: Vec<Series> = servers
+                .iter()
+                .map(|srv| Series {
+                    name: srv.clone(),
+                    points: conns
+                        .iter()
+                        .filter_map(|&c| {
+                            median_of(&closed_windows(r, srv, body, c), f).map(|y| (c as f64, y))
+                        })
+                        .collect(),
+                })
+                .filter(|x| !x.points.is_empty())
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let title = format!("{what}, body {}", fmt_size(body));
+            let svg = line_chart(
+                &title,
+                "connections (log scale)",
+                y_desc,
+                XAxis::LogCount,
+                &series,
+            )?;
+            let _ = writeln!(
+                s,
+                "<figure>{svg}<figcaption>{} vs connections</figcaption></figure>",
+                esc(&title)
+            );
+        }
+        s.push_str("</div>\n");
+    }
+    let _ = writeln!(
+        s,
+        "<h2>Tables</h2>\n<pre>{}</pre>\n</body></html>",
+        esc(&crate::http::study::summary(r))
+    );
+    Ok(s)
 }
 
 /// `report.html`: self-contained, plots as inline SVG.
@@ -518,6 +603,38 @@ pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
 /// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is
 /// written, and each is written beside and renamed, so a failure leaves earlier files intact.
 /// Returns the analysis the files were written with.
+/// Writes `summary.md` and `report.html` of an HTTP server study into `dir`; returns the
+/// summary.
+pub fn write_http(dir: &Path, r: &crate::http::study::StudyResults) -> anyhow::Result<String> {
+    use crate::export::write_text;
+    let md = crate::http::study::summary(r);
+    let page = http_html(r)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_text(&dir.join("summary.md"), &md)?;
+    write_text(&dir.join("report.html"), &page)?;
+    Ok(md)
+}
+
+/// An HTTP server study's `http-results.json`, or `None` when `path` holds something else
+/// (a results.json is read by [`load`]).
+pub fn load_http(path: &Path) -> anyhow::Result<Option<crate::http::study::StudyResults>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    if v.get("schema_version").is_some() || v.get("measurements").is_none() {
+        return Ok(None);
+    }
+    serde_json::from_value(v).map(Some).with_context(|| {
+        format!(
+            "{} does not have the layout of an http-results.json",
+            path.display()
+        )
+    })
+}
+
 pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
     use crate::export::{write_text, Document, Exporter, Html, Markdown};
     let doc = Document::new(r);

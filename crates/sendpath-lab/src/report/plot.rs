@@ -3,7 +3,7 @@
 use plotters::prelude::*;
 
 /// One line.
-pub(super) struct Series {
+pub(crate) struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
@@ -23,26 +23,39 @@ fn colour(name: &str) -> RGBColor {
         RGBColor(23, 190, 207),
         RGBColor(0, 0, 0),
     ];
+    // Other names (servers such as `nginx` or `epoll`) take a colour from their bytes.
     let i = sendpath::Strategy::ALL
         .iter()
         .position(|s| s.name() == name)
-        .unwrap_or(10);
+        .unwrap_or_else(|| name.bytes().map(usize::from).sum::<usize>());
     P[i % P.len()]
+}
+
+/// How the x axis is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum XAxis {
+    /// Linear, labelled with whole numbers.
+    Linear,
+    /// Log scale labelled as byte sizes (256B, 1KiB, ...).
+    LogBytes,
+    /// Log scale labelled as counts (100, 1000, ...).
+    LogCount,
 }
 
 fn size_label(v: f64) -> String {
     crate::units::fmt_size(v.round().max(1.0) as usize)
 }
 
-/// A line chart. With `log_x` the x axis is a log scale labelled as byte sizes: x is plotted
-/// as log2(bytes) on a linear axis, so ticks fall on powers of two (256B, 1KiB, ...).
-pub(super) fn line_chart(
+/// A line chart. On a log axis x is plotted as log2(x) on a linear axis, so ticks fall on
+/// powers of two (256B, 1KiB, ... or 128, 256, ...).
+pub(crate) fn line_chart(
     title: &str,
     x_desc: &str,
     y_desc: &str,
-    log_x: bool,
+    axis: XAxis,
     series: &[Series],
 ) -> anyhow::Result<String> {
+    let log_x = axis != XAxis::Linear;
     let transformed: Vec<Series>;
     let series = if log_x {
         transformed = series
@@ -118,10 +131,12 @@ pub(super) fn line_chart(
         }
         if log_x {
             draw!(b.build_cartesian_2d(x0..x1, 0f64..y1)?, |v: &f64| {
-                if (v - v.round()).abs() < 1e-6 {
+                if (v - v.round()).abs() >= 1e-6 {
+                    String::new()
+                } else if axis == XAxis::LogBytes {
                     size_label(2f64.powf(v.round()))
                 } else {
-                    String::new()
+                    format!("{:.0}", 2f64.powf(v.round()))
                 }
             });
         } else {
