@@ -175,7 +175,8 @@ pub struct TcpTotals {
     pub receiver_drops: Option<u64>,
     /// Windows that read TCP.
     pub windows: usize,
-    /// Windows in which the receivers' windows held the senders back half the time or more.
+    /// Windows in which the receivers' windows held the senders back half the time or more
+    /// and that moved less than half the median of the row: stalls.
     pub rwnd_stalled_windows: usize,
 }
 
@@ -662,6 +663,14 @@ impl Row {
             return None;
         }
         let conns = self.threads * self.connections_per_thread.max(1);
+        let median = Spread::of(
+            &self
+                .repeats
+                .iter()
+                .map(|r| r.throughput_gbps)
+                .collect::<Vec<_>>(),
+        )
+        .median;
         Some(TcpTotals {
             retrans_segs: t.iter().map(|(_, w)| w.retrans_segs).sum(),
             receiver_drops: t
@@ -669,9 +678,14 @@ impl Row {
                 .filter_map(|(_, w)| w.receiver_drops)
                 .reduce(|a, b| a + b),
             windows: t.len(),
+            // A receiver slower than its sender holds the sender at its window in a healthy
+            // window too: a stall also moves less than half the median.
             rwnd_stalled_windows: t
                 .iter()
-                .filter(|(r, w)| w.rwnd_limited_fraction(r.elapsed_s, conns) >= 0.5)
+                .filter(|(r, w)| {
+                    w.rwnd_limited_fraction(r.elapsed_s, conns) >= 0.5
+                        && r.throughput_gbps < 0.5 * median
+                })
                 .count(),
         })
     }
@@ -729,7 +743,7 @@ impl Row {
         }
         if let Some(t) = self.tcp_totals().filter(|t| t.rwnd_stalled_windows > 0) {
             self.warnings.push(format!(
-                "in {} of {} windows the receiver's advertised window held the sender back for half the window or more (rwnd_limited in TCP_INFO): those windows measure a TCP stall, not the path; a longer --warmup lets the window open first",
+                "{} of {} windows stalled: the receiver's advertised window held the sender back for half the window or more (rwnd_limited in TCP_INFO) and it moved less than half the median; those windows measure a TCP stall, not the path; a longer --warmup lets the window open first",
                 t.rwnd_stalled_windows, t.windows
             ));
         }
@@ -831,7 +845,7 @@ mod tests {
 
     #[test]
     fn a_window_held_back_by_the_receivers_window_is_named_a_stall() {
-        // Four 100 ms windows of one connection; TCP_INFO counts in 4 ms jiffies.
+        // Five 100 ms windows of one connection; TCP_INFO counts in 4 ms jiffies.
         let tcp = |rwnd_ms: u64, retrans: u64| TcpWindow {
             retrans_segs: retrans,
             receiver_drops: Some(retrans),
@@ -849,6 +863,7 @@ mod tests {
             (0.004, tcp(96, 0)),
             (0.5, tcp(0, 0)),
             (0.45, tcp(48, 1)),
+            (0.52, tcp(96, 0)),
         ]
         .into_iter()
         .enumerate()
@@ -867,13 +882,15 @@ mod tests {
         assert_eq!(t.receiver_drops, Some(4));
         assert_eq!(
             (t.windows, t.rwnd_stalled_windows),
-            (4, 1),
-            "96% stalls, 48% not"
+            (5, 1),
+            "held back 96% and nearly still: a stall; 48%, or 96% at full speed (a receiver slower than its sender): not"
         );
         assert!(
-            r.warnings.iter().any(|w| w.contains("in 1 of 4 windows")
-                && w.contains("rwnd_limited")
-                && w.contains("--warmup")),
+            r.warnings
+                .iter()
+                .any(|w| w.contains("1 of 5 windows stalled")
+                    && w.contains("rwnd_limited")
+                    && w.contains("--warmup")),
             "{:?}",
             r.warnings
         );
