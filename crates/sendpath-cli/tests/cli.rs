@@ -480,6 +480,34 @@ fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
 }
 
 #[test]
+fn the_tcp_counters_never_cost_a_run_its_connections() {
+    // A hard limit with room for both ends of 1000 connections but not for the duplicates
+    // that read TCP's counters: the run completes, without the counters (null).
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 1024 && ulimit -Hn 2200 && exec {} stream -s uring --connections 1000 -l 4K -t 0.2 --warmup 0.1 -n 1 --json -",
+            bin.display()
+        ))
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{so}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(so[so.find('{').unwrap()..].trim()).unwrap();
+    let r = &v["results"][0];
+    assert_eq!(
+        r["integrity"]["bytes_received"],
+        r["integrity"]["bytes_sent"]
+    );
+    assert!(r["repeats"][0]["tcp"].is_null(), "{r}");
+}
+
+#[test]
 fn many_connections_per_thread_are_verified_and_fairness_is_shown() {
     let out = sendpath()
         .args([

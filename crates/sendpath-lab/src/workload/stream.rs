@@ -238,6 +238,9 @@ pub fn run_once(
         .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
         .collect();
     let mut tcp_probes: (Vec<TcpStream>, Vec<TcpStream>) = (Vec::new(), Vec::new());
+    // The probes duplicate both ends of every connection: only where the open-files limit
+    // has room for them, so that they never cost a run its connections.
+    let probe = room_for_fds(4 * pt.threads * per_thread + 64);
     for i in 0..pt.threads {
         let mut txs = Vec::with_capacity(per_thread);
         let mut rxs = Vec::with_capacity(per_thread);
@@ -246,11 +249,15 @@ pub fn run_once(
                 .with_context(|| format!("--connect {target}: cannot connect"))?;
             tx.set_nodelay(false).ok();
             // Duplicates of both ends, to read TCP's counters around the window.
-            tcp_probes.0.extend(tx.try_clone().ok());
+            if probe {
+                tcp_probes.0.extend(tx.try_clone().ok());
+            }
             txs.push(tx);
             if let Some(l) = &listener {
                 let rx = l.accept().context("accepting the loopback connection")?.0;
-                tcp_probes.1.extend(rx.try_clone().ok());
+                if probe {
+                    tcp_probes.1.extend(rx.try_clone().ok());
+                }
                 rxs.push(rx);
             }
         }
@@ -363,12 +370,15 @@ pub fn run_once(
                 .collect()
         };
         let remote0 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
+        let complete = tcp_probes.0.len() == pt.threads * per_thread;
         let t0 = TcpCounts::read(&tcp_probes, listener.is_some());
         let (s0, b0, c0) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
         let all_done = || finished.load(Ordering::Relaxed) == pt.threads;
         completed = cancel.sleep_unless(pt.duration, all_done);
         let (s1, b1, c1) = (Snapshot::take(hw, &roles), bytes_now(), per_conn_now());
-        let tcp = TcpCounts::read(&tcp_probes, listener.is_some()).since(t0);
+        let tcp = TcpCounts::read(&tcp_probes, listener.is_some())
+            .since(t0)
+            .filter(|_| complete);
         let remote1 = agent.as_mut().map(|(c, _)| c.sample()).transpose()?;
         let remote = remote0.zip(remote1);
         // The agent counts what arrived, as our own receiver would.
@@ -482,6 +492,13 @@ pub fn run_once(
     Ok(Some(Outcome { repeat, note }))
 }
 
+/// Whether `n` more descriptors fit under the soft open-files limit, counting those open now.
+fn room_for_fds(n: usize) -> bool {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let open = std::fs::read_dir("/proc/self/fd").map_or(usize::MAX, |d| d.count());
+    limit.is_none_or(|l| open.saturating_add(n) as u64 <= l)
+}
+
 /// TCP's counters summed over a run's connections: the senders' `TCP_INFO`, and the packets
 /// the receivers' sockets dropped (when the receivers are ours).
 #[derive(Debug, Clone, Copy)]
@@ -506,7 +523,7 @@ impl TcpCounts {
                     rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
                 })
             });
-        let drops = if ours {
+        let drops = if ours && !probes.1.is_empty() {
             probes
                 .1
                 .iter()
