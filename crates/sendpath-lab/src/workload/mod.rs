@@ -356,3 +356,30 @@ pub fn send_message(
     }
     Ok(())
 }
+
+/// What a sending thread (a stream sender, an rr server) returns: its statistics and its
+/// path's fallback note.
+pub(crate) type Sent = anyhow::Result<(sendpath::metrics::SendStats, Option<String>)>;
+
+/// Joins sending threads: their merged statistics and first fallback note; the first error
+/// goes to `first_err` (unless one is there); a panic is an error naming `who`.
+pub(crate) fn join_senders(
+    threads: Vec<std::thread::JoinHandle<Sent>>,
+    who: &str,
+    first_err: &mut Option<anyhow::Error>,
+) -> anyhow::Result<(sendpath::metrics::SendStats, Option<String>)> {
+    let mut stats = sendpath::metrics::SendStats::default();
+    let mut note = None;
+    for t in threads {
+        match t.join().map_err(|_| anyhow::anyhow!("{who} panicked"))? {
+            Ok((st, n)) => {
+                stats.merge(&st);
+                note = note.or(n);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Ok((stats, note))
+}

@@ -4,7 +4,7 @@
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
 use super::mix::{Alloc, SizeMix};
-use super::{send_message, MsgShape, RecvMode};
+use super::{join_senders, send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
@@ -156,31 +156,6 @@ pub(crate) fn client(
     Ok(out)
 }
 
-/// What a server thread returns: its statistics and the path's fallback note.
-type Served = anyhow::Result<(SendStats, Option<String>)>;
-
-/// The server threads' merged statistics and first fallback note; the first error goes to
-/// `first_err` (unless one is there).
-fn join_servers(
-    servers: Vec<std::thread::JoinHandle<Served>>,
-    first_err: &mut Option<anyhow::Error>,
-) -> anyhow::Result<(SendStats, Option<String>)> {
-    let mut stats = SendStats::default();
-    let mut note = None;
-    for s in servers {
-        match s.join().map_err(|_| anyhow!("an rr server panicked"))? {
-            Ok((st, n)) => {
-                stats.merge(&st);
-                note = note.or(n);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    Ok((stats, note))
-}
-
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
 pub fn run_once(
     pt: &RrPoint,
@@ -252,7 +227,7 @@ pub fn run_once(
             }
         }
     }
-    let (stats, note) = join_servers(servers, &mut first_err)?;
+    let (stats, note) = join_senders(servers, "an rr server", &mut first_err)?;
     if let Some(e) = first_err {
         if !cancel.is_cancelled() {
             return Err(e);
@@ -352,7 +327,7 @@ fn run_once_with_agent(
         .join()
         .map_err(|_| anyhow!("the agent's control thread panicked"))?;
     let mut first_err = None;
-    let (stats, note) = join_servers(servers, &mut first_err)?;
+    let (stats, note) = join_senders(servers, "an rr server", &mut first_err)?;
     let remote = remote?;
     if let Some(e) = first_err {
         return Err(e);

@@ -393,20 +393,8 @@ pub fn run_once(
         window = Some((s0, s1, b1 - b0, resident, fairness, remote, tcp));
     }
     stop.store(true, Ordering::Relaxed);
-    let mut stats = SendStats::default();
-    let mut note = None;
     let mut first_err = None;
-    for s in senders {
-        match s.join().map_err(|_| anyhow!("a sender thread panicked"))? {
-            Ok((st, n)) => {
-                stats.merge(&st);
-                note = note.or(n);
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
+    let (stats, note) = super::join_senders(senders, "a sender thread", &mut first_err)?;
     let lifetime = TcpCounts::read(&tcp_probes, false)
         .senders
         .map(|c| c.retrans_segs);
