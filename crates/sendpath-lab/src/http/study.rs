@@ -1095,7 +1095,7 @@ mod tests {
             Some(150.0),
             "rounds 1 and 2, the open-loop window left out"
         );
-        let h = crate::report::http_html(&r).unwrap();
+        let h = crate::report::http_html(&r, &summary(&r)).unwrap();
         assert!(
             h.contains("<h2>Body 88B</h2>") && h.contains("<h2>Body 64KiB</h2>"),
             "{h}"

@@ -473,8 +473,9 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
 
 /// `report.html` of the HTTP server study: per body size, requests/s, p50 and p99 latency
 /// and server CPU per request against connections (closed loop, medians over rounds, one
-/// line per server), then the summary's tables as text. Self-contained, plots as inline SVG.
-pub fn http_html(r: &crate::http::study::StudyResults) -> anyhow::Result<String> {
+/// line per server), then `summary` (the study's [`summary`](crate::http::study::summary))
+/// as text. Self-contained, plots as inline SVG.
+pub fn http_html(r: &crate::http::study::StudyResults, summary: &str) -> anyhow::Result<String> {
     use crate::http::study::{axes, closed_windows, median_of, Measurement};
     type Value = fn(&Measurement) -> Option<f64>;
     let (servers, bodies, conns) = axes(r);
@@ -544,7 +545,7 @@ pub fn http_html(r: &crate::http::study::StudyResults) -> anyhow::Result<String>
     let _ = writeln!(
         s,
         "<h2>Tables</h2>\n<pre>{}</pre>\n</body></html>",
-        esc(&crate::http::study::summary(r))
+        esc(summary)
     );
     Ok(s)
 }
@@ -608,7 +609,7 @@ pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
 pub fn write_http(dir: &Path, r: &crate::http::study::StudyResults) -> anyhow::Result<String> {
     use crate::export::write_text;
     let md = crate::http::study::summary(r);
-    let page = http_html(r)?;
+    let page = http_html(r, &md)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_text(&dir.join("summary.md"), &md)?;
     write_text(&dir.join("report.html"), &page)?;
