@@ -195,7 +195,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
             println!(
                 "  {} messages {} ({} connection(s)): {}",
                 x.source,
-                report::size_range(x.from_size, x.to_size),
+                x.messages(),
                 x.threads,
                 x.path,
             );

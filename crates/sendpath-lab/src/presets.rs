@@ -92,7 +92,7 @@ pub fn all() -> Vec<Preset> {
         },
         Preset {
             name: "mixed",
-            about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32 and of 1024): adaptive against each fixed memory path",
+            about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32 and of 1024; 64K:16,1M:1, equal bytes of each size, in bursts of 256): adaptive against each fixed memory path",
             strategies: vec![Copy, MsgZerocopy, Uring, UringZc, Adaptive],
             sizes: vec![],
             threads: vec![1],
@@ -106,6 +106,7 @@ pub fn all() -> Vec<Preset> {
                 "256:50,4K:30,64K:20",
                 "4K:90,64K:10/32",
                 "4K:90,64K:10/1024",
+                "64K:16,1M:1/256",
             ],
         },
         Preset {
@@ -159,7 +160,7 @@ mod tests {
                 crate::workload::mix::SizeMix::parse(m, 1 << 30).unwrap();
             }
         }
-        assert_eq!(find("mixed").unwrap().mixes.len(), 4);
+        assert_eq!(find("mixed").unwrap().mixes.len(), 5);
     }
 
     #[test]

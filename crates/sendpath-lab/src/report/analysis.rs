@@ -2,6 +2,7 @@
 //! Pure functions of [`Results`], so `sendpath report` can redo them from the JSON alone.
 
 use crate::results::{Results, Row, Spread, Workload};
+use crate::workload::mix::Alloc;
 use sendpath::{Source, Strategy};
 use std::collections::BTreeSet;
 
@@ -25,8 +26,20 @@ pub struct Recommendation {
     pub threads: usize,
     pub from_size: usize,
     pub to_size: usize,
+    /// The size mix the line is about (`--size-mix`); the sizes are then its mean.
+    pub mix: Option<String>,
     pub path: String,
     pub why: String,
+}
+
+impl Recommendation {
+    /// The messages the line is about: `4 KiB .. 1 MiB`, or `mix 4K:90,64K:10`.
+    pub fn messages(&self) -> String {
+        match &self.mix {
+            Some(m) => format!("mix {m}"),
+            None => super::size_range(self.from_size, self.to_size),
+        }
+    }
 }
 
 /// Everything the report says beyond the raw rows.
@@ -398,6 +411,7 @@ pub fn analyse(r: &Results) -> Analysis {
                             threads: t,
                             from_size: size,
                             to_size: size,
+                            mix: None,
                             path,
                             why,
                         });
@@ -406,6 +420,36 @@ pub fn analyse(r: &Results) -> Analysis {
             }
             a.recommendations.extend(line);
         }
+    }
+    // A line per size mix (pooled buffers): its paths under the same rule, against `copy`
+    // sending the same sequence of sizes.
+    let mixed =
+        |x: &&Row| x.workload == Workload::Stream && x.alloc == Alloc::Pool && x.size_mix.is_some();
+    let mixes: BTreeSet<(usize, &str)> = r
+        .results
+        .iter()
+        .filter(mixed)
+        .filter_map(|x| Some((x.threads, x.size_mix.as_deref()?)))
+        .collect();
+    for (t, mix) in mixes {
+        let here: Vec<&Row> = r
+            .results
+            .iter()
+            .filter(mixed)
+            .filter(|x| x.threads == t && x.size_mix.as_deref() == Some(mix))
+            .collect();
+        let base_name = baseline_for(here[0].strategy, &measured);
+        let base = here.iter().copied().find(|x| x.strategy == base_name);
+        let (path, why) = recommend(&here, base);
+        a.recommendations.push(Recommendation {
+            source: "memory",
+            threads: t,
+            from_size: here[0].size_bytes,
+            to_size: here[0].size_bytes,
+            mix: Some(mix.to_string()),
+            path,
+            why: format!("for mix {mix}: {why}"),
+        });
     }
     a
 }
@@ -567,6 +611,49 @@ mod tests {
         ]);
         let f = file_line(&r);
         assert_eq!(f.path, "sendfile", "{}", f.why);
+    }
+
+    #[test]
+    fn each_size_mix_gets_its_own_line_against_copy() {
+        let mixed = |path: &str, mix: &str, gbps: &[f64]| {
+            let mut r = row(path, 100_000, gbps);
+            r.size_mix = Some(mix.to_string());
+            r
+        };
+        let r = results(vec![
+            row("copy", 65536, &[10.0, 10.0, 10.0, 10.0, 10.0]),
+            row("adaptive", 65536, &[10.1, 9.9, 10.0, 10.2, 9.8]),
+            mixed("copy", "64K:16,1M:1/256", &[20.0, 21.0, 20.0, 19.0, 20.0]),
+            mixed(
+                "adaptive",
+                "64K:16,1M:1/256",
+                &[22.0, 23.0, 22.5, 21.0, 22.0],
+            ),
+            mixed("uring", "64K:16,1M:1/256", &[19.0, 21.5, 20.0, 19.5, 20.0]),
+            mixed("copy", "88:70,4K:20", &[8.0, 8.0, 8.0, 8.0, 8.0]),
+            mixed("adaptive", "88:70,4K:20", &[8.1, 7.9, 8.0, 8.1, 7.9]),
+        ]);
+        let a = analyse(&r);
+        let lines: Vec<(String, &str)> = a
+            .recommendations
+            .iter()
+            .map(|x| (x.messages(), x.path.as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("64KiB".to_string(), "copy"),
+                ("mix 64K:16,1M:1/256".to_string(), "adaptive"),
+                ("mix 88:70,4K:20".to_string(), "copy"),
+            ]
+        );
+        let m = &a.recommendations[1];
+        assert!(
+            m.why
+                .starts_with("for mix 64K:16,1M:1/256: adaptive vs copy: faster in 5/5"),
+            "{}",
+            m.why
+        );
     }
 
     #[test]

@@ -114,11 +114,10 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
         &["source", "connections", "message sizes", "use", "why"],
     );
     for x in &a.recommendations {
-        let range = size_range(x.from_size, x.to_size);
         rec.rows.push(vec![
             x.source.into(),
             x.threads.to_string(),
-            range,
+            x.messages(),
             x.path.clone(),
             x.why.clone(),
         ]);
