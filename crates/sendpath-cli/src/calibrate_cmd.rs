@@ -39,6 +39,19 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     rec.cancel = cancel.clone();
     let mut meter = Meter::open(true);
     rec.run_rounds(&points, None, &mut meter, &|| {})?;
+    let contested = calibrate::contested(&calibrate::measurements(&rec.results));
+    if a.tiebreak_rounds > 0 && !contested.is_empty() && !cancel.is_cancelled() {
+        let sizes: Vec<String> = contested.iter().map(|&s| fmt_size(s)).collect();
+        eprintln!(
+            "calibrate: at {} two paths beat copy and were not told apart: {} more rounds there",
+            sizes.join(", "),
+            a.tiebreak_rounds
+        );
+        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup);
+        // Rounds already measured are skipped: only the new ones run, at these sizes.
+        rec.results.schedule.rounds = a.repeat + a.tiebreak_rounds;
+        rec.run_rounds(&more, None, &mut meter, &|| {})?;
+    }
     if cancel.is_cancelled() {
         rec.write(true)?;
         bail!("interrupted: no profile written (a profile needs every round)");
@@ -77,6 +90,24 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
             profile.tier(m.size_bytes),
             copy.map_or(0.0, |c| c.gbps)
         );
+    }
+    for m in &profile.measurements {
+        let c = m.candidates(calibrate::MARGIN);
+        let [a, b, ..] = c.as_slice() else {
+            continue;
+        };
+        if let Some((n, w, ratio)) = m.pair(a.path, b.path) {
+            println!(
+                "{:>8}  {} / {} per round {:.3} ({}/{}): {} takes the tier",
+                fmt_size(m.size_bytes),
+                a.path,
+                b.path,
+                ratio,
+                w,
+                n,
+                profile.tier(m.size_bytes)
+            );
+        }
     }
     profile
         .save(&out)

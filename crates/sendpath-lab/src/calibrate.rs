@@ -13,7 +13,9 @@ use crate::runner::Point;
 use crate::workload::mix::Alloc;
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
-use sendpath::profile::{Measurement, PathMeasurement, Profile, ProfileEnvironment, TIER_PATHS};
+use sendpath::profile::{
+    HeadToHead, Measurement, PathMeasurement, Profile, ProfileEnvironment, TIER_PATHS,
+};
 use sendpath::Strategy;
 use std::time::Duration;
 
@@ -109,10 +111,60 @@ pub fn measurements(r: &Results) -> Vec<Measurement> {
                 size_bytes: size,
                 rounds,
                 paths,
+                head_to_head: head_to_head(r, size),
             });
         }
     }
     out
+}
+
+/// The paths other than copy at `size` paired with each other by round, each pair once.
+fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
+    let rows: Vec<&crate::results::Row> = TIER_PATHS
+        .iter()
+        .filter(|&&s| s != Strategy::Copy)
+        .filter_map(|&s| {
+            r.results
+                .iter()
+                .find(|x| x.strategy == s && x.size_bytes == size && x.is_plain() && x.threads == 1)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (i, a) in rows.iter().enumerate() {
+        for b in &rows[i + 1..] {
+            if let Some(p) = crate::report::analysis::paired(a, b) {
+                out.push(HeadToHead {
+                    path: a.strategy,
+                    over: b.strategy,
+                    rounds: p.rounds as u32,
+                    wins: p.wins as u32,
+                    ratio_median: p.median_ratio,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The sizes whose winner is in doubt: two or more paths beat copy, and the two with the
+/// largest ratios to copy were not told apart when paired with each other (neither was
+/// faster in a clear majority of their rounds, by the sign test at 5%). `sendpath calibrate`
+/// gives these sizes extra rounds.
+pub fn contested(measurements: &[Measurement]) -> Vec<usize> {
+    measurements
+        .iter()
+        .filter(|m| {
+            let c = m.candidates(MARGIN);
+            let [a, b, ..] = c.as_slice() else {
+                return false;
+            };
+            m.pair(a.path, b.path).is_none_or(|(n, w, _)| {
+                crate::report::analysis::clear_majority(n as usize)
+                    .is_none_or(|k| (w as usize) < k && ((n - w) as usize) < k)
+            })
+        })
+        .map(|m| m.size_bytes)
+        .collect()
 }
 
 /// The profile of a finished calibration.
@@ -202,10 +254,44 @@ mod tests {
             (zc.ratio_min - 1.25).abs() < 1e-9,
             "paired: every round 1.25"
         );
+        assert_eq!(
+            m[1].pair(Strategy::UringZc, Strategy::MsgZerocopy),
+            Some((6, 6, 1.25 / 1.125)),
+            "the two zero-copy paths paired with each other"
+        );
+        assert!(contested(&m).is_empty(), "6 of 6 tells them apart");
         let p = profile(&r);
         assert_eq!(p.tier(4096), Strategy::Copy);
         assert_eq!(p.tier(65536), Strategy::UringZc);
         assert_eq!(p.crossover_bytes, Some(16384), "between 4 and 64 KiB");
         assert!(p.zerocopy_measured_copied);
+    }
+
+    #[test]
+    fn sizes_whose_two_best_paths_were_not_told_apart_are_contested() {
+        let mut r: Results =
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+        let copy = [10.0, 12.0, 8.0, 11.0, 9.0, 10.0];
+        // Both beat copy in every round; msg-zerocopy has the larger median ratio, but
+        // uring-zc was faster than it in 4 of 6 rounds: not a clear majority.
+        let mzc = [12.4, 14.3, 9.9, 13.1, 11.2, 12.3];
+        let uzc = [12.6, 14.5, 9.7, 13.3, 11.4, 12.1];
+        r.results = vec![
+            row(Strategy::Copy, 65536, &copy, None),
+            row(Strategy::MsgZerocopy, 65536, &mzc, Some(1.0)),
+            row(Strategy::UringZc, 65536, &uzc, Some(1.0)),
+        ];
+        let m = measurements(&r);
+        assert_eq!(
+            m[0].pair(Strategy::UringZc, Strategy::MsgZerocopy)
+                .map(|p| (p.0, p.1)),
+            Some((6, 4))
+        );
+        assert_eq!(contested(&m), [65536]);
+        assert_eq!(
+            m[0].winner(MARGIN),
+            Strategy::UringZc,
+            "4 of 6 is more than half"
+        );
     }
 }

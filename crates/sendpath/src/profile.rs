@@ -63,6 +63,21 @@ pub struct PathMeasurement {
     pub copied_fraction: Option<f64>,
 }
 
+/// Two paths other than copy at one size, paired with each other by round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HeadToHead {
+    /// The first path.
+    pub path: Strategy,
+    /// The path it is compared with.
+    pub over: Strategy,
+    /// Rounds both ran in.
+    pub rounds: u32,
+    /// Rounds `path` was faster in.
+    pub wins: u32,
+    /// Median of the per-round ratios path / over.
+    pub ratio_median: f64,
+}
+
 /// One size `sendpath calibrate` measured: every path, paired with copy by round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
@@ -72,18 +87,55 @@ pub struct Measurement {
     pub rounds: u32,
     /// The paths, copy first.
     pub paths: Vec<PathMeasurement>,
+    /// The paths other than copy paired with each other (profiles written before these were
+    /// measured have none).
+    #[serde(default)]
+    pub head_to_head: Vec<HeadToHead>,
 }
 
 impl Measurement {
-    /// The path that wins at this size: the one whose median ratio to copy is highest, if it
-    /// exceeds 1 by `margin` and it was faster than copy in more than half the rounds; else
-    /// copy.
-    pub fn winner(&self, margin: f64) -> Strategy {
-        self.paths
+    /// The paths that beat copy at this size: median ratio to copy above 1 + `margin`, and
+    /// faster than copy in more than half the rounds; by descending median ratio.
+    pub fn candidates(&self, margin: f64) -> Vec<&PathMeasurement> {
+        let mut c: Vec<&PathMeasurement> = self
+            .paths
             .iter()
             .filter(|p| p.path != Strategy::Copy)
             .filter(|p| p.ratio_median > 1.0 + margin && 2 * p.wins > self.rounds)
-            .max_by(|a, b| a.ratio_median.total_cmp(&b.ratio_median))
+            .collect();
+        c.sort_by(|a, b| b.ratio_median.total_cmp(&a.ratio_median));
+        c
+    }
+
+    /// `a` and `b` paired with each other: (rounds, rounds `a` was faster in, median a / b).
+    pub fn pair(&self, a: Strategy, b: Strategy) -> Option<(u32, u32, f64)> {
+        self.head_to_head.iter().find_map(|h| {
+            if (h.path, h.over) == (a, b) {
+                Some((h.rounds, h.wins, h.ratio_median))
+            } else if (h.path, h.over) == (b, a) {
+                Some((h.rounds, h.rounds - h.wins, 1.0 / h.ratio_median))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The path that wins at this size, among the [`candidates`](Self::candidates) (else
+    /// copy): the first, by median ratio to copy, that no other candidate was faster than in
+    /// more than half of their paired rounds. Two paths that both beat copy are ordered by
+    /// pairing them with each other, which is more exact than comparing their two ratios to
+    /// copy. When every candidate lost to another (a cycle), or nothing was paired, the
+    /// largest median ratio to copy wins.
+    pub fn winner(&self, margin: f64) -> Strategy {
+        let c = self.candidates(margin);
+        let beaten = |p: Strategy| {
+            c.iter()
+                .filter(|q| q.path != p)
+                .any(|q| self.pair(q.path, p).is_some_and(|(n, w, _)| 2 * w > n))
+        };
+        c.iter()
+            .find(|p| !beaten(p.path))
+            .or(c.first())
             .map_or(Strategy::Copy, |p| p.path)
     }
 }
@@ -352,6 +404,7 @@ mod tests {
             size_bytes: size,
             rounds: 8,
             paths,
+            head_to_head: Vec::new(),
         }
     }
 
@@ -404,6 +457,46 @@ mod tests {
         assert_eq!(p.describe_tiers()[1], "32 KiB.. uring-zc");
         let back = Profile::from_json(&p.to_json()).unwrap();
         assert_eq!(back, p);
+    }
+
+    #[test]
+    fn two_paths_that_beat_copy_are_ordered_by_pairing_them() {
+        let mut x = m(
+            64 << 10,
+            &[(MsgZerocopy, 1.22, 8), (UringZc, 1.19, 8), (Uring, 1.01, 5)],
+            Some(1.0),
+        );
+        assert_eq!(
+            x.winner(0.03),
+            MsgZerocopy,
+            "unpaired: the larger ratio to copy"
+        );
+        let h = |path, over, wins| HeadToHead {
+            path,
+            over,
+            rounds: 12,
+            wins,
+            ratio_median: 1.0,
+        };
+        x.head_to_head = vec![h(MsgZerocopy, UringZc, 3), h(MsgZerocopy, Uring, 12)];
+        assert_eq!(x.pair(UringZc, MsgZerocopy).map(|p| p.1), Some(9));
+        assert_eq!(
+            x.winner(0.03),
+            UringZc,
+            "faster than msg-zerocopy in 9 of 12"
+        );
+        x.head_to_head[0].wins = 6;
+        assert_eq!(
+            x.winner(0.03),
+            MsgZerocopy,
+            "6 of 12 is not a majority either way"
+        );
+        // uring beat both head to head, but did not beat copy: it is no candidate.
+        x.head_to_head = vec![h(Uring, MsgZerocopy, 12), h(Uring, UringZc, 12)];
+        assert_eq!(x.winner(0.03), MsgZerocopy);
+        let back: Measurement =
+            serde_json::from_str(r#"{"size_bytes": 1, "rounds": 1, "paths": []}"#).unwrap();
+        assert!(back.head_to_head.is_empty(), "older profiles still read");
     }
 
     #[test]
