@@ -39,7 +39,7 @@ pub(crate) enum Command {
     /// latency percentiles and errors by kind.
     HttpLoad(HttpLoadArgs),
     /// Measure which send path wins at which message size on this host (copy, msg-zerocopy,
-    /// uring, uring-zc at 256 B..1 MiB, interleaved rounds, about 70 s) and write the host
+    /// uring, uring-zc at 256 B..1 MiB, interleaved rounds, about 80 s) and write the host
     /// profile `adaptive` decides from.
     Calibrate(CalibrateArgs),
     /// Time whole-file transfers (7 MB..1 GB by default), each over a fresh connection from
