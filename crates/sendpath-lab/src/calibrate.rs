@@ -118,7 +118,8 @@ pub fn measurements(r: &Results) -> Vec<Measurement> {
     out
 }
 
-/// The paths other than copy at `size` paired with each other by round, each pair once.
+/// The paths other than copy at `size` paired with each other by round, each pair both ways
+/// (the median of the ratios b / a is not exactly the reciprocal of that of a / b).
 fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
     let rows: Vec<&crate::results::Row> = TIER_PATHS
         .iter()
@@ -130,8 +131,8 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
         })
         .collect();
     let mut out = Vec::new();
-    for (i, a) in rows.iter().enumerate() {
-        for b in &rows[i + 1..] {
+    for a in &rows {
+        for b in rows.iter().filter(|b| b.strategy != a.strategy) {
             if let Some(p) = crate::report::analysis::paired(a, b) {
                 out.push(HeadToHead {
                     path: a.strategy,

@@ -108,6 +108,8 @@ impl Measurement {
     }
 
     /// `a` and `b` paired with each other: (rounds, rounds `a` was faster in, median a / b).
+    /// When only the entry of `b` over `a` is there, its wins are turned round and its median
+    /// inverted (exact for an odd number of rounds).
     pub fn pair(&self, a: Strategy, b: Strategy) -> Option<(u32, u32, f64)> {
         self.head_to_head.iter().find_map(|h| {
             if (h.path, h.over) == (a, b) {
