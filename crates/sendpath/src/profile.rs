@@ -111,15 +111,16 @@ impl Measurement {
     /// When only the entry of `b` over `a` is there, its wins are turned round and its median
     /// inverted (exact for an odd number of rounds).
     pub fn pair(&self, a: Strategy, b: Strategy) -> Option<(u32, u32, f64)> {
-        self.head_to_head.iter().find_map(|h| {
-            if (h.path, h.over) == (a, b) {
-                Some((h.rounds, h.wins, h.ratio_median))
-            } else if (h.path, h.over) == (b, a) {
-                Some((h.rounds, h.rounds - h.wins, 1.0 / h.ratio_median))
-            } else {
-                None
-            }
-        })
+        let entry = |x, y| {
+            self.head_to_head
+                .iter()
+                .find(|h| (h.path, h.over) == (x, y))
+        };
+        match (entry(a, b), entry(b, a)) {
+            (Some(h), _) => Some((h.rounds, h.wins, h.ratio_median)),
+            (None, Some(h)) => Some((h.rounds, h.rounds - h.wins, 1.0 / h.ratio_median)),
+            (None, None) => None,
+        }
     }
 
     /// The path that wins at this size, among the [`candidates`](Self::candidates) (else
@@ -482,6 +483,16 @@ mod tests {
         };
         x.head_to_head = vec![h(MsgZerocopy, UringZc, 3), h(MsgZerocopy, Uring, 12)];
         assert_eq!(x.pair(UringZc, MsgZerocopy).map(|p| p.1), Some(9));
+        let mut both = x.clone();
+        both.head_to_head.push(HeadToHead {
+            ratio_median: 1.05,
+            ..h(UringZc, MsgZerocopy, 9)
+        });
+        assert_eq!(
+            both.pair(UringZc, MsgZerocopy),
+            Some((12, 9, 1.05)),
+            "the entry measured this way round, not the other one inverted"
+        );
         assert_eq!(
             x.winner(0.03),
             UringZc,
