@@ -144,10 +144,12 @@ fn stream_all_paths_verify_and_write_json_and_csv() {
         ] {
             assert!(r.get(k).is_some(), "{name}: {k}");
         }
-        // TCP read from the connection's own sockets: the sender had data to send for some
-        // of the 200 ms window (at least ten 4 ms jiffies), and the receiver is ours.
+        // TCP read from the connection's own sockets: the sender had data queued for at
+        // least one 4 ms jiffy of the window (not more: uring-splice leaves its socket empty
+        // for most of a window, 40-176 ms of 200 were busy in six runs, 16 in one CI run),
+        // and the receiver is ours.
         let t = &r["repeats"][0]["tcp"];
-        assert!(t["busy_us"].as_u64().unwrap() >= 40_000, "{name}: {t}");
+        assert!(t["busy_us"].as_u64().unwrap() >= 4_000, "{name}: {t}");
         assert!(t["receiver_drops"].is_u64(), "{name}: {t}");
         assert!(
             t["connection_retrans_segs"].as_u64() >= t["retrans_segs"].as_u64(),
