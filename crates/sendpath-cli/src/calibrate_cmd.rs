@@ -43,7 +43,7 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     if a.tiebreak_rounds > 0 && !contested.is_empty() && !cancel.is_cancelled() {
         let sizes: Vec<String> = contested.iter().map(|&s| fmt_size(s)).collect();
         eprintln!(
-            "calibrate: at {} two paths beat copy and were not told apart: {} more rounds there",
+            "calibrate: at {} the rounds left the winner in doubt (it beat copy, or the runner-up, in more than half of them but not in a clear majority): {} more rounds there",
             sizes.join(", "),
             a.tiebreak_rounds
         );

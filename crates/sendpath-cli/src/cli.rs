@@ -173,8 +173,9 @@ pub(crate) struct CalibrateArgs {
     /// Rounds: each measures every size with every path, in a shuffled order.
     #[arg(long, short = 'n', default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
-    /// Extra rounds for sizes where two paths beat copy and pairing them with each other did
-    /// not tell which is faster (0: none).
+    /// Extra rounds for sizes whose winner is in doubt: it beat copy in more than half of the
+    /// rounds but not in a clear majority (sign test, 5%), or two paths beat copy and pairing
+    /// them with each other did not tell which is faster (0: none).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub tiebreak_rounds: u32,
     /// Measured time per window.

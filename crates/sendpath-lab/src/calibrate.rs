@@ -6,7 +6,8 @@
 //! buffer per message). Each round measures every point once, in a shuffled order with the
 //! paths of a size back to back; each path is paired with `copy` by round, and a size takes
 //! the path that beat `copy` in more than half of its rounds by the largest median ratio above
-//! 1.03 ([`Measurement::winner`]), else `copy`.
+//! 1.03 ([`Measurement::winner`]), else `copy`. Sizes where the rounds leave that in doubt get
+//! extra rounds first ([`contested`]).
 
 use crate::results::Results;
 use crate::runner::Point;
@@ -147,22 +148,33 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
     out
 }
 
-/// The sizes whose winner is in doubt: two or more paths beat copy, and the two with the
-/// largest ratios to copy were not told apart when paired with each other (neither was
-/// faster in a clear majority of their rounds, by the sign test at 5%). `sendpath calibrate`
-/// gives these sizes extra rounds.
+/// The sizes whose winner is in doubt, which `sendpath calibrate` gives extra rounds:
+/// - a path took the size from copy (faster in more than half of the rounds, by a median
+///   above 1.03) but not in a clear majority of them (the sign test at 5%: 6 of 6, 7 of 8,
+///   10 of 12...), so the rounds do not yet say it beats copy; or
+/// - two or more paths beat copy, and the two with the largest ratios to copy were not told
+///   apart when paired with each other (neither was faster in a clear majority).
 pub fn contested(measurements: &[Measurement]) -> Vec<usize> {
+    let clear = |n: u32, wins: u32| {
+        crate::report::analysis::clear_majority(n as usize).is_some_and(|k| wins as usize >= k)
+    };
     measurements
         .iter()
         .filter(|m| {
+            let winner = m.winner(MARGIN);
+            let over_copy = m
+                .paths
+                .iter()
+                .find(|p| p.path == winner && winner != Strategy::Copy)
+                .is_some_and(|p| !clear(m.rounds, p.wins));
             let c = m.candidates(MARGIN);
-            let [a, b, ..] = c.as_slice() else {
-                return false;
+            let between = match c.as_slice() {
+                [a, b, ..] => m
+                    .pair(a.path, b.path)
+                    .is_none_or(|(n, w, _)| !clear(n, w) && !clear(n, n - w)),
+                _ => false,
             };
-            m.pair(a.path, b.path).is_none_or(|(n, w, _)| {
-                crate::report::analysis::clear_majority(n as usize)
-                    .is_none_or(|k| (w as usize) < k && ((n - w) as usize) < k)
-            })
+            over_copy || between
         })
         .map(|m| m.size_bytes)
         .collect()
@@ -293,6 +305,40 @@ mod tests {
             m[0].winner(MARGIN),
             Strategy::UringZc,
             "4 of 6 is more than half"
+        );
+    }
+
+    #[test]
+    fn a_size_taken_from_copy_in_a_bare_majority_of_rounds_is_contested() {
+        let mut r: Results =
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+        let copy = [10.0, 12.0, 8.0, 11.0, 9.0, 10.0];
+        // uring: 1.05x copy in 4 rounds, 0.98x in 2: it takes the size, on 4 of 6.
+        let uring = [10.5, 12.6, 8.4, 11.55, 8.82, 9.8];
+        // At 4 KiB the same path won every round: that is clear.
+        let clear: Vec<f64> = copy.iter().map(|c| c * 1.05).collect();
+        r.results = vec![
+            row(Strategy::Copy, 1 << 20, &copy, None),
+            row(Strategy::Uring, 1 << 20, &uring, None),
+            row(Strategy::Copy, 4096, &copy, None),
+            row(Strategy::Uring, 4096, &clear, None),
+        ];
+        let m = measurements(&r);
+        assert_eq!(m[1].winner(MARGIN), Strategy::Uring);
+        let wins = |m: &Measurement| {
+            m.paths
+                .iter()
+                .find(|p| p.path == Strategy::Uring)
+                .unwrap()
+                .wins
+        };
+        assert_eq!(wins(&m[1]), 4);
+        assert_eq!(contested(&m), [1 << 20], "4 of 6 is short of 6 of 6");
+        assert_eq!(m[0].winner(MARGIN), Strategy::Uring);
+        r.results[1] = row(Strategy::Uring, 1 << 20, &copy, None);
+        assert!(
+            contested(&measurements(&r)).is_empty(),
+            "a copy size is not in doubt"
         );
     }
 }
