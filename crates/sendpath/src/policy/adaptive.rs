@@ -142,13 +142,17 @@ pub struct Adaptive {
     /// Sends in a row in zero-copy tiers, this one included.
     run: u64,
     counts: Decisions,
+    /// The last size looked up and its tier (a stream of one size looks up once).
+    memo: (usize, Strategy),
 }
 
 impl Adaptive {
     /// A sender deciding from `profile`.
     pub fn new(profile: Profile, cfg: AdaptiveConfig) -> Adaptive {
         let cap = cfg.cap_max.max(cfg.cap_min).max(1);
+        let memo = (usize::MAX, profile.tier(usize::MAX));
         Adaptive {
+            memo,
             profile,
             cfg,
             copied_run: 0,
@@ -174,7 +178,7 @@ impl Adaptive {
     /// copying path of a zero-copy one), with `zc_inflight` zero-copy sends of this sender
     /// awaiting completion.
     pub fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
-        let tier = self.profile.tier(len);
+        let tier = self.tier(len);
         let pick = if !tier.avoids_send_copy() {
             self.run = 0;
             self.counts.copy_sends += 1;
@@ -201,6 +205,14 @@ impl Adaptive {
         };
         self.switch_to(pick);
         pick
+    }
+
+    /// The profile's tier for `len` bytes, remembered for the last size asked.
+    pub fn tier(&mut self, len: usize) -> Strategy {
+        if self.memo.0 != len {
+            self.memo = (len, self.profile.tier(len));
+        }
+        self.memo.1
     }
 
     /// File data: always `sendfile`, counted.

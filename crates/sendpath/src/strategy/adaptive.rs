@@ -249,16 +249,19 @@ impl SendPath for AdaptivePath {
                         .ring
                         .as_ref()
                         .map_or(0, |r| r.driver.state(r.id).zc_inflight());
-                let msg = Msg::Fields(f);
                 let path = self.decide.choose(len, inflight);
                 match path {
-                    Strategy::Uring => self.send_on_ring(msg, false)?,
-                    Strategy::UringZc => self.send_on_ring(msg, true)?,
+                    Strategy::Uring => self.send_on_ring(Msg::Fields(f), false)?,
+                    Strategy::UringZc => self.send_on_ring(Msg::Fields(f), true)?,
                     path => {
                         if self.on_ring {
                             self.flush_ring()?;
                         }
-                        self.blocking.send_as(msg, path == Strategy::MsgZerocopy)?;
+                        if path == Strategy::MsgZerocopy {
+                            self.blocking.send(Msg::Fields(f))?;
+                        } else {
+                            self.blocking.send_copy_counted(f, len)?;
+                        }
                     }
                 }
                 // With nothing zero-copy in flight before a send that was not zero-copy, no
@@ -297,10 +300,7 @@ impl SendPath for AdaptivePath {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        let on_ring = matches!(
-            self.decide.profile().tier(len),
-            Strategy::Uring | Strategy::UringZc
-        );
+        let on_ring = matches!(self.decide.tier(len), Strategy::Uring | Strategy::UringZc);
         let ring = if on_ring { self.ring() } else { None };
         match ring {
             Some(r) => {
