@@ -508,6 +508,30 @@ mod tests {
     }
 
     #[test]
+    fn the_remembered_tier_follows_every_change_of_size() {
+        let mut p = profile(false);
+        p.tiers.push(Tier {
+            from_bytes: 1 << 20,
+            path: Strategy::Uring,
+        });
+        let sizes = [
+            usize::MAX,
+            100,
+            100,
+            64 * K - 1,
+            64 * K,
+            M - 1,
+            M,
+            100,
+            usize::MAX,
+        ];
+        let mut a = Adaptive::new(p.clone(), no_runs());
+        for len in sizes {
+            assert_eq!(a.tier(len), p.tier(len), "{len} B");
+        }
+    }
+
+    #[test]
     fn file_data_goes_by_sendfile_and_merging_adds_counts() {
         let mut a = Adaptive::new(profile(false), no_runs());
         assert_eq!(a.choose_file(), Strategy::Sendfile);
