@@ -204,6 +204,31 @@ impl Heads {
 mod tests {
     use super::*;
 
+    /// http-load's open loop sleeps until the next intended send with this wait: a timeout
+    /// rounded up to whole milliseconds (plain `epoll_wait`) would send every request up to a
+    /// millisecond late and charge that to the server (p50 630 us against 105 us at 10,000
+    /// requests/s). Such a wait never returns in under 1 ms; this one does.
+    #[test]
+    fn a_sub_millisecond_wait_is_not_rounded_up_to_a_millisecond() {
+        let ep = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
+            .expect("epoll_create");
+        let mut events = Vec::with_capacity(4);
+        let mut took: Vec<std::time::Duration> = (0..21)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                epoll_wait(&ep, &mut events, std::time::Duration::from_micros(200))
+                    .expect("epoll_wait");
+                t.elapsed()
+            })
+            .collect();
+        took.sort();
+        assert!(
+            took[10] < std::time::Duration::from_micros(900),
+            "median wait of 200 us took {:?}",
+            took[10]
+        );
+    }
+
     #[test]
     fn requests_keep_alive_close_and_refusals() {
         let get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
