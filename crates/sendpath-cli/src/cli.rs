@@ -234,6 +234,15 @@ pub(crate) struct ServeArgs {
     /// Responses per io_uring chain per connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uring_depth: u32,
+    /// io_uring modes: completions a worker waits for before it wakes (at most its open
+    /// connections); after --min-wait one is enough. 1 wakes at the first completion.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub wait_nr: u32,
+    /// io_uring modes: how long a worker may wait for --wait-nr completions when fewer have
+    /// come (io_uring's min_wait_usec, Linux 6.12; at most 10ms). Fewer, fuller wake-ups under
+    /// load, for up to this much added latency; 0 wakes at the first completion.
+    #[arg(long, default_value = "50us", value_parser = min_wait)]
+    pub min_wait: Duration,
     /// Stop by itself after this long (SIGINT or SIGTERM stop it sooner).
     #[arg(long, short = 't', default_value = "10m", value_parser = positive_duration)]
     pub duration: Duration,
@@ -414,6 +423,16 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d.is_zero() {
         return Err(format!("`{s}`: must be longer than zero"));
+    }
+    Ok(d)
+}
+
+fn min_wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > Duration::from_millis(10) {
+        return Err(format!(
+            "`{s}`: --min-wait is at most 10ms (0 turns batched waits off)"
+        ));
     }
     Ok(d)
 }

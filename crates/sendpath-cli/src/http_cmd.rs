@@ -56,6 +56,8 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         idle_timeout: a.idle_timeout,
         max_connections,
         depth: a.uring_depth as usize,
+        wait_nr: a.wait_nr as usize,
+        min_wait: a.min_wait,
         duration: a.duration,
         profile: match a.send {
             SendMode::Adaptive => {

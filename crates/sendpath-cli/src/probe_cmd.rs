@@ -133,6 +133,7 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
             "  SEND_ZC to local receiver",
             copied(u.send_zc_local_copied).into(),
         ),
+        ("  batched waits (MIN_TIMEOUT)", yes(u.min_wait).into()),
         (
             "MSG_ZEROCOPY (SO_ZEROCOPY)",
             if r.msg_zerocopy.supported {

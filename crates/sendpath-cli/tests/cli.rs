@@ -17,6 +17,7 @@ fn probe_json_has_the_documented_keys() {
         "/io_uring/enabled",
         "/io_uring/send_zc",
         "/io_uring/send_zc_report_usage",
+        "/io_uring/min_wait",
         "/msg_zerocopy/supported",
         "/optmem_max_bytes",
         "/memlock/soft_bytes",

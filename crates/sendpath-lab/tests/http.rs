@@ -46,6 +46,8 @@ fn config(send: SendMode, body_len: usize, idle: Duration) -> ServeConfig {
         idle_timeout: idle,
         max_connections: 1000,
         depth: 8,
+        wait_nr: 32,
+        min_wait: Duration::from_micros(50),
         duration: Duration::from_secs(60),
         profile: None,
     }
@@ -306,6 +308,13 @@ fn http_load_measures_closed_and_open_loop_without_errors() {
     );
     let r = srv.stop();
     assert!(r.requests >= closed.requests + open.requests);
+    // The configuration's batched waits, recorded when the kernel takes them.
+    if sendpath::probe::run().io_uring.min_wait {
+        assert_eq!((r.wait_nr, r.min_wait_us), (Some(32), Some(50)), "{r:?}");
+    } else {
+        skip("no IORING_FEAT_MIN_TIMEOUT (Linux 6.12): serve wakes at each completion");
+        assert_eq!((r.wait_nr, r.min_wait_us), (None, None), "{r:?}");
+    }
 }
 
 /// `--file`: the body is the file's bytes, spliced through a pipe on the ring or sent with

@@ -36,6 +36,10 @@ pub struct IoUringProbe {
     pub send_zc_report_usage: bool,
     /// `IORING_OP_SPLICE`.
     pub splice: bool,
+    /// `IORING_FEAT_MIN_TIMEOUT` (Linux 6.12): a wait can hold out for a batch of completions
+    /// for a bounded time (`serve --min-wait`).
+    #[serde(default)]
+    pub min_wait: bool,
     /// A SEND_ZC to a local listener was reported copied (`IORING_NOTIF_USAGE_ZC_COPIED`);
     /// null when it could not be tested.
     pub send_zc_local_copied: Option<bool>,
@@ -268,9 +272,10 @@ fn probe_io_uring() -> IoUringProbe {
         disabled_sysctl: read_num("/proc/sys/kernel/io_uring_disabled"),
         ..Default::default()
     };
-    match SendRing::new(8, 16).and_then(|r| r.probe()) {
-        Ok(ops) => {
+    match SendRing::new(8, 16).and_then(|r| Ok((r.probe()?, r.has_min_wait()))) {
+        Ok((ops, min_wait)) => {
             p.enabled = true;
+            p.min_wait = min_wait;
             p.send = ops.send;
             p.send_zc = ops.send_zc;
             p.sendmsg_zc = ops.sendmsg_zc;

@@ -104,6 +104,12 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Requests per io_uring chain per connection.
     pub depth: usize,
+    /// Ring modes: completions a worker waits for before it wakes (capped by its open
+    /// connections), once `min_wait` has passed one is enough. 1 wakes at the first.
+    pub wait_nr: usize,
+    /// Ring modes: how long a worker may wait for `wait_nr` completions when fewer have come
+    /// (io_uring's `min_wait_usec`, Linux 6.12); zero wakes at the first completion.
+    pub min_wait: Duration,
     /// The server stops by itself after this long.
     pub duration: Duration,
     /// The host profile `--send adaptive` decides from (`None`: the defaults).
@@ -123,6 +129,12 @@ pub struct ServeReport {
     pub body_bytes: usize,
     /// How the rings were set up (io_uring modes).
     pub ring_setup: Option<String>,
+    /// The batch a worker's wait asked for (`--wait-nr`), and how long it waited for one
+    /// (`--min-wait`), microseconds; null when workers woke at each completion (epoll, a zero
+    /// `--min-wait`, or a kernel without `IORING_FEAT_MIN_TIMEOUT`).
+    pub wait_nr: Option<usize>,
+    /// See `wait_nr`.
+    pub min_wait_us: Option<u64>,
     /// Seconds served.
     pub seconds: f64,
     /// Requests answered with 200.
@@ -182,6 +194,8 @@ struct Counts {
     cq_overflows: u64,
     send: Option<SendStats>,
     setup: Option<String>,
+    /// The worker's waits were batched (`--wait-nr`, `--min-wait`).
+    batched: bool,
 }
 
 impl Counts {
@@ -207,6 +221,7 @@ impl Counts {
             _ => {}
         }
         self.setup = self.setup.take().or(o.setup);
+        self.batched |= o.batched;
     }
 
     fn refuse(&mut self, r: Refusal) {
@@ -396,6 +411,10 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
         workers: cfg.workers,
         body_bytes: cfg.body_len,
         ring_setup: total.setup.clone(),
+        wait_nr: total.batched.then_some(cfg.wait_nr),
+        min_wait_us: total
+            .batched
+            .then(|| u64::try_from(cfg.min_wait.as_micros()).unwrap_or(u64::MAX)),
         seconds: started.elapsed().as_secs_f64(),
         requests: total.requests,
         response_bytes: total.response_bytes,
@@ -522,6 +541,8 @@ fn ring_worker(
         Err(e) => return Err(Box::new((c, format!("io_uring setup: {e}")))),
     };
     c.setup = Some(d.setup().name().to_string());
+    // Batched waits only when the kernel takes a minimum wait; else each completion wakes.
+    c.batched = cfg.wait_nr > 1 && !cfg.min_wait.is_zero() && d.batch_waits(1, cfg.min_wait);
     if let Err(e) = d.provide_recv_buffers(RecvConfig {
         buffers: 2048,
         size: 4096,
@@ -542,14 +563,21 @@ fn ring_worker(
     let mut events = Vec::new();
     let mut writable = Vec::new();
     let mut scratch = Vec::new();
-    let end = Instant::now() + cfg.duration;
-    let mut next_tick = Instant::now() + Duration::from_secs(1);
+    let mut now = Instant::now();
+    let end = now + cfg.duration;
+    let mut next_tick = now + Duration::from_secs(1);
     ready.mark();
-    while !cancel.is_cancelled() && Instant::now() < end {
+    while !cancel.is_cancelled() && now < end {
+        if c.batched {
+            // No more completions can be waited for than connections could send requests.
+            d.batch_waits(cfg.wait_nr.min(d.open_connections()), cfg.min_wait);
+        }
         if let Err(e) = d.run_for(Duration::from_millis(100)) {
             c.send = Some(d.total_stats());
             return Err(Box::new((c, format!("{e}"))));
         }
+        // One clock reading per pass: what a request's arrival and the idle checks need.
+        now = Instant::now();
         d.take_events(&mut events);
         for ev in events.drain(..) {
             match ev {
@@ -579,7 +607,7 @@ fn ring_worker(
                                 owed: VecDeque::new(),
                                 refusal: None,
                                 close_when_flushed: false,
-                                last_active: Instant::now(),
+                                last_active: now,
                                 unflushed_since: None,
                                 pipe: None,
                                 job: None,
@@ -593,7 +621,7 @@ fn ring_worker(
                 }
                 Event::AcceptFailed(e) => c.accept_error(&e),
                 Event::Received { conn, buf } => {
-                    on_received(&mut d, &mut clients, &mut c, conn, buf, &mut scratch);
+                    on_received(&mut d, &mut clients, &mut c, conn, buf, now, &mut scratch);
                     respond(
                         &mut d,
                         &mut clients,
@@ -653,7 +681,6 @@ fn ring_worker(
         for id in writable.drain(..) {
             respond(&mut d, &mut clients, &mut c, &r, id, cfg.send, &mut scratch);
         }
-        let now = Instant::now();
         if now >= next_tick {
             next_tick = now + Duration::from_secs(1);
             // Only the heads change (they are copied into each response); the body buffer the
@@ -706,6 +733,7 @@ fn on_received(
     c: &mut Counts,
     conn: ConnId,
     buf: RecvBuf,
+    now: Instant,
     scratch: &mut Vec<u8>,
 ) {
     let Some(cl) = client(clients, conn) else {
@@ -736,7 +764,7 @@ fn on_received(
                 close,
             } => {
                 at += len;
-                cl.last_active = Instant::now();
+                cl.last_active = now;
                 cl.owed.push_back(head_only);
                 if close {
                     cl.close_when_flushed = true;
