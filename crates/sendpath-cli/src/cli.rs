@@ -234,14 +234,15 @@ pub(crate) struct ServeArgs {
     /// Responses per io_uring chain per connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uring_depth: u32,
-    /// io_uring modes: completions a worker waits for before it wakes (at most its open
-    /// connections); after --min-wait one is enough. 1 wakes at the first completion.
+    /// io_uring modes, with --min-wait: the most completions a batched wait holds out for
+    /// (also at most the worker's connections).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub wait_nr: u32,
-    /// io_uring modes: how long a worker may wait for --wait-nr completions when fewer have
-    /// come (io_uring's min_wait_usec, Linux 6.12; at most 10ms). Fewer, fuller wake-ups under
-    /// load, for up to this much added latency; 0 wakes at the first completion.
-    #[arg(long, default_value = "50us", value_parser = min_wait)]
+    /// io_uring modes: batch waits under load. A worker that handled 4 or more completions
+    /// since its last wait holds out for as many (at most --wait-nr), for at most this long
+    /// once one has come (io_uring's min_wait_usec, Linux 6.12; at most 10ms). Less CPU per
+    /// request when saturated, more latency below that; 0 (default) wakes at the first.
+    #[arg(long, default_value = "0", value_parser = min_wait)]
     pub min_wait: Duration,
     /// Stop by itself after this long (SIGINT or SIGTERM stop it sooner).
     #[arg(long, short = 't', default_value = "10m", value_parser = positive_duration)]

@@ -12,6 +12,11 @@ fn bad_http_flags_fail_clearly() {
     fails_with(&["serve", "--body", "2G"], &["--body", "between"]);
     fails_with(&["serve", "--workers", "0"], &["--workers"]);
     fails_with(
+        &["serve", "--min-wait", "20ms"],
+        &["--min-wait is at most 10ms"],
+    );
+    fails_with(&["serve", "--wait-nr", "0"], &["--wait-nr"]);
+    fails_with(
         &["serve", "--file", "/nonexistent/body", "--send", "epoll"],
         &["--file", "/nonexistent/body"],
     );

@@ -46,6 +46,7 @@ fn config(send: SendMode, body_len: usize, idle: Duration) -> ServeConfig {
         idle_timeout: idle,
         max_connections: 1000,
         depth: 8,
+        // Batched waits on, so every test below runs them on the kernel.
         wait_nr: 32,
         min_wait: Duration::from_micros(50),
         duration: Duration::from_secs(60),
