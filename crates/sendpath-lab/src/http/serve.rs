@@ -104,11 +104,11 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Requests per io_uring chain per connection.
     pub depth: usize,
-    /// Ring modes: completions a worker waits for before it wakes (capped by its open
-    /// connections), once `min_wait` has passed one is enough. 1 wakes at the first.
+    /// Ring modes: the most completions a batched wait holds out for (also at most the
+    /// worker's connections; see `min_wait`).
     pub wait_nr: usize,
-    /// Ring modes: how long a worker may wait for `wait_nr` completions when fewer have come
-    /// (io_uring's `min_wait_usec`, Linux 6.12); zero wakes at the first completion.
+    /// Ring modes: how long a batched wait holds out once one completion has come (io_uring's
+    /// `min_wait_usec`, Linux 6.12; `UringDriver::batch_waits`); zero wakes at the first.
     pub min_wait: Duration,
     /// The server stops by itself after this long.
     pub duration: Duration,
@@ -542,7 +542,7 @@ fn ring_worker(
     };
     c.setup = Some(d.setup().name().to_string());
     // Batched waits only when the kernel takes a minimum wait; else each completion wakes.
-    c.batched = cfg.wait_nr > 1 && !cfg.min_wait.is_zero() && d.batch_waits(1, cfg.min_wait);
+    c.batched = cfg.wait_nr > 1 && !cfg.min_wait.is_zero() && d.has_min_wait();
     if let Err(e) = d.provide_recv_buffers(RecvConfig {
         buffers: 2048,
         size: 4096,

@@ -214,11 +214,12 @@ pub struct UringDriver {
 /// a request answered at a time is two (its receive and its send).
 const BATCH_FROM: usize = 4;
 
-/// How [`UringDriver::run_for`] batches its waits ([`UringDriver::batch_waits`]). When the loop handled `BATCH_FROM` or more
-/// completions since its last wait, completions come faster than it wakes: the next wait asks
-/// for as many (at most `max`) and gives up on the rest once `min_wait` has passed and at
-/// least one has come. Otherwise it wakes at the first. A loaded loop thus sleeps and wakes
-/// less often per completion, and a light one pays no added latency.
+/// How [`UringDriver::run_for`] batches its waits ([`UringDriver::batch_waits`]). When the
+/// loop handled `BATCH_FROM` or more completions since its last wait, completions come faster
+/// than it wakes: the next wait asks for as many (at most `max`) and gives up on the rest once
+/// `min_wait` has passed and at least one has come. Otherwise it wakes at the first. A loaded
+/// loop thus sleeps and wakes less often per completion; a loop answering one request at a
+/// time pays nothing, one in between up to `min_wait` per wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct BatchWait {
     max: usize,
@@ -840,14 +841,20 @@ impl UringDriver {
         self.pass(Some(Some(timeout)))
     }
 
+    /// Whether the kernel lets a wait hold out for a batch for a bounded time
+    /// (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12), which [`UringDriver::batch_waits`] needs.
+    pub fn has_min_wait(&self) -> bool {
+        self.ring.has_min_wait()
+    }
+
     /// Lets [`UringDriver::run_for`] hold out for a batch of up to `max` completions, for at
     /// most `min_wait` once one has come, whenever the loop handled several since its last
-    /// wait (see `BatchWait`): fewer and fuller wake-ups under load, and no added latency when
-    /// completions come one at a time. May be called before every pass (the count is kept).
-    /// Returns false, and changes nothing, when the kernel lacks `IORING_FEAT_MIN_TIMEOUT`
-    /// (Linux 6.12).
+    /// wait (see `BatchWait`): fewer and fuller wake-ups under load, for up to `min_wait` of
+    /// added latency per wait below it; a loop answering one request at a time still wakes at
+    /// the first completion. May be called before every pass (the count is kept). Returns
+    /// false, and changes nothing, without [`UringDriver::has_min_wait`].
     pub fn batch_waits(&mut self, max: usize, min_wait: Duration) -> bool {
-        if !self.ring.has_min_wait() {
+        if !self.has_min_wait() {
             return false;
         }
         let seen = self.batch.map_or(0, |b| b.seen);

@@ -544,20 +544,13 @@ impl SendRing {
     /// Waits up to `timeout` for at least one completion (submitting what is queued first).
     /// Returns false when the time ran out.
     pub(crate) fn wait_for(&mut self, timeout: Duration) -> io::Result<bool> {
-        self.enable()?;
-        let ts = types::Timespec::from(timeout);
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
-            Err(e) => Err(e),
-        }
+        self.wait_batch(1, Duration::ZERO, timeout)
     }
 
     /// Waits up to `timeout` for `want` completions, but once `min_wait` has passed returns as
-    /// soon as there is at least one (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12): fewer, fuller
-    /// wake-ups for a loop over many connections. Returns false when the time ran out.
+    /// soon as there is at least one (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12; a zero `min_wait`
+    /// is what older kernels take): fewer, fuller wake-ups for a loop over many connections.
+    /// Returns false when the time ran out.
     pub(crate) fn wait_batch(
         &mut self,
         want: usize,
