@@ -161,7 +161,9 @@ pub struct ServeReport {
     /// Most connections open at once, over all workers.
     pub peak_connections: u64,
     /// Resident memory added per open connection, at the sample with the most connections;
-    /// null when it was never measured with connections open.
+    /// null when it was never measured with connections open, or when the process then held
+    /// less than at the baseline (something else was let go, so the connections' share
+    /// cannot be told).
     pub memory_per_connection_bytes: Option<u64>,
     /// CPU time of the whole process (all threads, user and system), seconds.
     pub cpu_seconds: f64,
@@ -385,7 +387,7 @@ pub fn serve(cfg: &ServeConfig, listeners: Vec<OwnedFd>, cancel: &Cancel) -> Ser
         if n as u64 > peak && rss0.is_some() {
             peak = n as u64;
             if let (Some(now), Some(base)) = (rss_bytes(), rss0) {
-                per_conn = Some(now.saturating_sub(base) / n as u64);
+                per_conn = per_connection(now, base, n as u64);
             }
         }
     }
@@ -1336,9 +1338,30 @@ pub fn process_cpu() -> Duration {
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
+/// Resident bytes added per connection, from `now` and `base` resident bytes; `None` when the
+/// process holds less than at the baseline.
+fn per_connection(now: u64, base: u64, connections: u64) -> Option<u64> {
+    Some(now.checked_sub(base)? / connections.max(1))
+}
+
 /// Resident memory of this process (`/proc/self/statm`), bytes.
 pub fn rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * rustix::param::page_size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_below_the_baseline_is_not_counted_as_zero_per_connection() {
+        assert_eq!(
+            per_connection(1_000_000 + 17_000 * 100, 1_000_000, 100),
+            Some(17_000)
+        );
+        assert_eq!(per_connection(1_000_000, 1_000_000, 100), Some(0));
+        assert_eq!(per_connection(900_000, 1_000_000, 100), None);
+    }
 }
