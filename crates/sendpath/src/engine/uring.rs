@@ -238,11 +238,19 @@ impl BatchWait {
         }
     }
 
-    /// A wait begins: what it asks for and how long it may hold out; counting starts again.
+    /// A wait begins: what it asks for and how long it may hold out for more than one (zero
+    /// when it asks for one); counting starts again.
     fn start(&mut self) -> (usize, Duration) {
         let want = self.want();
         self.seen = 0;
-        (want, self.min_wait)
+        (
+            want,
+            if want > 1 {
+                self.min_wait
+            } else {
+                Duration::ZERO
+            },
+        )
     }
 }
 
@@ -890,12 +898,13 @@ impl UringDriver {
                         .map_err(Error::sys("io_uring_enter"))?;
                 }
                 Some(Some(t)) => {
-                    let batch = self.batch.as_mut().map(BatchWait::start);
-                    match batch.filter(|(want, _)| *want > 1) {
-                        Some((want, min_wait)) => self.ring.wait_batch(want, min_wait, t),
-                        None => self.ring.wait_for(t),
-                    }
-                    .map_err(Error::sys("io_uring_enter"))?;
+                    let (want, min_wait) = self
+                        .batch
+                        .as_mut()
+                        .map_or((1, Duration::ZERO), BatchWait::start);
+                    self.ring
+                        .wait_batch(want, min_wait, t)
+                        .map_err(Error::sys("io_uring_enter"))?;
                 }
                 None => {}
             }
@@ -1062,7 +1071,7 @@ mod tests {
         let mut b = batch(32);
         // Each wait brings a receive, answering it reaps its send: two per wait.
         for _ in 0..100 {
-            assert_eq!(b.start().0, 1);
+            assert_eq!(b.start(), (1, Duration::ZERO));
             b.seen += 2;
         }
         assert_eq!(b.want(), 1);
@@ -1078,7 +1087,7 @@ mod tests {
         assert_eq!(b.start().0, 32);
         // The wait timed out or brought one: back to waking at the first.
         b.seen = 1;
-        assert_eq!(b.start().0, 1);
+        assert_eq!(b.start(), (1, Duration::ZERO));
         b.seen = BATCH_FROM;
         assert_eq!(b.want(), BATCH_FROM);
         assert_eq!(batch(1).want(), 1);
