@@ -1,0 +1,44 @@
+# Shared by the HTTP scripts (source it): nginx with the http-server preset's configuration for
+# a small body, and the CPU ticks of a server's processes.
+
+# nginx_conf DIR CONNS WORKERS PORT: writes DIR/nginx.conf, an 88-byte body on 127.0.0.1:PORT
+# with WORKERS workers, connection limits well above CONNS, no access log, unlimited
+# keep-alive requests, reuseport and a backlog of 4096.
+nginx_conf() {
+    local dir=$1 conns=$2 workers=$3 port=$4 body
+    body=$(python3 -c "print('x' * 88, end='')")
+    mkdir -p "$dir/tmp"
+    cat >"$dir/nginx.conf" <<CONF
+user root;
+worker_processes $workers;
+worker_rlimit_nofile $((2 * (conns + 1024) * workers));
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+daemon off;
+events { worker_connections $((conns + 1024)); }
+http {
+    access_log off; keepalive_requests 1000000000; keepalive_timeout 65; tcp_nodelay on;
+    client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp;
+    uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;
+    server { listen 127.0.0.1:$port reuseport backlog=4096; location / { return 200 "$body"; } }
+}
+CONF
+}
+
+# wait_listening PORT: true once 127.0.0.1:PORT accepts, false after 5 s.
+wait_listening() {
+    for _ in $(seq 50); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# ticks PID: CPU ticks (user + system) of PID and its children (nginx's workers).
+ticks() {
+    local t=0 p
+    for p in $1 $(pgrep -P "$1" || true); do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo $t
+}
