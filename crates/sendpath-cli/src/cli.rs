@@ -387,6 +387,13 @@ pub(crate) struct SweepArgs {
     /// http-server preset: closed-loop load tool, wrk (when installed) or http-load.
     #[arg(long, value_name = "TOOL", default_value = "wrk", value_parser = ["wrk", "http-load"])]
     pub http_load: String,
+    /// http-server preset: `serve --workers` (default: nginx's worker count, one per CPU or
+    /// per server CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub http_serve_workers: Option<u16>,
+    /// http-server preset: `serve --min-wait` (batched waits; 0 turns them off).
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = min_wait)]
+    pub http_min_wait: Duration,
     /// http-server preset: open-loop rates as fractions of nginx's median peak (empty: none).
     #[arg(long, value_name = "LIST", default_value = "0.5,0.8", value_parser = fractions)]
     pub http_open_loop: std::vec::Vec<f64>,
@@ -432,7 +439,7 @@ fn min_wait(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d > Duration::from_millis(10) {
         return Err(format!(
-            "`{s}`: --min-wait is at most 10ms (0 turns batched waits off)"
+            "`{s}`: a minimum wait is at most 10ms (0 turns batched waits off)"
         ));
     }
     Ok(d)

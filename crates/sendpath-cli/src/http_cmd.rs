@@ -317,6 +317,8 @@ pub(crate) fn study(
         duration: a.duration.unwrap_or(std::time::Duration::from_secs(10)),
         warmup: a.warmup.unwrap_or(std::time::Duration::from_secs(2)),
         workers,
+        serve_workers: a.http_serve_workers.map(usize::from),
+        min_wait: a.http_min_wait,
         load_threads,
         server_cpus,
         load_cpus,

@@ -13,7 +13,7 @@ fn bad_http_flags_fail_clearly() {
     fails_with(&["serve", "--workers", "0"], &["--workers"]);
     fails_with(
         &["serve", "--min-wait", "20ms"],
-        &["--min-wait is at most 10ms"],
+        &["--min-wait", "at most 10ms"],
     );
     fails_with(&["serve", "--wait-nr", "0"], &["--wait-nr"]);
     fails_with(
@@ -50,6 +50,20 @@ fn bad_http_flags_fail_clearly() {
             "apache",
         ],
         &["--http-servers", "nginx"],
+    );
+    fails_with(
+        &["sweep", "--preset", "http-server", "--http-min-wait", "1s"],
+        &["--http-min-wait", "at most 10ms"],
+    );
+    fails_with(
+        &[
+            "sweep",
+            "--preset",
+            "http-server",
+            "--http-serve-workers",
+            "0",
+        ],
+        &["--http-serve-workers"],
     );
 }
 
@@ -138,6 +152,8 @@ fn the_http_server_preset_compares_with_nginx_and_wrk() {
             "0.2s",
             "--http-open-loop",
             "0.5",
+            "--http-serve-workers",
+            "1",
             "--out",
         ])
         .arg(&out)
@@ -163,6 +179,9 @@ fn the_http_server_preset_compares_with_nginx_and_wrk() {
     for m in ms {
         assert!(m["requests_per_s"].as_f64().unwrap() > 0.0, "{m}");
         assert!(m["server_cpu_us_per_request"].as_f64().is_some(), "{m}");
+        if m["serve"].is_object() {
+            assert_eq!(m["serve"]["workers"], 1, "{m}");
+        }
         if m["server"] == "sendpath-uring-zc" {
             assert!(
                 m["serve"]["send_stats"]["zc_attempts"].as_u64().unwrap() > 0,

@@ -63,8 +63,12 @@ pub struct StudyConfig {
     pub duration: Duration,
     /// Load before each measured window (a separate run of the same tool, not counted).
     pub warmup: Duration,
-    /// Server workers (nginx `worker_processes`, `serve --workers`).
+    /// nginx's workers (`worker_processes`), and serve's unless `serve_workers` says.
     pub workers: usize,
+    /// `serve --workers`, when it differs from nginx's.
+    pub serve_workers: Option<usize>,
+    /// `serve --min-wait`: zero wakes serve at each completion (its default).
+    pub min_wait: Duration,
     /// Load threads (wrk `-t`, http-load `--threads`).
     pub load_threads: usize,
     /// CPUs for the server (nginx `worker_cpu_affinity`, `serve --cpu`); empty: unpinned.
@@ -318,8 +322,9 @@ fn start(
                     "--body",
                     &body.to_string(),
                     "--workers",
-                    &cfg.workers.to_string(),
+                    &cfg.serve_workers.unwrap_or(cfg.workers).to_string(),
                 ])
+                .args(["--min-wait", &format!("{}us", cfg.min_wait.as_micros())])
                 .args(["--max-connections", &(conns + 1000).to_string()])
                 .args(cpu_arg(&cfg.server_cpus))
                 .args(["--duration", &format!("{secs}s")])
@@ -395,6 +400,7 @@ fn start(
 }
 
 /// What one load window measured.
+#[derive(Debug)]
 struct Window {
     requests_per_s: f64,
     requests: f64,
@@ -402,10 +408,44 @@ struct Window {
     errors: BTreeMap<String, u64>,
 }
 
+/// One http-load window with its warm-up in the same run, so the connections it opened carry
+/// into the window: a run of its own would open every connection again inside the window, and
+/// an open loop would charge the server for the requests that fell due while they were
+/// opening. `cpu` (the server's CPU seconds) is read at the window's edges, by a thread that
+/// sleeps until them; neither reading is taken if the load ends early.
+fn http_load_window(
+    cfg: &StudyConfig,
+    cpu: &(dyn Fn() -> Option<f64> + Sync),
+    addr: SocketAddr,
+    conns: usize,
+    rate: Option<f64>,
+    cancel: &Cancel,
+) -> anyhow::Result<(Window, Option<f64>, Option<f64>)> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let start = Instant::now();
+    let edges = [start + cfg.warmup, start + cfg.warmup + cfg.duration];
+    let (done, stopped) = channel::<()>();
+    std::thread::scope(|s| {
+        let reader = s.spawn(move || {
+            edges.map(
+                |t| match stopped.recv_timeout(t.saturating_duration_since(Instant::now())) {
+                    Err(RecvTimeoutError::Timeout) => cpu(),
+                    _ => None,
+                },
+            )
+        });
+        let w = http_load(cfg, addr, conns, cfg.warmup, cfg.duration, rate, cancel);
+        drop(done);
+        let [cpu0, cpu1] = reader.join().unwrap_or([None, None]);
+        w.map(|w| (w, cpu0, cpu1))
+    })
+}
+
 fn http_load(
     cfg: &StudyConfig,
     addr: SocketAddr,
     conns: usize,
+    warmup: Duration,
     d: Duration,
     rate: Option<f64>,
     cancel: &Cancel,
@@ -416,7 +456,7 @@ fn http_load(
         threads: cfg.load_threads,
         cpus: cfg.load_cpus.clone(),
         duration: d,
-        warmup: Duration::ZERO,
+        warmup,
         rate,
         path: "/".into(),
         timeout: Duration::from_secs(5),
@@ -520,8 +560,8 @@ fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
     })
 }
 
-/// Runs one point: server up, a warmup window, the measured window with the server's CPU
-/// read around it, server down.
+/// Runs one point: server up, a warm-up (wrk: a run of its own; http-load: the start of the
+/// measured run), the measured window with the server's CPU read at its edges, server down.
 #[allow(clippy::too_many_arguments)]
 fn point(
     cfg: &StudyConfig,
@@ -539,21 +579,19 @@ fn point(
         rate.map_or(0, |r| r as u64)
     );
     let (srv, addr) = start(cfg, server, body, conns, &tag)?;
-    let run = |d: Duration| -> anyhow::Result<Window> {
-        match (tool, rate) {
-            (LoadTool::Wrk, None) => wrk(cfg, addr, conns, d),
-            _ => http_load(cfg, addr, conns, d, rate, cancel),
-        }
+    let result = match (tool, rate) {
+        // wrk cannot leave its warm-up out of a run: a run of its own, then the window.
+        (LoadTool::Wrk, None) => (|| {
+            if !cfg.warmup.is_zero() {
+                wrk(cfg, addr, conns, cfg.warmup)?;
+            }
+            let cpu0 = srv.cpu_seconds();
+            let w = wrk(cfg, addr, conns, cfg.duration)?;
+            let cpu1 = srv.cpu_seconds();
+            Ok::<_, anyhow::Error>((w, cpu0, cpu1))
+        })(),
+        _ => http_load_window(cfg, &|| srv.cpu_seconds(), addr, conns, rate, cancel),
     };
-    let result = (|| {
-        if !cfg.warmup.is_zero() {
-            run(cfg.warmup)?;
-        }
-        let cpu0 = srv.cpu_seconds();
-        let w = run(cfg.duration)?;
-        let cpu1 = srv.cpu_seconds();
-        Ok::<_, anyhow::Error>((w, cpu0, cpu1))
-    })();
     let serve = srv.stop();
     let (w, cpu0, cpu1) = result?;
     let cpu = cpu0.zip(cpu1).map(|(a, b)| b - a);
@@ -675,6 +713,7 @@ pub fn run(
         let check = if cfg.server_cpus.is_empty() && allowed.len() >= 2 {
             StudyConfig {
                 workers: 1,
+                serve_workers: None,
                 load_threads: 1,
                 server_cpus: vec![allowed[0]],
                 load_cpus: vec![allowed[1]],
@@ -818,6 +857,41 @@ pub fn median_of(ms: &[&Measurement], f: impl Fn(&Measurement) -> Option<f64>) -
 /// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
 /// request against connections; the ratios of the first server to the reference per paired
 /// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
+/// How the servers ran: serve's workers and batched waits, from its reports, and nginx's
+/// workers, from its configuration.
+fn configurations(r: &StudyResults) -> String {
+    let mut serve = std::collections::BTreeSet::new();
+    for m in &r.measurements {
+        if let Some(x) = &m.serve {
+            serve.insert(match x.min_wait_us {
+                Some(us) => format!("`--workers {} --min-wait {us}us`", x.workers),
+                None => format!("`--workers {}` (a wake per completion)", x.workers),
+            });
+        }
+    }
+    let mut out = Vec::new();
+    if !serve.is_empty() {
+        out.push(format!(
+            "`sendpath serve` with {}",
+            serve.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let nginx = r.nginx_config.as_deref().and_then(|c| {
+        c.lines()
+            .find_map(|l| l.trim().strip_prefix("worker_processes "))
+            .map(|w| w.trim_end_matches(';').to_string())
+    });
+    if let Some(w) = nginx {
+        out.push(format!(
+            "nginx with {w} workers (its whole configuration is `nginx_config` in http-results.json)"
+        ));
+    }
+    if out.is_empty() {
+        return String::new();
+    }
+    format!("How the servers ran: {}.", out.join("; "))
+}
+
 pub fn summary(r: &StudyResults) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -831,6 +905,10 @@ pub fn summary(r: &StudyResults) -> String {
     let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
     let _ = writeln!(s, "# HTTP server study\n");
     let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
+    let conf = configurations(r);
+    if !conf.is_empty() {
+        let _ = writeln!(s, "{conf}\n");
+    }
     for &body in &bodies {
         let _ = writeln!(s, "## Body {body} B\n");
         let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | fallbacks | errors |");
@@ -1027,6 +1105,104 @@ mod tests {
         }
     }
 
+    /// A server that answers a connection's first request only `first` after accepting it,
+    /// then at once; keep-alive, a 2-byte body. Stops accepting when `stop` is set.
+    fn slow_to_start_server(
+        first: Duration,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let h = std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((mut c, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                c.set_nonblocking(false).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                std::thread::spawn(move || {
+                    std::thread::sleep(first);
+                    let mut buf = [0u8; 4096];
+                    let mut head = Vec::new();
+                    while let Ok(n @ 1..) = c.read(&mut buf) {
+                        head.extend_from_slice(&buf[..n]);
+                        while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                            head.drain(..end + 4);
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if c.write_all(ok).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, h)
+    }
+
+    /// The open-loop window is measured on connections its warm-up opened: a server slow to
+    /// answer a new connection is not charged inside the window (a window run on its own
+    /// would open its connections again and charge their first requests), and the server's
+    /// CPU is read at the window's edges.
+    #[test]
+    fn an_open_loop_window_does_not_open_its_connections_again() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let stop = Arc::new(AtomicBool::new(false));
+        let slow = Duration::from_millis(300);
+        let (addr, server) = slow_to_start_server(slow, stop.clone());
+        let cfg = StudyConfig {
+            exe: PathBuf::new(),
+            servers: vec![],
+            connections: vec![4],
+            bodies: vec![2],
+            rounds: 1,
+            duration: Duration::from_millis(600),
+            warmup: Duration::from_millis(500),
+            workers: 1,
+            serve_workers: None,
+            min_wait: Duration::ZERO,
+            load_threads: 1,
+            server_cpus: vec![],
+            load_cpus: vec![],
+            load: LoadTool::HttpLoad,
+            open_loop: vec![],
+            wrk_check: false,
+            dir: PathBuf::new(),
+            seed: 1,
+            listen_ip: addr.ip(),
+            agent: None,
+        };
+        let start = Instant::now();
+        let read_at = Mutex::new(Vec::new());
+        let cpu = || {
+            read_at.lock().unwrap().push(start.elapsed());
+            Some(read_at.lock().unwrap().len() as f64)
+        };
+        let (w, cpu0, cpu1) =
+            http_load_window(&cfg, &cpu, addr, 4, Some(200.0), &Cancel::new()).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert!(w.requests > 0.0, "{w:?}");
+        let p99 = w.latency.as_ref().expect("latency measured").p99;
+        assert!(
+            p99 < slow.as_secs_f64() * 1e6 / 2.0,
+            "p99 {p99} us: the window paid for opening connections"
+        );
+        assert_eq!((cpu0, cpu1), (Some(1.0), Some(2.0)));
+        let at = read_at.lock().unwrap().clone();
+        for (got, want) in at.iter().zip([cfg.warmup, cfg.warmup + cfg.duration]) {
+            assert!(
+                got.abs_diff(want) < Duration::from_millis(100),
+                "read at {got:?}, the edge is at {want:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_summary_pairs_rounds_against_nginx() {
         let r = StudyResults {
@@ -1053,6 +1229,31 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("SEND against SEND_ZC"), "no SEND_ZC server ran");
+        assert!(
+            !s.contains("ran with"),
+            "no configuration known: none claimed\n{s}"
+        );
+    }
+
+    #[test]
+    fn the_summary_says_how_each_server_ran() {
+        let mut serve = m("sendpath-uring", 1, 110.0, 8.0);
+        serve.serve = Some(ServeReport {
+            workers: 1,
+            min_wait_us: Some(50),
+            ..ServeReport::default()
+        });
+        let r = StudyResults {
+            environment: crate::runner::environment(),
+            nginx_config: Some("user root;\nworker_processes 2;\n".into()),
+            measurements: vec![serve, m("nginx", 1, 100.0, 10.0)],
+            wrk_check_ratios: vec![],
+        };
+        let s = summary(&r);
+        assert!(
+            s.contains("How the servers ran: `sendpath serve` with `--workers 1 --min-wait 50us`; nginx with 2 workers"),
+            "{s}"
+        );
     }
 
     #[test]
