@@ -42,3 +42,8 @@ ticks() {
     done
     echo $t
 }
+
+# host_idle: the host's idle ticks and all its ticks so far ("IDLE ALL", from /proc/stat).
+host_idle() {
+    awk '/^cpu /{all = 0; for (i = 2; i <= NF; i++) all += $i; print $5, all; exit}' /proc/stat
+}
