@@ -61,7 +61,8 @@ pub struct StudyConfig {
     pub rounds: u32,
     /// Measured time per point.
     pub duration: Duration,
-    /// Load before each measured window (a separate run of the same tool, not counted).
+    /// Load before each measured window, not counted: wrk's is a run of its own, http-load's
+    /// the start of the run it measures.
     pub warmup: Duration,
     /// nginx's workers (`worker_processes`), and serve's unless `serve_workers` says.
     pub workers: usize,
@@ -854,9 +855,6 @@ pub fn median_of(ms: &[&Measurement], f: impl Fn(&Measurement) -> Option<f64>) -
     median(ms.iter().filter_map(|m| f(m)))
 }
 
-/// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
-/// request against connections; the ratios of the first server to the reference per paired
-/// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
 /// How the servers ran: serve's workers and batched waits, from its reports, and nginx's
 /// workers, from its configuration.
 fn configurations(r: &StudyResults) -> String {
@@ -892,6 +890,9 @@ fn configurations(r: &StudyResults) -> String {
     format!("How the servers ran: {}.", out.join("; "))
 }
 
+/// Markdown tables of the results: per body size, each server's requests/s, p99 and CPU per
+/// request against connections; the ratios of the first server to the reference per paired
+/// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
 pub fn summary(r: &StudyResults) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -1180,8 +1181,9 @@ mod tests {
         let start = Instant::now();
         let read_at = Mutex::new(Vec::new());
         let cpu = || {
-            read_at.lock().unwrap().push(start.elapsed());
-            Some(read_at.lock().unwrap().len() as f64)
+            let mut at = read_at.lock().unwrap();
+            at.push(start.elapsed());
+            Some(at.len() as f64)
         };
         let (w, cpu0, cpu1) =
             http_load_window(&cfg, &cpu, addr, 4, Some(200.0), &Cancel::new()).unwrap();
