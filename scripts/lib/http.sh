@@ -47,3 +47,28 @@ ticks() {
 host_idle() {
     awk '/^cpu /{all = 0; for (i = 2; i <= NF; i++) all += $i; print $5, all; exit}' /proc/stat
 }
+
+# start_server DIR CONNS PORT SET: starts a server on 127.0.0.1:PORT, logging to DIR/server.log,
+# and sets server_pid. SET `nginx` runs nginx with nginx_conf (workers = CPUs), `nginx --workers
+# N` with N workers, anything else `$sp serve SET` ($sp: the sendpath binary). Fails unless it
+# listens within 5 s.
+start_server() {
+    local dir=$1 conns=$2 port=$3 set=$4
+    if [[ $set == nginx* ]]; then
+        local workers=${set#nginx --workers }
+        [ "$set" = nginx ] && workers=$(nproc)
+        nginx_conf "$dir" "$conns" "$workers" "$port"
+        nginx -c "$dir/nginx.conf" -p "$dir" >"$dir/server.log" 2>&1 & server_pid=$!
+    else
+        # shellcheck disable=SC2086,SC2154
+        "$sp" serve $set --listen "127.0.0.1:$port" -t 120s >"$dir/server.log" 2>&1 & server_pid=$!
+    fi
+    wait_listening "$port" && kill -0 "$server_pid" 2>/dev/null
+}
+
+# stop_server SET: stops what start_server started (nginx gracefully, serve with SIGINT, so it
+# prints its report) and waits for it.
+stop_server() {
+    if [[ $1 == nginx* ]]; then kill -QUIT "$server_pid" || true; else kill -INT "$server_pid" || true; fi
+    wait "$server_pid" 2>/dev/null || true
+}
