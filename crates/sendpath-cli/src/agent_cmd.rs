@@ -8,7 +8,7 @@ use std::time::Duration;
 
 pub(crate) fn run(a: &AgentArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     let token = match &a.token_file {
-        Some(p) => Some(agent::read_token(p)?),
+        Some(p) => Some(sendpath_lab::remote::read_token(p)?),
         None => None,
     };
     let cfg = AgentConfig {

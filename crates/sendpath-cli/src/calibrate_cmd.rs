@@ -7,7 +7,7 @@ use sendpath_lab::calibrate;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
-use sendpath_lab::runner::{fresh_seed, Recorder};
+use sendpath_lab::study::sweep::{fresh_seed, Recorder};
 use sendpath_lab::units::fmt_size;
 use std::process::ExitCode;
 

@@ -1,8 +1,8 @@
 //! Command-line interface.
 
 use clap::{Args, Parser, Subcommand};
+use sendpath_lab::traffic::RecvMode;
 use sendpath_lab::units::{parse_duration, parse_size};
-use sendpath_lab::workload::RecvMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,7 +81,7 @@ pub(crate) struct AgentClientArgs {
     /// receives (stream, sweep, transfer) or runs the clients (rr; http-load, against
     /// TARGET's port at the address it reached this host at); its CPU comes back as
     /// cpu.remote.
-    #[arg(long, value_name = "HOST[:PORT]", value_parser = sendpath_lab::agent::parse_target)]
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = sendpath_lab::remote::parse_target)]
     pub agent: Option<SocketAddr>,
     /// With --agent: a file whose first line is the agent's token.
     #[arg(long, value_name = "FILE", requires = "agent")]
@@ -90,15 +90,15 @@ pub(crate) struct AgentClientArgs {
 
 impl AgentClientArgs {
     /// The agent to use, with its token read.
-    pub(crate) fn target(&self) -> anyhow::Result<Option<sendpath_lab::agent::AgentTarget>> {
+    pub(crate) fn target(&self) -> anyhow::Result<Option<sendpath_lab::remote::AgentTarget>> {
         let Some(addr) = self.agent else {
             return Ok(None);
         };
         let token = match &self.token_file {
-            Some(p) => Some(sendpath_lab::agent::read_token(p)?),
+            Some(p) => Some(sendpath_lab::remote::read_token(p)?),
             None => None,
         };
-        Ok(Some(sendpath_lab::agent::AgentTarget { addr, token }))
+        Ok(Some(sendpath_lab::remote::AgentTarget { addr, token }))
     }
 }
 
@@ -116,7 +116,7 @@ pub(crate) struct TransferArgs {
     pub chunk: std::vec::Vec<usize>,
     /// Page cache state at the start: warm, cold, or warm,cold.
     #[arg(long, default_value = "warm,cold", value_parser = caches)]
-    pub cache: std::vec::Vec<sendpath_lab::transfer::Cache>,
+    pub cache: std::vec::Vec<sendpath_lab::study::transfer::Cache>,
     /// What the receiver does with the bytes: discard (MSG_TRUNC) or copy (read into a buffer).
     #[arg(long, default_value = "copy", value_parser = ["copy", "discard"])]
     pub recv: String,
@@ -159,9 +159,9 @@ fn transfer_sizes(s: &str) -> Result<Vec<u64>, String> {
         .collect()
 }
 
-fn caches(s: &str) -> Result<Vec<sendpath_lab::transfer::Cache>, String> {
+fn caches(s: &str) -> Result<Vec<sendpath_lab::study::transfer::Cache>, String> {
     s.split(',')
-        .map(|x| sendpath_lab::transfer::Cache::parse(x.trim()))
+        .map(|x| sendpath_lab::study::transfer::Cache::parse(x.trim()))
         .collect()
 }
 
@@ -308,8 +308,8 @@ fn body_sizes(s: &str) -> Result<Vec<usize>, String> {
     s.split(',').map(body_size).collect()
 }
 
-fn http_servers(s: &str) -> Result<Vec<sendpath_lab::http::study::Server>, String> {
-    use sendpath_lab::http::study::Server;
+fn http_servers(s: &str) -> Result<Vec<sendpath_lab::study::http::Server>, String> {
+    use sendpath_lab::study::http::Server;
     s.split(',')
         .filter(|x| !x.trim().is_empty())
         .map(|x| match x.trim() {
@@ -377,7 +377,7 @@ pub(crate) struct SweepArgs {
     pub repeat: Option<u32>,
     /// http-server preset: servers to compare (sendpath send modes, and nginx when installed).
     #[arg(long, value_name = "LIST", default_value = "uring,uring-zc,epoll,nginx", value_parser = http_servers)]
-    pub http_servers: std::vec::Vec<sendpath_lab::http::study::Server>,
+    pub http_servers: std::vec::Vec<sendpath_lab::study::http::Server>,
     /// http-server preset: connection counts.
     #[arg(long, value_name = "LIST", default_value = "100,1000,4000", value_parser = count_list)]
     pub http_connections: std::vec::Vec<usize>,
@@ -633,7 +633,7 @@ pub(crate) struct RunArgs {
     /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
     /// released) and/or fresh (allocate and fill a new one per message); each is a point.
     #[arg(long, default_value = "pool", value_parser = alloc_list)]
-    pub alloc: std::vec::Vec<sendpath_lab::workload::mix::Alloc>,
+    pub alloc: std::vec::Vec<sendpath_lab::traffic::mix::Alloc>,
     /// The host profile `adaptive` decides from: a file, or `defaults` for the documented
     /// defaults (default: the active profile, see `sendpath probe`; the defaults when there is
     /// none).
@@ -644,12 +644,12 @@ pub(crate) struct RunArgs {
     pub adaptive_run: Option<u64>,
 }
 
-fn alloc_list(s: &str) -> Result<Vec<sendpath_lab::workload::mix::Alloc>, String> {
+fn alloc_list(s: &str) -> Result<Vec<sendpath_lab::traffic::mix::Alloc>, String> {
     s.split(',').map(|x| x.trim().parse()).collect()
 }
 
-fn size_mix(s: &str) -> Result<sendpath_lab::workload::mix::SizeMix, String> {
-    sendpath_lab::workload::mix::SizeMix::parse(s, MAX_MESSAGE)
+fn size_mix(s: &str) -> Result<sendpath_lab::traffic::mix::SizeMix, String> {
+    sendpath_lab::traffic::mix::SizeMix::parse(s, MAX_MESSAGE)
 }
 
 /// The host profile for `adaptive`: `file` when given, else the active one (the defaults when
@@ -717,7 +717,7 @@ pub(crate) struct StreamArgs {
     /// 88:70,4K:20,1M:10), optionally /BURST to send each drawn size that many times in a row
     /// (4K:90,64K:10/32); every path sends the same sequence of sizes.
     #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "size")]
-    pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
+    pub size_mix: Option<sendpath_lab::traffic::mix::SizeMix>,
     /// Sender threads, comma-separated; each has its own connection(s) and receiver thread.
     #[arg(long, short = 'P', default_value = "1", value_parser = count_list)]
     pub threads: std::vec::Vec<usize>,
@@ -842,7 +842,7 @@ pub(crate) struct RrArgs {
     /// Draw each response's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
     /// 88:70,4K:20,1M:10), optionally /BURST; client and server follow the same sequence.
     #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "response")]
-    pub size_mix: Option<sendpath_lab::workload::mix::SizeMix>,
+    pub size_mix: Option<sendpath_lab::traffic::mix::SizeMix>,
     /// Connections, comma-separated list.
     #[arg(long, short = 'C', default_value = "1", value_parser = count_list)]
     pub concurrency: std::vec::Vec<usize>,

@@ -173,7 +173,7 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
     );
     let report = match &agent {
         Some(t) => {
-            let mut c = sendpath_lab::agent::AgentClient::connect(t)?;
+            let mut c = sendpath_lab::remote::AgentClient::connect(t)?;
             say!(
                 "(the load runs on the agent at {}, against port {} of {})",
                 t.addr,
@@ -253,7 +253,7 @@ pub(crate) fn study(
     dir: &std::path::Path,
     cancel: &Cancel,
 ) -> anyhow::Result<ExitCode> {
-    use sendpath_lab::http::study::{self, LoadTool, Server, StudyConfig};
+    use sendpath_lab::study::http::{self as study, LoadTool, Server, StudyConfig};
     let mut servers = a.http_servers.clone();
     if servers.contains(&Server::Nginx) && !study::installed("nginx") {
         eprintln!(
@@ -269,7 +269,7 @@ pub(crate) fn study(
     // With the load on an agent, the servers listen where it reaches this host, and have
     // every CPU here.
     let listen_ip = match &agent {
-        Some(t) => sendpath_lab::agent::AgentClient::connect(t)?.local_ip(),
+        Some(t) => sendpath_lab::remote::AgentClient::connect(t)?.local_ip(),
         None => std::net::IpAddr::from([127, 0, 0, 1]),
     };
     let load = if agent.is_some() {
@@ -326,7 +326,9 @@ pub(crate) fn study(
         open_loop: a.http_open_loop.clone(),
         wrk_check: agent.is_none(),
         dir: dir.to_path_buf(),
-        seed: a.seed.unwrap_or_else(sendpath_lab::runner::fresh_seed),
+        seed: a
+            .seed
+            .unwrap_or_else(sendpath_lab::study::sweep::fresh_seed),
         listen_ip,
         agent,
     };
@@ -365,7 +367,7 @@ pub(crate) fn study(
         );
     })?;
     write_json(&dir.join("http-results.json"), &r)?;
-    let md = sendpath_lab::report::write_http(dir, &r)?;
+    let md = sendpath_lab::study::http::write_http(dir, &r)?;
     say!("{md}");
     say!(
         "wrote {}/http-results.json, summary.md, report.html",

@@ -7,9 +7,9 @@ use sendpath::Source;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
-use sendpath_lab::runner::{fresh_seed, source_file, stream_matrix, Point, Recorder};
+use sendpath_lab::study::sweep::{fresh_seed, source_file, stream_matrix, Point, Recorder};
 use sendpath_lab::topology::TopologyInfo;
-use sendpath_lab::workload::mix::Alloc;
+use sendpath_lab::traffic::mix::Alloc;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
 use sendpath_lab::workload::{PatternFile, RecvMode};
@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 fn recv_size(a: &RunArgs, size: usize) -> usize {
     a.recv_size
-        .unwrap_or_else(|| sendpath_lab::workload::default_recv_size(size))
+        .unwrap_or_else(|| sendpath_lab::traffic::default_recv_size(size))
 }
 
 pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::process::ExitCode> {

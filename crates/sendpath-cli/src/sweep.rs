@@ -2,12 +2,13 @@
 
 use crate::cli::{ReportArgs, SweepArgs};
 use anyhow::{bail, Context};
+use sendpath_lab::analysis;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
-use sendpath_lab::plan::{self, Overrides};
-use sendpath_lab::presets;
-use sendpath_lab::report::{self, analysis};
-use sendpath_lab::runner::{fresh_seed, source_file, Recorder};
+use sendpath_lab::study::http as http_study;
+use sendpath_lab::study::presets;
+use sendpath_lab::study::sweep::{self as rows, Overrides};
+use sendpath_lab::study::sweep::{fresh_seed, source_file, Recorder};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -38,7 +39,7 @@ fn timestamp() -> String {
 fn list() {
     println!("{:<16}{:>7}  about", "preset", "points");
     for p in presets::all() {
-        let n = sendpath_lab::plan::points(&p).len();
+        let n = sendpath_lab::study::sweep::points(&p).len();
         println!("{:<16}{:>7}  {}", p.name, n, p.about);
     }
     println!(
@@ -74,9 +75,9 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     let (dir, mut rec, plan) = match &a.resume {
         Some(dir) => {
             let path = dir.join("results.json");
-            let results = report::load(&path)
+            let results = rows::load(&path)
                 .context("--resume needs a sweep directory holding its results.json")?;
-            let plan = plan::resume(&results)
+            let plan = rows::resume(&results)
                 .map_err(anyhow::Error::msg)
                 .with_context(|| format!("cannot resume from {}", path.display()))?;
             let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
@@ -90,7 +91,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
                 seed: a.seed,
             };
             let plan =
-                plan::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
+                rows::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
             let dir = out_dir(a.out.as_deref(), plan.preset.name)?;
             let mut rec = Recorder::new(
                 Some(dir.join("results.json")),
@@ -128,7 +129,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     }
     let mut plan = plan;
     for p in &mut plan.points {
-        if let sendpath_lab::runner::Point::Stream(s) = p {
+        if let sendpath_lab::study::sweep::Point::Stream(s) = p {
             s.opts.profile = profile.clone();
             s.agent = agent.clone();
             s.netns = netns.clone();
@@ -167,7 +168,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     let ran = rec.run_rounds(&plan.points, file.as_ref(), &mut meter, &|| pb.inc(1));
     pb.finish_and_clear();
     if let Err(e) = ran {
-        report::write(&dir, &rec.results)?;
+        rows::write(&dir, &rec.results)?;
         return Err(e).context(format!(
             "resume with: sendpath sweep --resume {}",
             dir.display()
@@ -175,7 +176,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     }
     rec.progress = None;
     rec.print_table();
-    let a = report::write(&dir, &rec.results)?;
+    let a = rows::write(&dir, &rec.results)?;
     println!(
         "wrote {}/results.json, results.csv, summary.md, report.html",
         dir.display()
@@ -237,13 +238,13 @@ pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
         .out
         .as_deref()
         .unwrap_or_else(|| a.results.parent().unwrap_or(Path::new(".")));
-    if let Some(h) = report::load_http(&a.results)? {
-        report::write_http(out, &h)?;
+    if let Some(h) = http_study::load_http(&a.results)? {
+        http_study::write_http(out, &h)?;
         println!("wrote {}/summary.md and report.html", out.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let r = report::load(&a.results)?;
-    report::write(out, &r)?;
+    let r = rows::load(&a.results)?;
+    rows::write(out, &r)?;
     println!("wrote {}/summary.md and report.html", out.display());
     Ok(ExitCode::SUCCESS)
 }

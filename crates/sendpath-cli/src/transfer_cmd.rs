@@ -4,8 +4,8 @@ use crate::cli::{SweepArgs, TransferArgs};
 use anyhow::{bail, Context};
 use sendpath::Strategy;
 use sendpath_lab::cancel::Cancel;
-use sendpath_lab::runner::{environment, fresh_seed};
-use sendpath_lab::transfer::{
+use sendpath_lab::study::sweep::{environment, fresh_seed};
+use sendpath_lab::study::transfer::{
     self, Cache, Method, Sink, TransferConfig, TransferResults, STUDY_SIZES,
 };
 use std::path::Path;

@@ -10,8 +10,8 @@
 //! extra rounds first ([`contested`]).
 
 use crate::results::Results;
-use crate::runner::Point;
-use crate::workload::mix::Alloc;
+use crate::study::sweep::Point;
+use crate::traffic::mix::Alloc;
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
 use sendpath::profile::{
@@ -134,7 +134,7 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
     let mut out = Vec::new();
     for a in &rows {
         for b in rows.iter().filter(|b| b.strategy != a.strategy) {
-            if let Some(p) = crate::report::analysis::paired(a, b) {
+            if let Some(p) = crate::analysis::paired(a, b) {
                 out.push(HeadToHead {
                     path: a.strategy,
                     over: b.strategy,
@@ -156,7 +156,7 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
 ///   apart when paired with each other (neither was faster in a clear majority).
 pub fn contested(measurements: &[Measurement]) -> Vec<usize> {
     let clear = |n: u32, wins: u32| {
-        crate::report::analysis::clear_majority(n as usize).is_some_and(|k| wins as usize >= k)
+        crate::analysis::clear_majority(n as usize).is_some_and(|k| wins as usize >= k)
     };
     measurements
         .iter()

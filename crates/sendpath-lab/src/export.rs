@@ -2,7 +2,7 @@
 //! (and the [`Analysis`] derived from them, computed once per [`Document`]): JSON, CSV,
 //! Markdown (`summary.md`) and HTML (`report.html`). The terminal table is here too.
 
-use crate::report::analysis::{analyse, Analysis};
+use crate::analysis::{analyse, Analysis};
 use crate::results::{ConnectionBytes, CpuNsPerByte, Receiver, Results, Row};
 use anyhow::Context;
 use std::cell::OnceCell;
@@ -48,11 +48,6 @@ pub trait Exporter {
 pub struct Json;
 /// `results.csv`: one line per row, one column per summary value.
 pub struct Csv;
-/// `summary.md`: the analysis and the tables.
-pub struct Markdown;
-/// `report.html`: the analysis, tables and plots in one self-contained page.
-pub struct Html;
-
 impl Exporter for Json {
     fn name(&self) -> &'static str {
         "json"
@@ -74,30 +69,6 @@ impl Exporter for Csv {
     }
     fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
         csv_text(doc.results())
-    }
-}
-
-impl Exporter for Markdown {
-    fn name(&self) -> &'static str {
-        "markdown"
-    }
-    fn file_name(&self) -> &'static str {
-        "summary.md"
-    }
-    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
-        Ok(crate::report::markdown(doc.results(), doc.analysis()))
-    }
-}
-
-impl Exporter for Html {
-    fn name(&self) -> &'static str {
-        "html"
-    }
-    fn file_name(&self) -> &'static str {
-        "report.html"
-    }
-    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
-        crate::report::html(doc.results(), doc.analysis())
     }
 }
 
@@ -370,6 +341,7 @@ pub fn table_header() -> String {
 mod tests {
     use super::*;
     use crate::results::{Repeat, Workload};
+    use crate::study::sweep::{Html, Markdown};
 
     #[test]
     fn every_exporter_renders_the_same_rows() {

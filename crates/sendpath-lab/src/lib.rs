@@ -12,17 +12,17 @@
 //! ```
 
 pub mod agent;
+pub mod analysis;
 pub mod calibrate;
 pub mod cancel;
 pub mod export;
 pub mod http;
 pub mod measure;
-pub mod plan;
-pub mod presets;
-pub mod report;
+pub mod remote;
+pub mod render;
 pub mod results;
-pub mod runner;
+pub mod study;
 pub mod topology;
-pub mod transfer;
+pub mod traffic;
 pub mod units;
 pub mod workload;

@@ -547,9 +547,9 @@ impl Receiver {
     }
 }
 
-impl From<crate::workload::RecvMode> for Receiver {
-    fn from(m: crate::workload::RecvMode) -> Receiver {
-        use crate::workload::RecvMode;
+impl From<crate::traffic::RecvMode> for Receiver {
+    fn from(m: crate::traffic::RecvMode) -> Receiver {
+        use crate::traffic::RecvMode;
         match m {
             RecvMode::Copy => Receiver::Copy,
             RecvMode::Discard => Receiver::Discard,
@@ -620,7 +620,7 @@ pub struct Row {
     /// Where memory paths got message buffers: `pool` (reused) or `fresh` (allocated and
     /// filled per message).
     #[serde(default)]
-    pub alloc: crate::workload::mix::Alloc,
+    pub alloc: crate::traffic::mix::Alloc,
 }
 
 fn one() -> usize {
@@ -635,15 +635,15 @@ impl Row {
             |m| format!("mix {m}"),
         );
         match self.alloc {
-            crate::workload::mix::Alloc::Pool => size,
-            crate::workload::mix::Alloc::Fresh => format!("{size} fresh"),
+            crate::traffic::mix::Alloc::Pool => size,
+            crate::traffic::mix::Alloc::Fresh => format!("{size} fresh"),
         }
     }
 
     /// One size from pooled buffers: the rows the crossover and recommendation analysis
     /// compares (a mix or fresh buffers are other questions, shown in the table).
     pub fn is_plain(&self) -> bool {
-        self.size_mix.is_none() && self.alloc == crate::workload::mix::Alloc::Pool
+        self.size_mix.is_none() && self.alloc == crate::traffic::mix::Alloc::Pool
     }
 
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.

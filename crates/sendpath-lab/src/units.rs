@@ -78,6 +78,15 @@ pub fn fmt_size(b: usize) -> String {
     format!("{b}B")
 }
 
+/// `4KiB` or `4KiB .. 1MiB`.
+pub fn size_range(from: usize, to: usize) -> String {
+    if from == to {
+        fmt_size(from)
+    } else {
+        format!("{} .. {}", fmt_size(from), fmt_size(to))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,21 +9,19 @@
 //! `max_seconds` and the agent's `max_receive`. A refusal is logged with its reason and costs
 //! the refused client its connection only.
 
-pub mod proto;
-
 use crate::cancel::Cancel;
+use crate::remote::proto::{self, Reply, Request, MAX_LINE, VERSION};
+use crate::remote::read_line;
 use crate::workload::{receive, RecvCounters, RecvMode};
 use anyhow::{bail, Context};
-use proto::{Reply, Request, RequestLine, MAX_LINE, VERSION};
 use sendpath::metrics::cpu::ThreadCpu;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The port the agent listens on by default.
-pub const DEFAULT_PORT: u16 = 5300;
+pub use crate::remote::DEFAULT_PORT;
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -41,22 +39,6 @@ pub struct AgentConfig {
     /// The longest the agent waits for a client's next request (at least a window: a client
     /// says nothing between the samples at its edges).
     pub idle: Duration,
-}
-
-/// Reads one line of at most `max` bytes; `Ok(None)` at end of file.
-fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> anyhow::Result<Option<()>> {
-    buf.clear();
-    let n = r
-        .take(max as u64 + 1)
-        .read_until(b'\n', buf)
-        .context("reading the control connection")?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if buf.len() > max || buf.last() != Some(&b'\n') {
-        bail!("line longer than {max} bytes, or cut short");
-    }
-    Ok(Some(()))
 }
 
 /// Serves until `cancel` (Ctrl-C) or `until`.
@@ -486,7 +468,7 @@ fn run_rr_clients(
         cpus: None,
         opts: sendpath::Options::default(),
         mix: spec.size_mix.clone(),
-        alloc: crate::workload::mix::Alloc::Pool,
+        alloc: crate::traffic::mix::Alloc::Pool,
         agent: None,
     };
     let addr = SocketAddr::new(ip, spec.port);
@@ -559,246 +541,4 @@ fn run_rr_clients(
         mismatches: Some(mismatches),
         ..Reply::ok()
     })
-}
-
-/// What the agent's rr clients report.
-#[derive(Debug, Clone, Default)]
-pub struct RrRemote {
-    /// Transactions in the window.
-    pub transactions: u64,
-    /// Response bytes read over the whole run.
-    pub bytes: u64,
-    /// The window's latency histogram, (ns, count).
-    pub latency_hist_ns: Vec<(u64, u64)>,
-    /// The client threads' CPU over the window.
-    pub cpu: RemoteSample,
-    /// Bytes verified (verify).
-    pub verified: u64,
-    /// Bytes that differed.
-    pub mismatches: u64,
-}
-
-/// Where an agent is, and the token to present.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentTarget {
-    /// The agent's control address.
-    pub addr: SocketAddr,
-    /// The token, when the agent requires one.
-    pub token: Option<String>,
-}
-
-/// The receiver's bytes and CPU so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RemoteSample {
-    /// Bytes received.
-    pub bytes: u64,
-    /// Receiver threads' user CPU, ns.
-    pub user_ns: u64,
-    /// Receiver threads' system CPU, ns.
-    pub system_ns: u64,
-}
-
-/// A control connection to an agent.
-pub struct AgentClient {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl AgentClient {
-    /// Connects and says hello.
-    pub fn connect(t: &AgentTarget) -> anyhow::Result<AgentClient> {
-        let s = TcpStream::connect_timeout(&t.addr, Duration::from_secs(5)).with_context(|| {
-            format!(
-                "--agent {}: cannot connect (is `sendpath agent` running there?)",
-                t.addr
-            )
-        })?;
-        // The agent answers `finish` once its receivers read to end of file, which follows
-        // the senders' last byte by little: minutes of silence mean it is gone.
-        s.set_read_timeout(Some(Duration::from_secs(300)))?;
-        let w = s.try_clone()?;
-        let mut c = AgentClient {
-            r: BufReader::with_capacity(MAX_LINE, s),
-            w,
-            buf: Vec::with_capacity(MAX_LINE + 1),
-        };
-        c.call(RequestLine {
-            token: t.token.clone(),
-            ..RequestLine::op("hello")
-        })
-        .with_context(|| format!("--agent {}", t.addr))?;
-        Ok(c)
-    }
-
-    fn call(&mut self, req: RequestLine) -> anyhow::Result<Reply> {
-        let mut line = serde_json::to_string(&req)?;
-        line.push('\n');
-        self.w
-            .write_all(line.as_bytes())
-            .context("writing to the agent")?;
-        if read_line(&mut self.r, &mut self.buf, proto::MAX_REPLY)?.is_none() {
-            bail!("the agent closed the control connection");
-        }
-        let reply = proto::parse_reply(&self.buf).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if !reply.ok {
-            bail!(
-                "the agent refused: {}",
-                reply.error.as_deref().unwrap_or("(no reason given)")
-            );
-        }
-        Ok(reply)
-    }
-
-    /// Asks for a receiver of `connections` connections; the address to connect them to.
-    pub fn receive(
-        &mut self,
-        agent: SocketAddr,
-        connections: usize,
-        mode: RecvMode,
-        recv_size: usize,
-        max: Duration,
-    ) -> anyhow::Result<SocketAddr> {
-        let r = self.call(RequestLine {
-            connections: Some(connections as u32),
-            recv: Some(mode.name().into()),
-            recv_size: Some(recv_size.min(proto::MAX_RECV_SIZE as usize) as u32),
-            max_seconds: Some(max.as_secs().clamp(1, u64::from(proto::MAX_SECONDS)) as u32),
-            ..RequestLine::op("receive")
-        })?;
-        let port = r.port.context("the agent's reply lacks the port")?;
-        Ok(SocketAddr::new(agent.ip(), port))
-    }
-
-    /// The address of this end of the control connection (where the agent reaches us).
-    pub fn local_ip(&self) -> IpAddr {
-        self.w
-            .local_addr()
-            .map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip())
-    }
-
-    /// Has the agent run `pt`'s clients against our servers on `port`; returns when the
-    /// window is over.
-    pub fn rr_clients(
-        &mut self,
-        port: u16,
-        pt: &crate::workload::rr::RrPoint,
-    ) -> anyhow::Result<RrRemote> {
-        let ms = |d: Duration| d.as_millis().min(u128::from(proto::MAX_WINDOW_MS)) as u32;
-        let wait = pt.warmup + pt.duration + Duration::from_secs(60);
-        self.w.set_read_timeout(Some(wait))?;
-        let r = self.call(RequestLine {
-            connections: Some(pt.concurrency as u32),
-            port: Some(port),
-            request: Some(pt.request as u32),
-            response: Some(pt.response as u32),
-            size_mix: pt.mix.as_ref().map(|m| m.name()),
-            rate: pt.rate,
-            recv: Some(pt.recv.name().into()),
-            warmup_ms: Some(ms(pt.warmup)),
-            duration_ms: Some(ms(pt.duration).max(1)),
-            ..RequestLine::op("rr-client")
-        })?;
-        Ok(RrRemote {
-            transactions: r
-                .transactions
-                .context("the agent's reply lacks transactions")?,
-            bytes: r.bytes.context("the agent's reply lacks bytes")?,
-            latency_hist_ns: r.latency_hist_ns.unwrap_or_default(),
-            cpu: RemoteSample {
-                bytes: 0,
-                user_ns: r.cpu_user_ns.unwrap_or(0),
-                system_ns: r.cpu_system_ns.unwrap_or(0),
-            },
-            verified: r.bytes_verified.unwrap_or(0),
-            mismatches: r.mismatches.unwrap_or(0),
-        })
-    }
-
-    /// Has the agent run `http-load` with `cfg` (its target's port, at the address the agent
-    /// reached us at); returns its report when the window is over.
-    pub fn http_load(
-        &mut self,
-        cfg: &crate::http::load::LoadConfig,
-    ) -> anyhow::Result<crate::http::load::LoadReport> {
-        let ms = |d: Duration| d.as_millis().min(u128::from(proto::MAX_WINDOW_MS)) as u32;
-        self.w
-            .set_read_timeout(Some(cfg.warmup + cfg.duration + Duration::from_secs(60)))?;
-        let r = self.call(RequestLine {
-            connections: Some(cfg.connections as u32),
-            threads: Some(cfg.threads as u32),
-            port: Some(cfg.target.port()),
-            rate: cfg.rate,
-            path: Some(cfg.path.clone()),
-            warmup_ms: Some(ms(cfg.warmup)),
-            duration_ms: Some(ms(cfg.duration).max(1)),
-            ..RequestLine::op("http-load")
-        })?;
-        r.http_load
-            .context("the agent's reply lacks the http-load report")
-    }
-
-    /// Bytes and CPU so far.
-    pub fn sample(&mut self) -> anyhow::Result<RemoteSample> {
-        let r = self.call(RequestLine::op("sample"))?;
-        Ok(RemoteSample {
-            bytes: r.bytes.context("the agent's sample lacks bytes")?,
-            user_ns: r.cpu_user_ns.unwrap_or(0),
-            system_ns: r.cpu_system_ns.unwrap_or(0),
-        })
-    }
-
-    /// After the senders half-closed: the totals, bytes verified and mismatches.
-    pub fn finish(&mut self) -> anyhow::Result<(RemoteSample, u64, u64)> {
-        let r = self.call(RequestLine::op("finish"))?;
-        Ok((
-            RemoteSample {
-                bytes: r.bytes.context("the agent's reply lacks bytes")?,
-                user_ns: r.cpu_user_ns.unwrap_or(0),
-                system_ns: r.cpu_system_ns.unwrap_or(0),
-            },
-            r.bytes_verified.unwrap_or(0),
-            r.mismatches.unwrap_or(0),
-        ))
-    }
-}
-
-/// Parses `HOST[:PORT]` (port [`DEFAULT_PORT`] when missing).
-pub fn parse_target(s: &str) -> Result<SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    let with_port = if s.parse::<SocketAddr>().is_ok() {
-        s.to_string()
-    } else if s.parse::<IpAddr>().is_ok() {
-        match s.parse::<IpAddr>() {
-            Ok(IpAddr::V6(_)) => format!("[{s}]:{DEFAULT_PORT}"),
-            _ => format!("{s}:{DEFAULT_PORT}"),
-        }
-    } else if s.contains(':') {
-        s.to_string()
-    } else {
-        format!("{s}:{DEFAULT_PORT}")
-    };
-    with_port
-        .to_socket_addrs()
-        .map_err(|e| format!("`{s}`: not HOST[:PORT] ({e})"))?
-        .next()
-        .ok_or_else(|| format!("`{s}`: no address"))
-}
-
-/// Reads a token file: its first line, trimmed; refuses an empty or oversized one.
-pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path)
-        .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
-    let t = s.lines().next().unwrap_or("").trim().to_string();
-    if t.is_empty() {
-        bail!("--token-file {}: the file is empty", path.display());
-    }
-    if t.len() > proto::MAX_TOKEN {
-        bail!(
-            "--token-file {}: a token is at most {} bytes",
-            path.display(),
-            proto::MAX_TOKEN
-        );
-    }
-    Ok(t)
 }

@@ -4,7 +4,6 @@
 
 pub mod load;
 pub mod serve;
-pub mod study;
 
 /// The most bytes a request head may take (request line and headers), like nginx's default
 /// `large_client_header_buffers 4 8k` for one header line.

@@ -1,10 +1,10 @@
 //! Workloads: what runs on the connections while a window is measured.
 
-pub mod mix;
 pub mod rr;
 pub mod sink;
 pub mod stream;
 
+pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
 use sendpath::{Msg, SendPath, Source, Strategy};
@@ -16,42 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How the receiver treats bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecvMode {
-    /// `read()` into a buffer (what a real application does).
-    Copy,
-    /// `recv(MSG_TRUNC)`: the kernel drops the bytes without copying them out.
-    Discard,
-    /// `read()` and check every byte against the pattern.
-    Verify,
-}
-
-impl RecvMode {
-    /// Every mode.
-    pub const ALL: [RecvMode; 3] = [RecvMode::Copy, RecvMode::Discard, RecvMode::Verify];
-
-    /// The stable name, as in results files.
-    pub fn name(self) -> &'static str {
-        match self {
-            RecvMode::Copy => "copy",
-            RecvMode::Discard => "discard",
-            RecvMode::Verify => "verify",
-        }
-    }
-}
-
-impl std::str::FromStr for RecvMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<RecvMode, String> {
-        RecvMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("`{s}` is not a receive mode: use copy, discard or verify"))
-    }
-}
 
 /// Counters a receiver publishes while it runs.
 #[derive(Default)]
@@ -184,12 +148,6 @@ pub fn accept_before(
     }
 }
 
-/// The default receiver read size for messages of `size` bytes: the message size clamped to
-/// 16 KiB..1 MiB, iperf3's convention for its `-l` block.
-pub fn default_recv_size(size: usize) -> usize {
-    size.clamp(16 << 10, 1 << 20)
-}
-
 /// A file of the pattern for the file paths, long enough to stream from in a loop. Its length
 /// is a multiple of the pattern period, so wrapping around keeps the stream verifiable.
 pub struct PatternFile {
@@ -291,7 +249,7 @@ pub struct MsgShape {
     /// Length of the source file (file paths).
     pub file_len: u64,
     /// Pooled or freshly allocated buffers.
-    pub alloc: mix::Alloc,
+    pub alloc: crate::traffic::mix::Alloc,
 }
 
 /// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get
@@ -325,8 +283,10 @@ pub fn send_message(
                     base
                 };
                 let mut b = match alloc {
-                    mix::Alloc::Pool => p.take_buf(len),
-                    mix::Alloc::Fresh => sendpath::Buf::fresh(len, sendpath::buffer::FILL),
+                    crate::traffic::mix::Alloc::Pool => p.take_buf(len),
+                    crate::traffic::mix::Alloc::Fresh => {
+                        sendpath::Buf::fresh(len, sendpath::buffer::FILL)
+                    }
                 };
                 if fill {
                     pattern::fill(b.as_mut_slice(), o);

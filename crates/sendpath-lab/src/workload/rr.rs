@@ -3,11 +3,12 @@
 //! latency counts from the intended send time, so a slow response delays the clock of every
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
-use super::mix::{Alloc, SizeMix};
 use super::{join_senders, send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
+use crate::remote::proto::{RrClientSpec, MAX_WINDOW_MS};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
+use crate::traffic::mix::{Alloc, SizeMix};
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
 use hdrhistogram::Histogram;
@@ -42,7 +43,7 @@ pub struct RrPoint {
     /// Pooled or freshly allocated response buffers.
     pub alloc: Alloc,
     /// Run the clients on `sendpath agent` there (its latency, bytes and CPU come back).
-    pub agent: Option<crate::agent::AgentTarget>,
+    pub agent: Option<crate::remote::AgentTarget>,
 }
 
 /// The response sizes of connection `conn`: the mix's sequence, or `response` again and again.
@@ -257,22 +258,38 @@ pub fn run_once(
     Ok(Some(Outcome { repeat, note }))
 }
 
+/// What the agent's clients run for `pt`, against our servers on `port`.
+fn client_spec(pt: &RrPoint, port: u16) -> RrClientSpec {
+    let ms = |d: Duration| d.as_millis().min(u128::from(MAX_WINDOW_MS)) as u32;
+    RrClientSpec {
+        connections: pt.concurrency as u32,
+        port,
+        request: pt.request as u32,
+        response: pt.response as u32,
+        size_mix: pt.mix.clone(),
+        rate: pt.rate,
+        recv: pt.recv,
+        warmup_ms: ms(pt.warmup),
+        duration_ms: ms(pt.duration),
+    }
+}
+
 /// One repeat with the clients on `sendpath agent`: our servers listen on the address the
 /// agent reached us at, the agent connects, runs the warmup and the window by its clock and
 /// replies with the window's transactions, latency histogram and client CPU.
 fn run_once_with_agent(
     pt: &RrPoint,
-    t: &crate::agent::AgentTarget,
+    t: &crate::remote::AgentTarget,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
-    let mut agent = crate::agent::AgentClient::connect(t)?;
+    let mut agent = crate::remote::AgentClient::connect(t)?;
     let l = TcpListener::bind((agent.local_ip(), 0))
         .context("binding a listener on the address the agent reached us at")?;
     let port = l.local_addr()?.port();
-    let spec = pt.clone();
-    let asked = std::thread::spawn(move || agent.rr_clients(port, &spec));
+    let spec = client_spec(pt, port);
+    let asked = std::thread::spawn(move || agent.rr_clients(&spec));
     let deadline = Instant::now() + Duration::from_secs(10);
     l.set_nonblocking(true)?;
     let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();

@@ -1,12 +1,12 @@
 //! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
 
-use super::mix::{Alloc, SizeMix};
 use super::{
     receive, receive_many, send_message, MsgShape, PatternFile, RecvCounters, RecvMode, PART_ALIGN,
 };
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
+use crate::traffic::mix::{Alloc, SizeMix};
 use anyhow::{anyhow, bail, Context};
 use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
@@ -47,7 +47,7 @@ pub struct StreamPoint {
     /// Run the receiver in this namespace (`--topology netns`) instead of on loopback.
     pub netns: Option<Arc<crate::topology::Netns>>,
     /// Have `sendpath agent` there receive (its bytes, verification and CPU come back).
-    pub agent: Option<crate::agent::AgentTarget>,
+    pub agent: Option<crate::remote::AgentTarget>,
 }
 
 /// What one repeat produced.
@@ -201,7 +201,7 @@ pub fn run_once(
     // A remote receiver: one control session per repeat.
     let mut agent = match &pt.agent {
         Some(t) => {
-            let mut c = crate::agent::AgentClient::connect(t)?;
+            let mut c = crate::remote::AgentClient::connect(t)?;
             let max = pt.warmup + pt.duration + Duration::from_secs(30);
             let at = c.receive(t.addr, pt.threads * per_thread, pt.recv, pt.recv_size, max)?;
             Some((c, at))

@@ -1,110 +1,16 @@
-//! `summary.md` and `report.html`, rendered from a results file alone.
+//! The sweep's `summary.md` and `report.html`, rendered from its results alone.
 
-pub mod analysis;
-pub(crate) mod plot;
-
-use crate::results::{Results, Row, Workload, SCHEMA_VERSION};
+use crate::analysis::{self, Analysis};
+use crate::export::{write_text, Document, Exporter};
+use crate::render::plot::{line_chart, Series, XAxis};
+use crate::render::{environment_line_of, esc, Table};
+use crate::results::{Results, Row, Workload};
 use crate::units::fmt_size;
-use analysis::Analysis;
-use anyhow::{bail, Context};
-use plot::{line_chart, Series, XAxis};
+use anyhow::Context;
 use sendpath::Strategy;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// Reads and checks a results file; says what is wrong with a foreign or damaged one.
-pub fn load(path: &Path) -> anyhow::Result<Results> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not valid JSON (truncated or damaged?)",
-            path.display()
-        )
-    })?;
-    match v.get("schema_version").and_then(|s| s.as_u64()) {
-        None => bail!(
-            "{} is not a sendpath results file (no schema_version); give the results.json that `sendpath sweep` or `sendpath stream --json` wrote",
-            path.display()
-        ),
-        Some(n) if n != SCHEMA_VERSION as u64 => bail!(
-            "{} has schema_version {n}; this sendpath reads version {SCHEMA_VERSION}",
-            path.display()
-        ),
-        _ => {}
-    }
-    serde_json::from_value(v).with_context(|| {
-        format!(
-            "{} does not have the layout of a sendpath results file",
-            path.display()
-        )
-    })
-}
-
-/// A table rendered both as Markdown and as HTML.
-struct Table {
-    title: String,
-    headers: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(title: &str, headers: &[&str]) -> Table {
-        Table {
-            title: title.into(),
-            headers: headers.iter().map(|h| h.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    fn md(&self) -> String {
-        let mut s = format!(
-            "## {}\n\n| {} |\n|{}\n",
-            self.title,
-            self.headers.join(" | "),
-            "---|".repeat(self.headers.len())
-        );
-        for r in &self.rows {
-            let _ = writeln!(s, "| {} |", r.join(" | "));
-        }
-        s.push('\n');
-        s
-    }
-
-    fn html(&self) -> String {
-        let mut s = format!("<h2>{}</h2>\n<table>\n<tr>", esc(&self.title));
-        for h in &self.headers {
-            let _ = write!(s, "<th>{}</th>", esc(h));
-        }
-        s.push_str("</tr>\n");
-        for r in &self.rows {
-            s.push_str("<tr>");
-            for c in r {
-                let _ = write!(s, "<td>{}</td>", esc(c));
-            }
-            s.push_str("</tr>\n");
-        }
-        s.push_str("</table>\n");
-        s
-    }
-}
-
-/// `4KiB` or `4KiB .. 1MiB`.
-pub fn size_range(from: usize, to: usize) -> String {
-    if from == to {
-        fmt_size(from)
-    } else {
-        format!("{} .. {}", fmt_size(from), fmt_size(to))
-    }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     let mut out = Vec::new();
@@ -400,18 +306,6 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-/// The host and command of a run: kernel, CPUs, version, command line.
-fn environment_line_of(e: &crate::results::Environment) -> String {
-    format!(
-        "kernel {}, {} x {}, sendpath {}, command: `{}`",
-        e.kernel,
-        e.probe.cpus,
-        e.cpu,
-        e.sendpath_version,
-        e.command_line.join(" ")
-    )
-}
-
 fn environment_line(r: &Results) -> String {
     format!(
         "{}{}",
@@ -470,85 +364,6 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
     s
 }
 
-/// `report.html` of the HTTP server study: per body size, requests/s, p50 and p99 latency
-/// and server CPU per request against connections (closed loop, medians over rounds, one
-/// line per server), then `summary` (the study's [`summary`](crate::http::study::summary))
-/// as text. Self-contained, plots as inline SVG.
-pub fn http_html(r: &crate::http::study::StudyResults, summary: &str) -> anyhow::Result<String> {
-    use crate::http::study::{axes, closed_windows, median_of, Measurement};
-    type Value = fn(&Measurement) -> Option<f64>;
-    let (servers, bodies, conns) = axes(r);
-    let charts: [(&str, &str, Value); 4] = [
-        ("Requests/s", "requests/s", |m| Some(m.requests_per_s)),
-        ("p50 latency", "p50 (ms)", |m| {
-            m.latency_us.map(|l| l.p50 / 1e3)
-        }),
-        ("p99 latency", "p99 (ms)", |m| {
-            m.latency_us.map(|l| l.p99 / 1e3)
-        }),
-        ("Server CPU per request", "CPU (us per request)", |m| {
-            m.server_cpu_us_per_request
-        }),
-    ];
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath HTTP server study</title>\n<style>\
-         body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
-         .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}\
-         pre{font-size:13px;background:#f7f7f7;padding:1em;overflow-x:auto}\
-         </style></head><body>\n<h1>sendpath HTTP server study</h1>\n",
-    );
-    let _ = writeln!(
-        s,
-        "<p>{}</p><p>Closed loop; each point is the median over rounds; server CPU is the server's own, from /proc over the measured window.</p>",
-        esc(&environment_line_of(&r.environment))
-    );
-    for &body in &bodies {
-        let _ = writeln!(
-            s,
-            "<h2>Body {}</h2>\n<div class=\"plots\">",
-            esc(&fmt_size(body))
-        );
-        for (what, y_desc, f) in charts {
-            let series: Vec<Series> = servers
-                .iter()
-                .map(|srv| Series {
-                    name: srv.clone(),
-                    points: conns
-                        .iter()
-                        .filter_map(|&c| {
-                            median_of(&closed_windows(r, srv, body, c), f).map(|y| (c as f64, y))
-                        })
-                        .collect(),
-                })
-                .filter(|x| !x.points.is_empty())
-                .collect();
-            if series.is_empty() {
-                continue;
-            }
-            let title = format!("{what}, body {}", fmt_size(body));
-            let svg = line_chart(
-                &title,
-                "connections (log scale)",
-                y_desc,
-                XAxis::LogCount,
-                &series,
-            )?;
-            let _ = writeln!(
-                s,
-                "<figure>{svg}<figcaption>{} vs connections</figcaption></figure>",
-                esc(&title)
-            );
-        }
-        s.push_str("</div>\n");
-    }
-    let _ = writeln!(
-        s,
-        "<h2>Tables</h2>\n<pre>{}</pre>\n</body></html>",
-        esc(summary)
-    );
-    Ok(s)
-}
-
 /// `report.html`: self-contained, plots as inline SVG.
 pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     let mut s = String::from(
@@ -600,43 +415,7 @@ pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     Ok(s)
 }
 
-/// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is
-/// written, and each is written beside and renamed, so a failure leaves earlier files intact.
-/// Returns the analysis the files were written with.
-/// Writes `summary.md` and `report.html` of an HTTP server study into `dir`; returns the
-/// summary.
-pub fn write_http(dir: &Path, r: &crate::http::study::StudyResults) -> anyhow::Result<String> {
-    use crate::export::write_text;
-    let md = crate::http::study::summary(r);
-    let page = http_html(r, &md)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    write_text(&dir.join("summary.md"), &md)?;
-    write_text(&dir.join("report.html"), &page)?;
-    Ok(md)
-}
-
-/// An HTTP server study's `http-results.json`, or `None` when `path` holds something else
-/// (a results.json is read by [`load`]).
-pub fn load_http(path: &Path) -> anyhow::Result<Option<crate::http::study::StudyResults>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(_) => return Ok(None),
-    };
-    if v.get("schema_version").is_some() || v.get("measurements").is_none() {
-        return Ok(None);
-    }
-    serde_json::from_value(v).map(Some).with_context(|| {
-        format!(
-            "{} does not have the layout of an http-results.json",
-            path.display()
-        )
-    })
-}
-
 pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
-    use crate::export::{write_text, Document, Exporter, Html, Markdown};
     let doc = Document::new(r);
     let md = Markdown.render(&doc)?;
     let page = Html.render(&doc)?;
@@ -644,4 +423,34 @@ pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
     write_text(&dir.join(Markdown.file_name()), &md)?;
     write_text(&dir.join(Html.file_name()), &page)?;
     Ok(doc.analysis().clone())
+}
+
+/// `summary.md`: the analysis and the tables.
+pub struct Markdown;
+
+/// `report.html`: the analysis, tables and plots in one self-contained page.
+pub struct Html;
+
+impl Exporter for Markdown {
+    fn name(&self) -> &'static str {
+        "markdown"
+    }
+    fn file_name(&self) -> &'static str {
+        "summary.md"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        Ok(markdown(doc.results(), doc.analysis()))
+    }
+}
+
+impl Exporter for Html {
+    fn name(&self) -> &'static str {
+        "html"
+    }
+    fn file_name(&self) -> &'static str {
+        "report.html"
+    }
+    fn render(&self, doc: &Document<'_>) -> anyhow::Result<String> {
+        html(doc.results(), doc.analysis())
+    }
 }

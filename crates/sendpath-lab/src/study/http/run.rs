@@ -6,9 +6,9 @@
 //! the published study used) or from `http-load`; open-loop points at fractions of the peak
 //! rate use `http-load`, which counts latency from each request's intended send time.
 
-use super::load::{self, LatencyUs, LoadConfig};
-use super::serve::{SendMode, ServeReport};
 use crate::cancel::Cancel;
+use crate::http::load::{self, LatencyUs, LoadConfig};
+use crate::http::serve::{SendMode, ServeReport};
 use crate::results::Spread;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -90,7 +90,7 @@ pub struct StudyConfig {
     /// Servers listen on this address (127.0.0.1, or the one an agent reaches this host at).
     pub listen_ip: std::net::IpAddr,
     /// Generate the load on `sendpath agent` there (http-load; no wrk, no cross-check).
-    pub agent: Option<crate::agent::AgentTarget>,
+    pub agent: Option<crate::remote::AgentTarget>,
 }
 
 /// One measured window.
@@ -188,7 +188,7 @@ pub fn nginx_config(
         ""
     };
     let location = if body_len <= 2048 {
-        let body = String::from_utf8(super::body_bytes(body_len, 1)).expect("ASCII");
+        let body = String::from_utf8(crate::http::body_bytes(body_len, 1)).expect("ASCII");
         format!("        location / {{ return 200 \"{body}\"; }}\n")
     } else {
         format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
@@ -341,7 +341,7 @@ fn start(
             let conf = cfg.dir.join("nginx.conf");
             std::fs::create_dir_all(cfg.dir.join("tmp"))?;
             std::fs::create_dir_all(cfg.dir.join("www"))?;
-            std::fs::write(cfg.dir.join("www/body"), super::body_bytes(body, 1))?;
+            std::fs::write(cfg.dir.join("www/body"), crate::http::body_bytes(body, 1))?;
             std::fs::write(
                 &conf,
                 nginx_config(
@@ -463,7 +463,7 @@ fn http_load(
         timeout: Duration::from_secs(5),
     };
     let r = match &cfg.agent {
-        Some(t) => crate::agent::AgentClient::connect(t)?.http_load(&lc)?,
+        Some(t) => crate::remote::AgentClient::connect(t)?.http_load(&lc)?,
         None => load::run(&lc, cancel),
     };
     Ok(Window {
@@ -625,7 +625,7 @@ pub fn run(
     mut progress: impl FnMut(&Measurement),
 ) -> anyhow::Result<StudyResults> {
     std::fs::create_dir_all(&cfg.dir)?;
-    let mut environment = crate::runner::environment();
+    let mut environment = crate::study::sweep::environment();
     environment.agent = cfg.agent.as_ref().map(|t| t.addr.to_string());
     let mut out = StudyResults {
         environment,
@@ -1208,7 +1208,7 @@ mod tests {
     #[test]
     fn the_summary_pairs_rounds_against_nginx() {
         let r = StudyResults {
-            environment: crate::runner::environment(),
+            environment: crate::study::sweep::environment(),
             nginx_config: None,
             measurements: vec![
                 m("sendpath-uring", 1, 110.0, 8.0),
@@ -1246,7 +1246,7 @@ mod tests {
             ..ServeReport::default()
         });
         let r = StudyResults {
-            environment: crate::runner::environment(),
+            environment: crate::study::sweep::environment(),
             nginx_config: Some("user root;\nworker_processes 2;\n".into()),
             measurements: vec![serve, m("nginx", 1, 100.0, 10.0)],
             wrk_check_ratios: vec![],
@@ -1286,7 +1286,7 @@ mod tests {
             ..m("nginx", 1, 0.0, 8.0)
         });
         let r = StudyResults {
-            environment: crate::runner::environment(),
+            environment: crate::study::sweep::environment(),
             nginx_config: None,
             measurements: ms,
             wrk_check_ratios: vec![],
@@ -1298,7 +1298,7 @@ mod tests {
             Some(150.0),
             "rounds 1 and 2, the open-loop window left out"
         );
-        let h = crate::report::http_html(&r, &summary(&r)).unwrap();
+        let h = crate::study::http::http_html(&r, &summary(&r)).unwrap();
         assert!(
             h.contains("<h2>Body 88B</h2>") && h.contains("<h2>Body 64KiB</h2>"),
             "{h}"

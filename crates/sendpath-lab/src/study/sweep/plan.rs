@@ -3,10 +3,10 @@
 //! and how many windows are left. The runner (`sendpath sweep`) creates directories, measures
 //! and writes; this module only decides.
 
-use crate::presets::{self, Preset};
 use crate::results::{Results, Schedule, SweepInfo};
-use crate::runner::{stream_matrix, Point};
-use crate::workload::mix::{Alloc, SizeMix};
+use crate::study::presets::{self, Preset};
+use crate::study::sweep::{stream_matrix, Point};
+use crate::traffic::mix::{Alloc, SizeMix};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
 use std::time::Duration;
@@ -222,7 +222,7 @@ mod tests {
 
     fn results_of(plan: &SweepPlan, windows: usize) -> Results {
         let mut r: Results =
-            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+            serde_json::from_str(include_str!("../../../tests/data/empty-results.json")).unwrap();
         r.sweep = Some(plan.info());
         r.schedule = plan.schedule;
         r.results = (0..windows)

@@ -2,7 +2,7 @@
 //! Pure functions of [`Results`], so `sendpath report` can redo them from the JSON alone.
 
 use crate::results::{Results, Row, Spread, Workload};
-use crate::workload::mix::Alloc;
+use crate::traffic::mix::Alloc;
 use sendpath::{Source, Strategy};
 use std::collections::BTreeSet;
 
@@ -37,7 +37,7 @@ impl Recommendation {
     pub fn messages(&self) -> String {
         match &self.mix {
             Some(m) => format!("mix {m}"),
-            None => super::size_range(self.from_size, self.to_size),
+            None => crate::units::size_range(self.from_size, self.to_size),
         }
     }
 }
@@ -482,7 +482,7 @@ mod tests {
 
     fn results(rows: Vec<Row>) -> Results {
         let mut r: Results =
-            serde_json::from_str(include_str!("../../tests/data/empty-results.json")).unwrap();
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
         r.results = rows;
         r
     }

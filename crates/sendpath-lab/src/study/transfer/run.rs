@@ -14,7 +14,7 @@
 use crate::cancel::Cancel;
 use crate::measure::{process_cpu_ns, thread_cpu_ns};
 use crate::results::{Environment, Spread};
-use crate::runner::round_order;
+use crate::study::sweep::round_order;
 use crate::units::fmt_size;
 use crate::workload::PatternFile;
 use anyhow::{bail, Context};
@@ -146,10 +146,10 @@ pub enum Sink {
 
 impl Sink {
     /// How a receiver reads for this sink (a file sink reads as `copy`, then writes).
-    pub fn recv_mode(&self) -> crate::workload::RecvMode {
+    pub fn recv_mode(&self) -> crate::traffic::RecvMode {
         match self {
-            Sink::Discard => crate::workload::RecvMode::Discard,
-            Sink::Copy | Sink::File { .. } => crate::workload::RecvMode::Copy,
+            Sink::Discard => crate::traffic::RecvMode::Discard,
+            Sink::Copy | Sink::File { .. } => crate::traffic::RecvMode::Copy,
         }
     }
 
@@ -188,7 +188,7 @@ pub struct TransferConfig {
     /// Receive in this namespace (`--topology netns`) instead of on loopback.
     pub netns: Option<std::sync::Arc<crate::topology::Netns>>,
     /// Have `sendpath agent` receive (it acknowledges through its control connection).
-    pub agent: Option<crate::agent::AgentTarget>,
+    pub agent: Option<crate::remote::AgentTarget>,
 }
 
 /// One transfer.
@@ -398,7 +398,7 @@ fn warm_up(f: &PatternFile) -> anyhow::Result<()> {
 /// The receiving end of one transfer: a thread of ours, or `sendpath agent`.
 enum Far {
     Local(std::thread::JoinHandle<anyhow::Result<Received>>),
-    Agent(crate::agent::AgentClient),
+    Agent(crate::remote::AgentClient),
     /// The agent's report, once it acknowledged.
     Done(Received),
 }
@@ -407,7 +407,7 @@ impl Far {
     /// Readies a receiver for one connection; the address to send to.
     fn open(listener: &TcpListener, cfg: &TransferConfig) -> anyhow::Result<(Far, SocketAddr)> {
         if let Some(t) = &cfg.agent {
-            let mut c = crate::agent::AgentClient::connect(t)?;
+            let mut c = crate::remote::AgentClient::connect(t)?;
             let at = c.receive(t.addr, 1, cfg.sink.recv_mode(), cfg.recv_size, cfg.timeout)?;
             return Ok((Far::Agent(c), at));
         }

@@ -134,11 +134,11 @@ pub struct RrClientSpec {
     /// Response bytes (the mix's mean with a mix).
     pub response: u32,
     /// Response sizes drawn from this mix.
-    pub size_mix: Option<crate::workload::mix::SizeMix>,
+    pub size_mix: Option<crate::traffic::mix::SizeMix>,
     /// Open loop rate over all connections.
     pub rate: Option<f64>,
     /// `copy` or `verify`.
-    pub recv: crate::workload::RecvMode,
+    pub recv: crate::traffic::RecvMode,
     /// Unrecorded time first.
     pub warmup_ms: u32,
     /// The recorded window.
@@ -158,7 +158,7 @@ pub enum Request {
         /// Connections.
         connections: u32,
         /// What to do with the bytes.
-        recv: crate::workload::RecvMode,
+        recv: crate::traffic::RecvMode,
         /// Bytes per read.
         recv_size: u32,
         /// Upper bound on the receive, seconds.
@@ -318,9 +318,9 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
                 .filter(|c| (1..=MAX_CONNECTIONS).contains(c))
                 .ok_or_else(|| Refused(format!("connections must be 1..{MAX_CONNECTIONS}")))?;
             let recv = match r.recv.as_deref() {
-                Some("copy") => crate::workload::RecvMode::Copy,
-                Some("discard") => crate::workload::RecvMode::Discard,
-                Some("verify") => crate::workload::RecvMode::Verify,
+                Some("copy") => crate::traffic::RecvMode::Copy,
+                Some("discard") => crate::traffic::RecvMode::Discard,
+                Some("verify") => crate::traffic::RecvMode::Verify,
                 _ => return Err(Refused("recv must be copy, discard or verify".into())),
             };
             let recv_size = r
@@ -430,14 +430,14 @@ fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
     let warmup_ms = range(r.warmup_ms.or(Some(0)), 0, MAX_WINDOW_MS, "warmup_ms")?;
     let duration_ms = range(r.duration_ms, 1, MAX_WINDOW_MS, "duration_ms")?;
     let recv = match r.recv.as_deref() {
-        Some("copy") => crate::workload::RecvMode::Copy,
-        Some("verify") => crate::workload::RecvMode::Verify,
+        Some("copy") => crate::traffic::RecvMode::Copy,
+        Some("verify") => crate::traffic::RecvMode::Verify,
         _ => return Err(Refused("rr-client: recv must be copy or verify".into())),
     };
     rate(r.rate)?;
     let size_mix = match &r.size_mix {
         Some(m) if m.len() <= 256 => Some(
-            crate::workload::mix::SizeMix::parse(m, MAX_RECV_SIZE as usize)
+            crate::traffic::mix::SizeMix::parse(m, MAX_RECV_SIZE as usize)
                 .map_err(|e| Refused(format!("size_mix: {e}")))?,
         ),
         Some(_) => return Err(Refused("size_mix longer than 256 bytes".into())),
@@ -498,7 +498,7 @@ mod tests {
             ),
             Ok(Request::Receive {
                 connections: 2,
-                recv: crate::workload::RecvMode::Verify,
+                recv: crate::traffic::RecvMode::Verify,
                 recv_size: 65536,
                 max_seconds: 10
             })

@@ -3,7 +3,7 @@
 //!
 //! Each round measures every point once, in an order shuffled from a recorded seed, so a slow
 //! phase of a shared host spreads over all points instead of landing on one; comparisons then
-//! pair the windows of one round (see `report::analysis`).
+//! pair the windows of one round (see `analysis`).
 
 use crate::cancel::Cancel;
 use crate::export;
@@ -11,8 +11,8 @@ use crate::measure::Meter;
 use crate::results::{
     Environment, FileCache, Receiver, Results, Row, Schedule, Workload, SCHEMA_VERSION,
 };
+use crate::traffic::mix::Alloc;
 use crate::units::fmt_size;
-use crate::workload::mix::Alloc;
 use crate::workload::rr::{self, RrPoint};
 use crate::workload::stream::{self, Outcome, StreamPoint};
 use crate::workload::{cold_file_dir, PatternFile};

@@ -1,7 +1,7 @@
 //! Sweep presets, several of them shaped after published studies of this question so results
 //! can be set beside the published ones.
 
-use crate::workload::mix::Alloc;
+use crate::traffic::mix::Alloc;
 use sendpath::Strategy;
 use std::time::Duration;
 
@@ -157,7 +157,7 @@ mod tests {
     fn every_mix_of_a_preset_parses() {
         for p in all() {
             for m in &p.mixes {
-                crate::workload::mix::SizeMix::parse(m, 1 << 30).unwrap();
+                crate::traffic::mix::SizeMix::parse(m, 1 << 30).unwrap();
             }
         }
         assert_eq!(find("mixed").unwrap().mixes.len(), 5);

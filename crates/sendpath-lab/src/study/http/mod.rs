@@ -1,0 +1,9 @@
+//! The server study: sendpath serve against nginx under http-load and wrk.
+
+mod results;
+mod run;
+mod summary;
+
+pub use results::*;
+pub use run::*;
+pub use summary::*;

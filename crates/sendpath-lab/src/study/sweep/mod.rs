@@ -1,0 +1,11 @@
+//! The stream and rr sweeps: points measured in interleaved rounds, one row each.
+
+mod plan;
+mod results;
+mod run;
+mod summary;
+
+pub use plan::*;
+pub use results::*;
+pub use run::*;
+pub use summary::*;

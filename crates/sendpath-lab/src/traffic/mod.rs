@@ -1,0 +1,47 @@
+//! What a workload's traffic looks like, as plans, results and the agent protocol name it:
+//! the message sizes and their mix, how buffers are allocated, how the receiver treats bytes.
+//! Plain data: nothing here opens a socket.
+
+pub mod mix;
+
+/// How the receiver treats bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecvMode {
+    /// `read()` into a buffer (what a real application does).
+    Copy,
+    /// `recv(MSG_TRUNC)`: the kernel drops the bytes without copying them out.
+    Discard,
+    /// `read()` and check every byte against the pattern.
+    Verify,
+}
+
+impl RecvMode {
+    /// Every mode.
+    pub const ALL: [RecvMode; 3] = [RecvMode::Copy, RecvMode::Discard, RecvMode::Verify];
+
+    /// The stable name, as in results files.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecvMode::Copy => "copy",
+            RecvMode::Discard => "discard",
+            RecvMode::Verify => "verify",
+        }
+    }
+}
+
+impl std::str::FromStr for RecvMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RecvMode, String> {
+        RecvMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("`{s}` is not a receive mode: use copy, discard or verify"))
+    }
+}
+
+/// The default receiver read size for messages of `size` bytes: the message size clamped to
+/// 16 KiB..1 MiB, iperf3's convention for its `-l` block.
+pub fn default_recv_size(size: usize) -> usize {
+    size.clamp(16 << 10, 1 << 20)
+}
