@@ -480,72 +480,23 @@ fn file_size(s: &str) -> Result<usize, String> {
     bounded_size(s, "the file size", 4096, 1 << 40)
 }
 
-/// Refuses a run whose buffers cannot fit in memory: per connection, a sender keeps up to
-/// `uring_depth` + 2 messages (plus up to 8 MiB of zero-copy sends in flight) and the receiver
-/// one read buffer.
+/// Refuses a run whose buffers cannot fit in memory, naming the flags that shrink them.
 pub(crate) fn check_memory(
     sizes: &[usize],
     threads: &[usize],
     run: &RunArgs,
 ) -> anyhow::Result<()> {
-    let size = sizes.iter().copied().max().unwrap_or(0) as u128;
-    let conns = threads.iter().copied().max().unwrap_or(1) as u128;
-    let need = conns * (size * (u128::from(run.uring_depth) + 2) + size.min(1 << 20) + (8 << 20));
-    let Some(avail) = mem_available() else {
-        return Ok(());
-    };
-    if need > u128::from(avail) {
-        anyhow::bail!(
-            "{} messages over {conns} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
-            sendpath_lab::units::fmt_size(size as usize),
-            need >> 20,
-            avail >> 20
-        );
-    }
-    Ok(())
-}
-
-/// Raises the soft limit on open files (`RLIMIT_NOFILE`) to at least `need`, up to the hard
-/// limit, as wrk and nginx do; an error when the hard limit is lower.
-pub(crate) fn raise_nofile(need: usize) -> anyhow::Result<()> {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut lim = getrlimit(Resource::Nofile);
-    let need = need as u64;
-    if lim.current.is_none_or(|c| c >= need) {
-        return Ok(());
-    }
-    if lim.maximum.is_some_and(|m| m < need) {
-        anyhow::bail!(
-            "this run needs {need} open files and the hard limit (ulimit -Hn) is {}: raise it, or use fewer connections",
-            lim.maximum.unwrap_or(0)
-        );
-    }
-    lim.current = Some(need);
-    setrlimit(Resource::Nofile, lim)
-        .map_err(std::io::Error::from)
-        .map_err(|e| anyhow::anyhow!("setrlimit(RLIMIT_NOFILE): {e}"))
-}
-
-/// Raises the soft open-files limit towards `want`, as far as the hard limit allows; returns
-/// the limit now in force (a server then caps its connections to fit).
-pub(crate) fn raise_nofile_upto(want: usize) -> u64 {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut lim = getrlimit(Resource::Nofile);
-    let want = want as u64;
-    let target = lim.maximum.map_or(want, |m| m.min(want));
-    if lim.current.is_some_and(|c| c < target) {
-        lim.current = Some(target);
-        let _ = setrlimit(Resource::Nofile, lim);
-    }
-    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
-}
-
-/// `MemAvailable` from `/proc/meminfo`, bytes.
-fn mem_available() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
+    let size = sizes.iter().copied().max().unwrap_or(0);
+    let conns = threads.iter().copied().max().unwrap_or(1);
+    sendpath_lab::limits::check_memory(size, conns, run.uring_depth.into()).map_err(|e| {
+        anyhow::anyhow!(
+            "{} messages over {} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
+            sendpath_lab::units::fmt_size(e.message_bytes),
+            e.connections,
+            e.need_bytes >> 20,
+            e.available_bytes >> 20
+        )
+    })
 }
 
 /// `--recv`: the modes' names, listed in `--help` and in the error for any other value.

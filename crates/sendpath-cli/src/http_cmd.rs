@@ -1,10 +1,11 @@
 //! `sendpath serve` and `sendpath http-load`: flags in, a report printed and written out.
 
-use crate::cli::{raise_nofile, raise_nofile_upto, HttpLoadArgs, ServeArgs, SweepArgs};
+use crate::cli::{HttpLoadArgs, ServeArgs, SweepArgs};
 use anyhow::Context;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::http::load::{self, LoadConfig, LoadReport};
 use sendpath_lab::http::serve::{self, SendMode, ServeConfig, ServeReport};
+use sendpath_lab::limits::{raise_nofile, raise_nofile_upto};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -253,97 +254,43 @@ pub(crate) fn study(
     dir: &std::path::Path,
     cancel: &Cancel,
 ) -> anyhow::Result<ExitCode> {
-    use sendpath_lab::study::http::{self as study, LoadTool, Server, StudyConfig};
-    let mut servers = a.http_servers.clone();
-    if servers.contains(&Server::Nginx) && !study::installed("nginx") {
-        eprintln!(
-            "note: nginx is not installed (apt-get install nginx-light): sendpath's modes only"
-        );
-        servers.retain(|s| *s != Server::Nginx);
-    }
-    anyhow::ensure!(
-        !servers.is_empty(),
-        "no server to measure: give --http-servers"
-    );
+    use sendpath_lab::study::http::{self as study, Host, LoadTool, PlanError, StudyRequest};
     let agent = a.remote.target()?;
-    // With the load on an agent, the servers listen where it reaches this host, and have
-    // every CPU here.
-    let listen_ip = match &agent {
-        Some(t) => sendpath_lab::remote::AgentClient::connect(t)?.local_ip(),
-        None => std::net::IpAddr::from([127, 0, 0, 1]),
-    };
-    let load = if agent.is_some() {
-        if a.http_load == "wrk" {
-            eprintln!("note: with --agent the load is http-load on the agent (wrk cannot run there): no wrk cross-check");
-        }
-        LoadTool::HttpLoad
-    } else if a.http_load == "wrk" && study::installed("wrk") {
-        LoadTool::Wrk
-    } else {
-        if a.http_load == "wrk" {
-            eprintln!(
-                "note: wrk is not installed (apt-get install wrk): closed loop with http-load"
-            );
-        }
-        LoadTool::HttpLoad
-    };
-    // With at least 4 CPUs the server and the load get half each; with fewer they share.
-    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
-    let (server_cpus, load_cpus) = if allowed.len() >= 4 && agent.is_none() {
-        let (a, b) = allowed.split_at(allowed.len() / 2);
-        (a.to_vec(), b.to_vec())
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let cpus = allowed.len().max(1);
-    let workers = if server_cpus.is_empty() {
-        cpus
-    } else {
-        server_cpus.len()
-    };
-    let load_threads = if load_cpus.is_empty() {
-        cpus
-    } else {
-        load_cpus.len()
-    };
-    let max_conns = a.http_connections.iter().copied().max().unwrap_or(100);
-    raise_nofile(2 * max_conns + 1024)?;
-    let cfg = StudyConfig {
+    let host = Host::detect(agent.as_ref())?;
+    let req = StudyRequest {
         exe: std::env::current_exe().context("finding the sendpath binary")?,
-        servers,
+        servers: a.http_servers.clone(),
         connections: a.http_connections.clone(),
         bodies: a.http_bodies.clone(),
-        rounds: a.repeat.unwrap_or(3),
-        duration: a.duration.unwrap_or(std::time::Duration::from_secs(10)),
-        warmup: a.warmup.unwrap_or(std::time::Duration::from_secs(2)),
-        workers,
+        rounds: a.repeat,
+        duration: a.duration,
+        warmup: a.warmup,
         serve_workers: a.http_serve_workers.map(usize::from),
         min_wait: a.http_min_wait,
-        load_threads,
-        server_cpus,
-        load_cpus,
-        load,
         open_loop: a.http_open_loop.clone(),
-        wrk_check: agent.is_none(),
+        wrk: a.http_load == "wrk",
         dir: dir.to_path_buf(),
         seed: a
             .seed
             .unwrap_or_else(sendpath_lab::study::sweep::fresh_seed),
-        listen_ip,
         agent,
     };
-    let windows = cfg.rounds as usize
-        * cfg.bodies.len()
-        * cfg.connections.len()
-        * cfg.servers.len()
-        * (1 + cfg.open_loop.len());
+    let plan = study::plan(req, &host).map_err(|e| match e {
+        PlanError::NoServer => anyhow::anyhow!("{e}: give --http-servers"),
+    })?;
+    for n in &plan.notes {
+        eprintln!("note: {n}");
+    }
+    let cfg = plan.config;
+    raise_nofile(cfg.open_files())?;
+    let windows = cfg.windows();
     eprintln!(
         "sweep http-server: {} servers x {} connection counts x {} bodies x {} rounds, closed loop with {} and {} open-loop rates: about {} windows of {:?} + {:?} warmup; results in {}",
         cfg.servers.len(),
         cfg.connections.len(),
         cfg.bodies.len(),
         cfg.rounds,
-        if load == LoadTool::Wrk { "wrk" } else { "http-load" },
+        if cfg.load == LoadTool::Wrk { "wrk" } else { "http-load" },
         cfg.open_loop.len(),
         windows,
         cfg.duration,

@@ -54,8 +54,8 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         }
         // Both ends of every connection, plus rings, files and the listener; as far as the
         // hard limit allows, room for the duplicates that read TCP's counters too.
-        crate::cli::raise_nofile(2 * most_threads * per_thread + 64)?;
-        crate::cli::raise_nofile_upto(4 * most_threads * per_thread + 128);
+        sendpath_lab::limits::raise_nofile(2 * most_threads * per_thread + 64)?;
+        sendpath_lab::limits::raise_nofile_upto(4 * most_threads * per_thread + 128);
     }
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");

@@ -17,6 +17,7 @@ pub mod calibrate;
 pub mod cancel;
 pub mod export;
 pub mod http;
+pub mod limits;
 pub mod measure;
 pub mod remote;
 pub mod render;
