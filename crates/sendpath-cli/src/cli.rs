@@ -309,16 +309,9 @@ fn body_sizes(s: &str) -> Result<Vec<usize>, String> {
 }
 
 fn http_servers(s: &str) -> Result<Vec<sendpath_lab::study::http::Server>, String> {
-    use sendpath_lab::study::http::Server;
     s.split(',')
         .filter(|x| !x.trim().is_empty())
-        .map(|x| match x.trim() {
-            "nginx" => Ok(Server::Nginx),
-            m => m
-                .parse()
-                .map(Server::Sendpath)
-                .map_err(|e| format!("{e}, or nginx")),
-        })
+        .map(str::parse)
         .collect()
 }
 
@@ -376,13 +369,13 @@ pub(crate) struct SweepArgs {
     #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub repeat: Option<u32>,
     /// http-server preset: servers to compare (sendpath send modes, and nginx when installed).
-    #[arg(long, value_name = "LIST", default_value = "uring,uring-zc,epoll,nginx", value_parser = http_servers)]
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_SERVERS, value_parser = http_servers)]
     pub http_servers: std::vec::Vec<sendpath_lab::study::http::Server>,
     /// http-server preset: connection counts.
-    #[arg(long, value_name = "LIST", default_value = "100,1000,4000", value_parser = count_list)]
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_CONNECTIONS, value_parser = count_list)]
     pub http_connections: std::vec::Vec<usize>,
     /// http-server preset: body sizes.
-    #[arg(long, value_name = "LIST", default_value = "88,4K,64K,1M", value_parser = body_sizes)]
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_BODIES, value_parser = body_sizes)]
     pub http_bodies: std::vec::Vec<usize>,
     /// http-server preset: closed-loop load tool, wrk (when installed) or http-load.
     #[arg(long, value_name = "TOOL", default_value = "wrk", value_parser = ["wrk", "http-load"])]

@@ -244,9 +244,6 @@ pub(crate) fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::
     Ok(())
 }
 
-/// The preset name of the server study.
-pub(crate) const HTTP_PRESET: &str = "http-server";
-
 /// `sweep --preset http-server`: the server study, written to `dir` as http-results.json and
 /// summary.md (with the nginx configuration used).
 pub(crate) fn study(

@@ -6,7 +6,7 @@ use sendpath_lab::analysis;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::study::http as http_study;
-use sendpath_lab::study::presets;
+use sendpath_lab::study::presets::{self, Study};
 use sendpath_lab::study::sweep::{self as rows, Overrides};
 use sendpath_lab::study::sweep::{fresh_seed, source_file, Recorder};
 use std::path::{Path, PathBuf};
@@ -38,21 +38,9 @@ fn timestamp() -> String {
 
 fn list() {
     println!("{:<16}{:>7}  about", "preset", "points");
-    for p in presets::all() {
-        let n = sendpath_lab::study::sweep::points(&p).len();
-        println!("{:<16}{:>7}  {}", p.name, n, p.about);
+    for e in presets::table() {
+        println!("{:<16}{:>7}  {}", e.name, e.points, e.about);
     }
-    println!(
-        "{:<16}{:>7}  the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)",
-        crate::http_cmd::HTTP_PRESET,
-        4 * 3 * 4,
-    );
-    println!(
-        "{:<16}{:>7}  {}",
-        crate::transfer_cmd::PRESET,
-        crate::transfer_cmd::preset_points(),
-        crate::transfer_cmd::ABOUT,
-    );
 }
 
 pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
@@ -60,14 +48,22 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         list();
         return Ok(ExitCode::SUCCESS);
     }
-    if a.preset == crate::http_cmd::HTTP_PRESET {
+    let study = match &a.resume {
+        Some(_) => None,
+        None => Some(
+            presets::lookup(&a.preset)
+                .map_err(anyhow::Error::msg)?
+                .study,
+        ),
+    };
+    if let Some(Study::Http) = study {
         if a.topology.topology != "loopback" {
             bail!("the http-server preset runs its servers here and the load here or on --agent: --topology applies to the other presets");
         }
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::http_cmd::study(a, &dir, cancel);
     }
-    if a.preset == crate::transfer_cmd::PRESET {
+    if let Some(Study::Transfer) = study {
         crate::transfer_cmd::check_sweep_args(a)?;
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::transfer_cmd::preset(a, &dir, cancel);

@@ -2,7 +2,6 @@
 
 use crate::cli::{SweepArgs, TransferArgs};
 use anyhow::{bail, Context};
-use sendpath::Strategy;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::study::sweep::{environment, fresh_seed};
 use sendpath_lab::study::transfer::{
@@ -10,18 +9,6 @@ use sendpath_lab::study::transfer::{
 };
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// The preset name of the file-transfer study.
-pub(crate) const PRESET: &str = "file-transfer";
-
-/// What `sweep --list-presets` says of it.
-pub(crate) const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 2 minutes with 2.4 GB of source files)";
-
-/// The preset's points: sizes x caches x methods.
-pub(crate) fn preset_points() -> usize {
-    STUDY_SIZES.len() * 2 * 7
-}
 
 pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     let sink = match (&a.sink_file, a.recv.as_str()) {
@@ -69,28 +56,12 @@ pub(crate) fn check_sweep_args(a: &SweepArgs) -> anyhow::Result<()> {
 /// `sweep --preset file-transfer`: the preset's points, written to `dir` as
 /// transfer-results.json, transfer-results.csv and summary.md.
 pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Result<ExitCode> {
-    let cfg = TransferConfig {
-        sizes: STUDY_SIZES.to_vec(),
-        methods: Method::list(
-            &[
-                Strategy::ReadSend,
-                Strategy::MmapSend,
-                Strategy::Sendfile,
-                Strategy::Splice,
-                Strategy::UringSplice,
-            ],
-            &[4 << 10, 64 << 10, 1 << 20],
-        )?,
-        caches: vec![Cache::Warm, Cache::Cold],
-        sink: Sink::Copy,
-        recv_size: 128 << 10,
-        rounds: a.repeat.unwrap_or(3),
-        seed: a.seed.unwrap_or_else(fresh_seed),
-        cpus: None,
-        timeout: Duration::from_secs(120),
-        agent: a.remote.target()?,
-        netns: a.topology.create(a.remote.agent.is_some())?,
-    };
+    let cfg = transfer::preset_config(
+        a.repeat,
+        a.seed.unwrap_or_else(fresh_seed),
+        a.remote.target()?,
+        a.topology.create(a.remote.agent.is_some())?,
+    )?;
     let r = measure(&cfg, cancel)?;
     crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;
     transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;
@@ -110,7 +81,7 @@ fn measure(
     cancel: &Cancel,
 ) -> anyhow::Result<(TransferResults, Option<anyhow::Error>)> {
     check_space(cfg)?;
-    let points = cfg.sizes.len() * cfg.caches.len() * cfg.methods.len();
+    let points = cfg.points();
     let bytes: u64 = cfg.sizes.iter().sum::<u64>() * (cfg.caches.len() * cfg.methods.len()) as u64;
     eprintln!(
         "transfer: {} sizes x {} cache states x {} methods = {} points, {} rounds in a shuffled order (seed {}), {:.1} GB per round; receiver: {}",

@@ -125,14 +125,82 @@ pub fn all() -> Vec<Preset> {
     ]
 }
 
-/// Looks a preset up by name.
+/// Looks a row sweep's preset up by name.
 pub fn find(name: &str) -> Result<Preset, String> {
-    all().into_iter().find(|p| p.name == name).ok_or_else(|| {
-        format!(
-            "unknown preset `{name}`; the presets are: {} (see `sendpath sweep --list-presets`)",
-            all().iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
-        )
-    })
+    all()
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| unknown(name))
+}
+
+/// Which study a preset runs.
+#[derive(Debug, Clone)]
+pub enum Study {
+    /// Rows of stream or rr points ([`crate::study::sweep`]).
+    Rows(Preset),
+    /// The server study ([`crate::study::http`]).
+    Http,
+    /// The file-transfer study ([`crate::study::transfer`]).
+    Transfer,
+}
+
+/// One line of the preset table.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// `--preset NAME`.
+    pub name: &'static str,
+    /// What it runs, in a line.
+    pub about: &'static str,
+    /// Points in its plan (with the study's defaults).
+    pub points: usize,
+    /// The study.
+    pub study: Study,
+}
+
+/// Every preset of every study, in the order `--list-presets` shows them.
+pub fn table() -> Vec<Entry> {
+    let mut t: Vec<Entry> = all()
+        .into_iter()
+        .map(|p| Entry {
+            name: p.name,
+            about: p.about,
+            points: crate::study::sweep::points(&p).len(),
+            study: Study::Rows(p),
+        })
+        .collect();
+    t.push(Entry {
+        name: crate::study::http::PRESET,
+        about: crate::study::http::ABOUT,
+        points: crate::study::http::preset_points(),
+        study: Study::Http,
+    });
+    t.push(Entry {
+        name: crate::study::transfer::PRESET,
+        about: crate::study::transfer::ABOUT,
+        points: crate::study::transfer::preset_points(),
+        study: Study::Transfer,
+    });
+    t
+}
+
+/// Looks any preset up by name.
+pub fn lookup(name: &str) -> Result<Entry, String> {
+    table()
+        .into_iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| unknown(name))
+}
+
+/// The error for a name no preset has: every preset's name.
+fn unknown(name: &str) -> String {
+    format!(
+        "unknown preset `{name}`; the presets are: {} (see `sendpath sweep --list-presets`)",
+        table()
+            .iter()
+            .map(|e| e.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -167,5 +235,21 @@ mod tests {
     fn unknown_preset_lists_the_names() {
         let e = find("nope").unwrap_err();
         assert!(e.contains("quick") && e.contains("file-paths"), "{e}");
+        assert!(
+            e.contains("http-server") && e.contains("file-transfer"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_table_lists_every_study_with_its_planned_points() {
+        let t = table();
+        assert_eq!(t.len(), all().len() + 2);
+        let http = lookup("http-server").unwrap();
+        assert!(matches!(http.study, Study::Http));
+        assert_eq!(http.points, 4 * 3 * 4);
+        let transfer = lookup("file-transfer").unwrap();
+        assert_eq!(transfer.points, 8 * 2 * 7);
+        assert_eq!(lookup("pa02").unwrap().points, 48);
     }
 }

@@ -1,0 +1,152 @@
+//! The file-transfer study's results file, `transfer-results.json`.
+
+use super::{Cache, Method, TransferConfig};
+use crate::results::{Environment, Spread};
+use serde::{Deserialize, Serialize};
+
+/// Version of the transfer results layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One transfer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransferRepeat {
+    /// Round (0-based).
+    pub round: u32,
+    /// From `open()` to the acknowledgement, seconds.
+    pub seconds: f64,
+    /// File bytes over that time, Gbit/s.
+    pub throughput_gbps: f64,
+    /// Fraction of the file in the page cache when the clock started.
+    pub resident_fraction: Option<f64>,
+    /// Sender CPU time over the transfer, milliseconds: the process's CPU time less the
+    /// receiver thread's, so the kernel workers io_uring hands a splice to count as sending.
+    pub cpu_sender_ms: Option<f64>,
+    /// Receiver thread CPU time over the transfer, milliseconds.
+    pub cpu_receiver_ms: Option<f64>,
+    /// Bytes the receiver got (always the file size, or the run fails).
+    pub bytes_received: u64,
+}
+
+/// One (size, cache, method) point over its rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferRow {
+    /// File size, bytes.
+    pub file_bytes: u64,
+    /// Warm or cold.
+    pub cache: Cache,
+    /// How it was sent.
+    pub method: Method,
+    /// `read-send 4KiB`, `sendfile`, ...
+    pub label: String,
+    /// Why the path is not the one asked for, if it fell back.
+    pub note: Option<String>,
+    /// One per round.
+    pub repeats: Vec<TransferRepeat>,
+    /// Time per transfer, milliseconds, over rounds.
+    pub ms: Spread,
+    /// Throughput over rounds.
+    pub throughput_gbps: Spread,
+    /// Sender CPU per transfer, milliseconds (median over rounds); null when not measured.
+    pub cpu_sender_ms: Option<f64>,
+    /// Receiver CPU per transfer, milliseconds (median over rounds).
+    pub cpu_receiver_ms: Option<f64>,
+    /// The largest resident fraction at a cold start, or the smallest at a warm one.
+    pub resident_fraction: Option<f64>,
+    /// Warnings (a cold file that was still cached, a wide spread).
+    pub warnings: Vec<String>,
+}
+
+impl TransferRow {
+    pub(crate) fn summarise(&mut self) {
+        self.repeats.sort_by_key(|r| r.round);
+        let col = |f: fn(&TransferRepeat) -> Option<f64>| -> Vec<f64> {
+            self.repeats.iter().filter_map(f).collect()
+        };
+        self.ms = Spread::of(&col(|r| Some(r.seconds * 1000.0)));
+        self.throughput_gbps = Spread::of(&col(|r| Some(r.throughput_gbps)));
+        let med = |v: Vec<f64>| (!v.is_empty()).then(|| Spread::of(&v).median);
+        self.cpu_sender_ms = med(col(|r| r.cpu_sender_ms));
+        self.cpu_receiver_ms = med(col(|r| r.cpu_receiver_ms));
+        let res = col(|r| r.resident_fraction);
+        self.resident_fraction = match self.cache {
+            Cache::Cold => res.iter().copied().reduce(f64::max),
+            Cache::Warm => res.iter().copied().reduce(f64::min),
+        };
+        self.warnings = self.note.iter().cloned().collect();
+        match (self.cache, self.resident_fraction) {
+            (Cache::Cold, Some(f)) if f > 0.05 => self.warnings.push(format!(
+                "cold: {:.0}% of the file was still in the page cache at the start (a memory filesystem? set TMPDIR to a directory on a disk)",
+                f * 100.0
+            )),
+            (Cache::Warm, Some(f)) if f < 0.95 => self.warnings.push(format!(
+                "warm: only {:.0}% of the file was in the page cache at the start (memory pressure?)",
+                f * 100.0
+            )),
+            _ => {}
+        }
+        if self.repeats.len() > 1 && self.ms.relative_range() > 0.25 {
+            self.warnings.push(format!(
+                "the time varied by {:.0}% of the median across {} rounds: raise --repeat",
+                self.ms.relative_range() * 100.0,
+                self.repeats.len()
+            ));
+        }
+    }
+}
+
+/// Settings a results file records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferSettings {
+    /// What the receiver did (`discard`, `copy`, `file`, `file+fsync`).
+    pub sink: String,
+    /// Receiver read size, bytes.
+    pub recv_size_bytes: usize,
+    /// The filesystem the source files were on.
+    pub filesystem: String,
+    /// Rounds.
+    pub rounds: u32,
+    /// Seed of the round order.
+    pub seed: u64,
+}
+
+/// A whole transfer run: the one typed result its exporters read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TransferResults {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Where and how.
+    pub environment: Environment,
+    /// The run's settings.
+    pub settings: TransferSettings,
+    /// One row per (size, cache, method).
+    pub rows: Vec<TransferRow>,
+}
+
+impl TransferResults {
+    /// The row of a point, if measured.
+    pub fn row(&self, file_bytes: u64, cache: Cache, method: &Method) -> Option<&TransferRow> {
+        self.rows
+            .iter()
+            .find(|r| r.file_bytes == file_bytes && r.cache == cache && &r.method == method)
+    }
+}
+
+impl TransferResults {
+    /// Empty results for `cfg`, to be filled by [`run`].
+    pub fn new(cfg: &TransferConfig, mut environment: Environment) -> TransferResults {
+        environment.topology = cfg.netns.as_ref().map(|n| n.info().clone());
+        environment.agent = cfg.agent.as_ref().map(|a| a.addr.to_string());
+        TransferResults {
+            schema_version: SCHEMA_VERSION,
+            environment,
+            settings: TransferSettings {
+                sink: cfg.sink.name().into(),
+                recv_size_bytes: cfg.recv_size,
+                filesystem: String::new(),
+                rounds: cfg.rounds,
+                seed: cfg.seed,
+            },
+            rows: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The file-transfer study's summary (the transferTo study's Table 1 layout) and CSV, from its
+//! results alone.
+
+use super::{
+    Cache, Method, TransferResults, TransferRow, STUDY_BASELINE, STUDY_TABLE, STUDY_ZEROCOPY,
+};
+use crate::results::{Environment, Spread};
+use crate::units::fmt_size;
+use anyhow::Context;
+
+/// `1 - sendfile / read-send 4KiB` per round: the fraction of the time sendfile saves.
+pub fn saved_per_round(base: &TransferRow, other: &TransferRow) -> Option<Spread> {
+    let v: Vec<f64> = base
+        .repeats
+        .iter()
+        .filter_map(|b| {
+            let o = other.repeats.iter().find(|o| o.round == b.round)?;
+            (b.seconds > 0.0).then(|| 1.0 - o.seconds / b.seconds)
+        })
+        .collect();
+    (!v.is_empty()).then(|| Spread::of(&v))
+}
+
+/// The route of the transfers, in words.
+fn route(env: &Environment) -> String {
+    match (&env.agent, &env.topology) {
+        (Some(a), _) => format!("received by `sendpath agent` at {a}"),
+        (None, Some(t)) => format!(
+            "through a veth pair into namespace {}{}",
+            t.namespace,
+            t.rate_bits_per_s
+                .map_or(String::new(), |b| format!(", {:.3} Gbit/s", b as f64 / 1e9))
+        ),
+        (None, None) => "loopback".into(),
+    }
+}
+
+/// `7 MB` for the study's decimal sizes, `64 MiB` otherwise.
+pub fn size_label(b: u64) -> String {
+    if b.is_multiple_of(1_000_000) && b >= 1_000_000 {
+        if b.is_multiple_of(1_000_000_000) {
+            format!("{} GB", b / 1_000_000_000)
+        } else {
+            format!("{} MB", b / 1_000_000)
+        }
+    } else {
+        fmt_size(b as usize)
+    }
+}
+
+/// The study's Table 1 layout, one table per cache state: time per transfer for every method,
+/// the share `sendfile` saves over 4 KiB `read-send` (per round), and the study's figures.
+pub fn summary(r: &TransferResults) -> String {
+    let mut out = String::new();
+    let mut methods: Vec<Method> = r.rows.iter().map(|x| x.method).collect();
+    methods.sort();
+    methods.dedup();
+    let mut sizes: Vec<u64> = r.rows.iter().map(|x| x.file_bytes).collect();
+    sizes.sort();
+    sizes.dedup();
+    let mut caches: Vec<Cache> = r.rows.iter().map(|x| x.cache).collect();
+    caches.sort();
+    caches.dedup();
+    let has = |m: &Method| methods.contains(m);
+    for cache in caches {
+        out += &format!(
+            "\n### {} file, receiver {}: time per transfer, ms, median (min..max) of {} rounds\n\n",
+            cache.name(),
+            r.settings.sink,
+            r.settings.rounds
+        );
+        out += "| file size |";
+        for m in &methods {
+            out += &format!(" {} |", m.label());
+        }
+        let compare = has(&STUDY_BASELINE) && has(&STUDY_ZEROCOPY);
+        if compare {
+            out += " sendfile saves vs read-send 4KiB (per round) |";
+        }
+        out += " study: normal / transferTo, ms (saved) |\n|---|";
+        for _ in &methods {
+            out += "---|";
+        }
+        if compare {
+            out += "---|";
+        }
+        out += "---|\n";
+        for &size in &sizes {
+            out += &format!("| {} |", size_label(size));
+            for m in &methods {
+                out += &match r.row(size, cache, m) {
+                    Some(x) => format!(" {:.0} ({:.0}..{:.0}) |", x.ms.median, x.ms.min, x.ms.max),
+                    None => " null |".into(),
+                };
+            }
+            if compare {
+                let saved = r
+                    .row(size, cache, &STUDY_BASELINE)
+                    .zip(r.row(size, cache, &STUDY_ZEROCOPY))
+                    .and_then(|(b, o)| saved_per_round(b, o));
+                out += &match saved {
+                    Some(s) => format!(
+                        " {:.0}% ({:.0}..{:.0}) |",
+                        s.median * 100.0,
+                        s.min * 100.0,
+                        s.max * 100.0
+                    ),
+                    None => " null |".into(),
+                };
+            }
+            out += &match STUDY_TABLE.iter().find(|t| t.0 == size) {
+                Some((_, n, z)) => format!(" {n:.0} / {z:.0} ({:.0}%) |\n", (1.0 - z / n) * 100.0),
+                None => " - |\n".into(),
+            };
+        }
+        out += &format!(
+            "\nCPU per transfer, ms, sender (process less receiver) / receiver thread (medians), {} file:\n\n| file size |",
+            cache.name()
+        );
+        for m in &methods {
+            out += &format!(" {} |", m.label());
+        }
+        out += "\n|---|";
+        for _ in &methods {
+            out += "---|";
+        }
+        out += "\n";
+        for &size in &sizes {
+            out += &format!("| {} |", size_label(size));
+            for m in &methods {
+                let cell = r.row(size, cache, m).map(|x| {
+                    let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
+                    format!(" {} / {} |", f(x.cpu_sender_ms), f(x.cpu_receiver_ms))
+                });
+                out += &cell.unwrap_or_else(|| " null |".into());
+            }
+            out += "\n";
+        }
+    }
+    out += &format!(
+        "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
+        r.settings.filesystem,
+        route(&r.environment)
+    );
+    let warned: Vec<String> = r
+        .rows
+        .iter()
+        .flat_map(|x| {
+            x.warnings.iter().map(move |w| {
+                format!(
+                    "- {} {} {}: {w}",
+                    size_label(x.file_bytes),
+                    x.cache.name(),
+                    x.label
+                )
+            })
+        })
+        .collect();
+    if !warned.is_empty() {
+        out += "\nWarnings:\n";
+        out += &warned.join("\n");
+        out += "\n";
+    }
+    out
+}
+
+/// One CSV line per transfer.
+pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<()> {
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    w.write_record([
+        "file_bytes",
+        "cache",
+        "method",
+        "strategy",
+        "chunk_bytes",
+        "sink",
+        "round",
+        "seconds",
+        "throughput_gbps",
+        "resident_fraction",
+        "cpu_sender_ms",
+        "cpu_receiver_ms",
+        "bytes_received",
+    ])?;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    for row in &r.rows {
+        for x in &row.repeats {
+            w.write_record([
+                row.file_bytes.to_string(),
+                row.cache.name().into(),
+                row.label.clone(),
+                row.method.strategy.to_string(),
+                row.method
+                    .chunk_bytes
+                    .map_or(String::new(), |c| c.to_string()),
+                r.settings.sink.clone(),
+                x.round.to_string(),
+                x.seconds.to_string(),
+                x.throughput_gbps.to_string(),
+                opt(x.resident_fraction),
+                opt(x.cpu_sender_ms),
+                opt(x.cpu_receiver_ms),
+                x.bytes_received.to_string(),
+            ])?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
