@@ -481,7 +481,7 @@ pub(crate) fn check_memory(
 ) -> anyhow::Result<()> {
     let size = sizes.iter().copied().max().unwrap_or(0);
     let conns = threads.iter().copied().max().unwrap_or(1);
-    sendpath_lab::limits::check_memory(size, conns, run.uring_depth.into()).map_err(|e| {
+    sendpath_lab::limits::check_memory(size, conns, run.uring_depth).map_err(|e| {
         anyhow::anyhow!(
             "{} messages over {} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
             sendpath_lab::units::fmt_size(e.message_bytes),

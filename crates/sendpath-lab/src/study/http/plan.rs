@@ -263,6 +263,46 @@ impl StudyConfig {
     }
 }
 
+/// The preset name of the server study.
+pub const PRESET: &str = "http-server";
+
+/// What `sweep --list-presets` says of it.
+pub const ABOUT: &str = "the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)";
+
+/// The servers the study measures unless told (`--http-servers`).
+pub const DEFAULT_SERVERS: &str = "uring,uring-zc,epoll,nginx";
+
+/// The connection counts unless told (`--http-connections`).
+pub const DEFAULT_CONNECTIONS: &str = "100,1000,4000";
+
+/// The body sizes unless told (`--http-bodies`).
+pub const DEFAULT_BODIES: &str = "88,4K,64K,1M";
+
+impl std::str::FromStr for Server {
+    type Err = String;
+    /// `nginx`, or one of serve's send modes.
+    fn from_str(s: &str) -> Result<Server, String> {
+        match s.trim() {
+            "nginx" => Ok(Server::Nginx),
+            m => m
+                .parse()
+                .map(Server::Sendpath)
+                .map_err(|e| format!("{e}, or nginx")),
+        }
+    }
+}
+
+/// The preset's points with its defaults: servers x connection counts x bodies.
+pub fn preset_points() -> usize {
+    let n = |list: &str| list.split(',').count();
+    DEFAULT_SERVERS
+        .split(',')
+        .filter(|s| s.parse::<Server>().is_ok())
+        .count()
+        * n(DEFAULT_CONNECTIONS)
+        * n(DEFAULT_BODIES)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,44 +362,4 @@ mod tests {
             PlanError::NoServer
         );
     }
-}
-
-/// The preset name of the server study.
-pub const PRESET: &str = "http-server";
-
-/// What `sweep --list-presets` says of it.
-pub const ABOUT: &str = "the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)";
-
-/// The servers the study measures unless told (`--http-servers`).
-pub const DEFAULT_SERVERS: &str = "uring,uring-zc,epoll,nginx";
-
-/// The connection counts unless told (`--http-connections`).
-pub const DEFAULT_CONNECTIONS: &str = "100,1000,4000";
-
-/// The body sizes unless told (`--http-bodies`).
-pub const DEFAULT_BODIES: &str = "88,4K,64K,1M";
-
-impl std::str::FromStr for Server {
-    type Err = String;
-    /// `nginx`, or one of serve's send modes.
-    fn from_str(s: &str) -> Result<Server, String> {
-        match s.trim() {
-            "nginx" => Ok(Server::Nginx),
-            m => m
-                .parse()
-                .map(Server::Sendpath)
-                .map_err(|e| format!("{e}, or nginx")),
-        }
-    }
-}
-
-/// The preset's points with its defaults: servers x connection counts x bodies.
-pub fn preset_points() -> usize {
-    let n = |list: &str| list.split(',').count();
-    DEFAULT_SERVERS
-        .split(',')
-        .filter(|s| s.parse::<Server>().is_ok())
-        .count()
-        * n(DEFAULT_CONNECTIONS)
-        * n(DEFAULT_BODIES)
 }

@@ -1,0 +1,505 @@
+//! `sendpath stream`: one-way bulk transfer, one sender and one receiver per connection.
+
+mod sender;
+mod tcp;
+
+use super::{receive, receive_many, PatternFile, RecvCounters, RecvMode};
+use crate::cancel::Cancel;
+use crate::measure::{Meter, Roles, Snapshot};
+use crate::remote::RemoteSample;
+use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
+use crate::traffic::mix::{Alloc, SizeMix};
+use anyhow::{anyhow, bail, Context};
+use sender::Sender;
+use sendpath::metrics::SendStats;
+use sendpath::pattern::Verifier;
+use sendpath::{Options, Strategy};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tcp::{room_for_fds, TcpCounts};
+
+/// One point of a stream run.
+#[derive(Debug, Clone)]
+pub struct StreamPoint {
+    pub strategy: Strategy,
+    pub size: usize,
+    pub threads: usize,
+    /// Connections per sender thread: above 1, multiplexed on one io_uring ring per thread
+    /// (uring and uring-zc only) and read by one receiver thread per sender thread.
+    pub connections: usize,
+    pub fields: usize,
+    pub recv: RecvMode,
+    /// Bytes the receiver asks for per read.
+    pub recv_size: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Send to this address instead of a receiver of our own.
+    pub connect: Option<SocketAddr>,
+    /// Pin each connection's sender and receiver to these CPUs.
+    pub cpus: Option<(usize, usize)>,
+    /// File paths: drop the file from the page cache first, no warmup, each byte range once.
+    pub cold: bool,
+    pub opts: Options,
+    /// Draw each message's size from this mix (the same sequence for every path) instead of
+    /// sending `size`; `size` is then the mix's mean, rounded.
+    pub mix: Option<SizeMix>,
+    /// Pooled or freshly allocated message buffers (memory paths).
+    pub alloc: Alloc,
+    /// Run the receiver in this namespace (`--topology netns`) instead of on loopback.
+    pub netns: Option<Arc<crate::topology::Netns>>,
+    /// Have `sendpath agent` there receive (its bytes, verification and CPU come back).
+    pub agent: Option<crate::remote::AgentTarget>,
+}
+
+/// What one repeat produced.
+pub struct Outcome {
+    /// The window's values, zero-copy counts and integrity (its round is set by the caller).
+    pub repeat: Repeat,
+    /// Why the path is not the one asked for, if it fell back at open time.
+    pub note: Option<String>,
+}
+
+/// The zero-copy counts of a repeat from its merged sender statistics.
+pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+    let s = stats.summary();
+    ZerocopyCounts {
+        attempts: s.zc_attempts,
+        completions: s.zc_completions,
+        copied: s.zc_copied,
+        copied_known: s.copied_fraction.is_some(),
+        fallbacks: s.fallbacks,
+        registered: s.registered_sends,
+        completion_p50_us: (s.completion_latency.count > 0)
+            .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
+        decisions: s.decisions,
+    }
+}
+
+pub fn pin(cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        // The CPU was checked against the allowed set when the flag was parsed.
+        let _ = sendpath::host::pin_current_thread(c);
+    }
+}
+
+/// Where a run's senders connect, and who receives: our own receiver on loopback or in a
+/// namespace (`listener`), `sendpath agent`, or another program at `--connect`.
+struct Peer {
+    /// The agent's control session and the address it receives at.
+    agent: Option<(crate::remote::AgentClient, SocketAddr)>,
+    /// Our own receiver's listener.
+    listener: Option<TcpListener>,
+    /// Where the senders connect.
+    target: SocketAddr,
+}
+
+impl Peer {
+    /// Opens the receiving side of `pt`: one agent session per repeat, or a listener.
+    fn open(pt: &StreamPoint) -> anyhow::Result<Peer> {
+        let agent = match &pt.agent {
+            Some(t) => {
+                let mut c = crate::remote::AgentClient::connect(t)?;
+                let max = pt.warmup + pt.duration + Duration::from_secs(30);
+                let conns = pt.threads * pt.connections.max(1);
+                let at = c.receive(t.addr, conns, pt.recv, pt.recv_size, max)?;
+                Some((c, at))
+            }
+            None => None,
+        };
+        let listener = match (pt.connect, &pt.netns, &agent) {
+            (None, None, None) => {
+                Some(TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?)
+            }
+            (None, Some(ns), None) => Some(ns.listen()?),
+            _ => None,
+        };
+        let target = match (&listener, pt.connect, &agent) {
+            (Some(l), _, _) => l.local_addr()?,
+            (None, _, Some((_, at))) => *at,
+            (None, Some(a), None) => a,
+            (None, None, None) => unreachable!(),
+        };
+        Ok(Peer {
+            agent,
+            listener,
+            target,
+        })
+    }
+
+    /// Whether the receiver is our own (its bytes and CPU are read here).
+    fn ours(&self) -> bool {
+        self.listener.is_some()
+    }
+
+    /// The agent's bytes and CPU now, when the agent receives.
+    fn sample(&mut self) -> anyhow::Result<Option<RemoteSample>> {
+        self.agent.as_mut().map(|(c, _)| c.sample()).transpose()
+    }
+}
+
+/// What a run's threads share: the stop flag, the start barrier, and the bytes each thread
+/// (and each connection) moved so far.
+struct Shared {
+    stop: Arc<AtomicBool>,
+    finished: Arc<AtomicUsize>,
+    start: Arc<Barrier>,
+    received: Vec<Arc<RecvCounters>>,
+    sent: Vec<Arc<AtomicU64>>,
+    conn_bytes: Vec<Arc<[AtomicU64]>>,
+}
+
+impl Shared {
+    fn new(threads: usize, per_thread: usize) -> Shared {
+        Shared {
+            stop: Arc::new(AtomicBool::new(false)),
+            finished: Arc::new(AtomicUsize::new(0)),
+            start: Arc::new(Barrier::new(threads + 1)),
+            received: (0..threads).map(|_| Arc::default()).collect(),
+            sent: (0..threads).map(|_| Arc::default()).collect(),
+            conn_bytes: (0..threads)
+                .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
+        }
+    }
+
+    /// Bytes moved so far: read by our receivers, or put on the sockets when the receiver
+    /// is not ours.
+    fn bytes_now(&self, ours: bool) -> u64 {
+        if ours {
+            self.bytes_received()
+        } else {
+            self.sent.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        }
+    }
+
+    fn bytes_received(&self) -> u64 {
+        self.received
+            .iter()
+            .map(|c| c.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Bytes each connection's receiver read so far (several connections per thread).
+    fn per_conn_now(&self) -> Vec<u64> {
+        self.conn_bytes
+            .iter()
+            .flat_map(|t| t.iter().map(|c| c.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// A run's threads and the duplicated sockets that read TCP's counters.
+#[derive(Default)]
+struct Threads {
+    senders: Vec<JoinHandle<super::Sent>>,
+    receivers: Vec<JoinHandle<anyhow::Result<Vec<Verifier>>>>,
+    /// Whether to duplicate both ends of every connection to read TCP's counters.
+    probe: bool,
+    /// Duplicates of the senders' (`.0`) and receivers' (`.1`) ends.
+    probes: (Vec<TcpStream>, Vec<TcpStream>),
+}
+
+/// One measured window of a stream run.
+struct Window {
+    start: Snapshot,
+    end: Snapshot,
+    /// Bytes that arrived in it.
+    bytes: u64,
+    /// The file's page-cache residency at its start (file paths).
+    resident: Option<f64>,
+    /// How evenly the connections shared it (several connections per thread).
+    fairness: Option<ConnectionBytes>,
+    /// The agent's samples at its edges.
+    remote: Option<(RemoteSample, RemoteSample)>,
+    /// TCP's counters over it, when every connection's were read.
+    tcp: Option<TcpWindow>,
+}
+
+/// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
+pub fn run_once(
+    pt: &StreamPoint,
+    file: Option<&PatternFile>,
+    hw: &mut Meter,
+    cpu_mhz: Option<f64>,
+    cancel: &Cancel,
+) -> anyhow::Result<Option<Outcome>> {
+    let mut peer = Peer::open(pt)?;
+    let cold = pt.cold && file.is_some();
+    if let (Some(f), true) = (file, cold) {
+        f.make_cold()?;
+    }
+    let shared = Shared::new(pt.threads, pt.connections.max(1));
+    let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
+    // The probes duplicate both ends of every connection: only where the open-files limit
+    // has room for them, so that they never cost a run its connections.
+    let mut threads = Threads {
+        probe: room_for_fds(4 * pt.threads * pt.connections.max(1) + 64),
+        ..Threads::default()
+    };
+    for i in 0..pt.threads {
+        start_thread(pt, i, &peer, file, &shared, &tid_tx, &mut threads)?;
+    }
+    drop(tid_tx);
+    let ours = peer.ours();
+    let roles = Roles::gather(&tid_rx, pt.threads, ours.then_some(pt.threads));
+    let resident = file.filter(|_| cold).and_then(|f| f.resident_fraction());
+    shared.start.wait();
+    // A cold run has no warmup: it would read the file into the cache.
+    let warmup = if cold { Duration::ZERO } else { pt.warmup };
+    let mut completed = cancel.sleep(warmup);
+    let mut window = None;
+    if completed {
+        let resident = match (file, cold) {
+            (Some(f), false) => f.resident_fraction(),
+            _ => resident,
+        };
+        let w = measure_window(pt, &mut peer, &shared, &threads, hw, &roles, cancel)?;
+        completed = w.1;
+        window = Some(Window { resident, ..w.0 });
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let ended = join(pt, &mut peer, &shared, threads)?;
+    match (window, completed) {
+        (Some(w), true) => Ok(Some(outcome(pt, w, ended, cpu_mhz))),
+        _ => Ok(None),
+    }
+}
+
+/// Connects sender thread `i`'s connections (accepting them when the receiver is ours) and
+/// starts its receiver and sender threads.
+fn start_thread(
+    pt: &StreamPoint,
+    i: usize,
+    peer: &Peer,
+    file: Option<&PatternFile>,
+    shared: &Shared,
+    tids: &mpsc::Sender<(bool, i32)>,
+    threads: &mut Threads,
+) -> anyhow::Result<()> {
+    let per_thread = pt.connections.max(1);
+    let probe = threads.probe;
+    let target = peer.target;
+    let mut txs = Vec::with_capacity(per_thread);
+    let mut rxs = Vec::with_capacity(per_thread);
+    for _ in 0..per_thread {
+        let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3))
+            .with_context(|| format!("--connect {target}: cannot connect"))?;
+        tx.set_nodelay(false).ok();
+        // Duplicates of both ends, to read TCP's counters around the window.
+        if probe {
+            threads.probes.0.extend(tx.try_clone().ok());
+        }
+        txs.push(tx);
+        if let Some(l) = &peer.listener {
+            let rx = l.accept().context("accepting the loopback connection")?.0;
+            if probe {
+                threads.probes.1.extend(rx.try_clone().ok());
+            }
+            rxs.push(rx);
+        }
+    }
+    if peer.ours() {
+        let c = shared.received[i].clone();
+        let per_conn = shared.conn_bytes[i].clone();
+        let (mode, size) = (pt.recv, pt.recv_size);
+        let cpu = pt.cpus.map(|c| c.1);
+        let tids = tids.clone();
+        threads.receivers.push(std::thread::spawn(move || {
+            pin(cpu);
+            let _ = tids.send((false, sendpath::host::gettid()));
+            match rxs.len() {
+                1 => receive(rxs.remove(0), mode, &c, size).map(|v| vec![v]),
+                _ => receive_many(rxs, mode, &c, &per_conn, size),
+            }
+        }));
+    }
+    let sender = Sender::new(pt, i, file);
+    let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());
+    let (finished, start) = (shared.finished.clone(), shared.start.clone());
+    let tids = tids.clone();
+    threads.senders.push(std::thread::spawn(move || {
+        pin(sender.cpu);
+        let _ = tids.send((true, sendpath::host::gettid()));
+        sender.run(txs, &stop, &sent, &finished, &start)
+    }));
+    Ok(())
+}
+
+/// Measures the window after the warmup: snapshots, bytes, the agent's samples and TCP's
+/// counters at both edges. The window's residency is the caller's; `false` when Ctrl-C cut
+/// it short.
+fn measure_window(
+    pt: &StreamPoint,
+    peer: &mut Peer,
+    shared: &Shared,
+    threads: &Threads,
+    hw: &mut Meter,
+    roles: &Roles,
+    cancel: &Cancel,
+) -> anyhow::Result<(Window, bool)> {
+    let per_thread = pt.connections.max(1);
+    let ours = peer.ours();
+    let probes = &threads.probes;
+    let remote0 = peer.sample()?;
+    let complete = probes.0.len() == pt.threads * per_thread;
+    let t0 = TcpCounts::read(probes, ours);
+    let (s0, b0, c0) = (
+        Snapshot::take(hw, roles),
+        shared.bytes_now(ours),
+        shared.per_conn_now(),
+    );
+    let all_done = || shared.finished.load(Ordering::Relaxed) == pt.threads;
+    let completed = cancel.sleep_unless(pt.duration, all_done);
+    let (s1, b1, c1) = (
+        Snapshot::take(hw, roles),
+        shared.bytes_now(ours),
+        shared.per_conn_now(),
+    );
+    let tcp = TcpCounts::read(probes, ours).since(t0).filter(|_| complete);
+    let remote = remote0.zip(peer.sample()?);
+    // The agent counts what arrived, as our own receiver would.
+    let (b0, b1) = match remote {
+        Some((r0, r1)) => (r0.bytes, r1.bytes),
+        None => (b0, b1),
+    };
+    let fairness = (per_thread > 1 && ours).then(|| {
+        let moved: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();
+        ConnectionBytes::of(&moved)
+    });
+    let window = Window {
+        start: s0,
+        end: s1,
+        bytes: b1 - b0,
+        resident: None,
+        fairness,
+        remote,
+        tcp,
+    };
+    Ok((window, completed))
+}
+
+/// What the threads left once joined.
+struct Ended {
+    stats: SendStats,
+    note: Option<String>,
+    integrity: Integrity,
+    /// The senders' retransmissions over the connections' lifetime.
+    lifetime_retrans: Option<u64>,
+}
+
+/// Joins the senders and receivers, and checks that every byte sent arrived (at our
+/// receivers or the agent's); the first error of any thread.
+fn join(
+    pt: &StreamPoint,
+    peer: &mut Peer,
+    shared: &Shared,
+    threads: Threads,
+) -> anyhow::Result<Ended> {
+    let mut first_err = None;
+    let (stats, note) = super::join_senders(threads.senders, "a sender thread", &mut first_err)?;
+    let lifetime_retrans = TcpCounts::read(&threads.probes, false)
+        .senders
+        .map(|c| c.retrans_segs);
+    // The probes hold the senders' sockets open: a sender that failed before half-closing
+    // its connection would leave its receiver waiting for the end.
+    for s in &threads.probes.0 {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let mut integrity = Integrity {
+        bytes_sent: stats.bytes,
+        ..Integrity::default()
+    };
+    for r in threads.receivers {
+        match r
+            .join()
+            .map_err(|_| anyhow!("a receiver thread panicked"))?
+        {
+            Ok(vs) if pt.recv == RecvMode::Verify => {
+                for v in vs {
+                    integrity.bytes_verified += v.bytes_verified();
+                    integrity.mismatches += v.mismatches;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    check_arrival(peer, shared, &mut integrity)?;
+    Ok(Ended {
+        stats,
+        note,
+        integrity,
+        lifetime_retrans,
+    })
+}
+
+/// Fills in the bytes received (from the agent or our receivers) and refuses a run where
+/// they differ from the bytes sent.
+fn check_arrival(
+    peer: &mut Peer,
+    shared: &Shared,
+    integrity: &mut Integrity,
+) -> anyhow::Result<()> {
+    if let Some((mut c, _)) = peer.agent.take() {
+        let (total, verified, mismatches) = c.finish()?;
+        integrity.bytes_received = Some(total.bytes);
+        integrity.bytes_verified = verified;
+        integrity.mismatches = mismatches;
+        if total.bytes != integrity.bytes_sent {
+            bail!(
+                "the senders put {} bytes on the sockets but the agent received {}: bytes were lost or invented",
+                integrity.bytes_sent,
+                total.bytes
+            );
+        }
+    }
+    if peer.ours() {
+        let got = shared.bytes_received();
+        integrity.bytes_received = Some(got);
+        if got != integrity.bytes_sent {
+            bail!(
+                "the senders put {} bytes on the sockets but the receivers read {got}: bytes were lost or invented",
+                integrity.bytes_sent
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The repeat a finished window records.
+fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> Outcome {
+    let conns = pt.threads * pt.connections.max(1);
+    // With a mix, messages are counted from its mean size.
+    let messages = match &pt.mix {
+        Some(m) => (w.bytes as f64 / m.mean()).round() as u64,
+        None => w.bytes / pt.size as u64,
+    };
+    let mut repeat = w.start.window(&w.end, w.bytes, messages, conns, cpu_mhz);
+    repeat.connection_bytes = w.fairness;
+    repeat.tcp = w.tcp.map(|t| TcpWindow {
+        connection_retrans_segs: ended.lifetime_retrans.unwrap_or(t.retrans_segs),
+        ..t
+    });
+    if let (Some(cpu), Some((r0, r1))) = (repeat.cpu.as_mut(), w.remote) {
+        cpu.set_remote(
+            r1.user_ns.saturating_sub(r0.user_ns),
+            r1.system_ns.saturating_sub(r0.system_ns),
+            w.bytes,
+        );
+    }
+    repeat.file_resident_fraction = w.resident;
+    repeat.zerocopy = zerocopy_counts(&ended.stats);
+    repeat.integrity = ended.integrity;
+    Outcome {
+        repeat,
+        note: ended.note,
+    }
+}

@@ -1,0 +1,233 @@
+//! A stream run's sender threads: one connection with the path's `SendPath`, or several
+//! multiplexed on one io_uring ring.
+
+use super::StreamPoint;
+use crate::traffic::mix::{Alloc, MixSizes};
+use crate::traffic::RecvMode;
+use crate::workload::{send_message, MsgShape, PatternFile, PART_ALIGN};
+use anyhow::{bail, Context};
+use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
+use sendpath::metrics::SendStats;
+use sendpath::{Options, Strategy};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+/// The file range `[start, end)` sender `i` of `n` streams from: the whole file for warm runs
+/// (round and round), a part of its own for cold runs (once), so no range is read twice.
+pub(super) fn file_part(file_len: u64, i: usize, n: usize, cold: bool) -> (u64, Option<u64>) {
+    if !cold || file_len == 0 {
+        return (0, None);
+    }
+    let part = (file_len / n as u64 / PART_ALIGN).max(1) * PART_ALIGN;
+    let start = (part * i as u64).min(file_len);
+    (start, Some((start + part).min(file_len)))
+}
+
+/// One sender thread's many connections on one io_uring ring.
+struct Multiplexed<'a> {
+    strategy: Strategy,
+    size: usize,
+    fill: bool,
+    opts: &'a Options,
+}
+
+impl Multiplexed<'_> {
+    /// Keeps every connection's queue full, round-robin, until `stop`; then flushes, waits for
+    /// the notifications and half-closes every connection.
+    fn send(
+        &self,
+        txs: Vec<TcpStream>,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+        finished: &AtomicUsize,
+        start: &Barrier,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        let opened = self.open(txs);
+        start.wait();
+        let result = opened.and_then(|(mut d, ids)| {
+            let r = self.pump(&mut d, &ids, stop, sent);
+            let fin = d.finish(Duration::from_secs(2));
+            for &id in &ids {
+                let _ = d.socket(id).shutdown(std::net::Shutdown::Write);
+            }
+            r?;
+            fin?;
+            let mut stats = SendStats::default();
+            for &id in &ids {
+                stats.merge(d.stats(id));
+            }
+            Ok((stats, d.note()))
+        });
+        finished.fetch_add(1, Ordering::Relaxed);
+        result.with_context(|| format!("{} sender", self.strategy))
+    }
+
+    fn open(
+        &self,
+        txs: Vec<TcpStream>,
+    ) -> anyhow::Result<(UringDriver, Vec<sendpath::engine::ConnId>)> {
+        if !sendpath::engine::on_ring(self.strategy) {
+            bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring, uring-zc or adaptive (not {})", self.strategy)
+        }
+        // Zero-copy settings (fixed buffers) for every strategy that may choose SEND_ZC.
+        let choice = Choice::of_strategy(self.strategy).unwrap_or(Choice::ZeroCopy);
+        let mut d = UringDriver::new(DriverConfig::from_options(self.opts, txs.len(), choice))?;
+        let mut ids = Vec::with_capacity(txs.len());
+        for s in txs {
+            let chooser = chooser_for(self.strategy, self.opts).expect("checked above");
+            let state = ConnState::new(d.state_config(self.opts.uring_report_usage), chooser);
+            ids.push(d.add_with(s, state)?);
+        }
+        Ok((d, ids))
+    }
+
+    fn pump(
+        &self,
+        d: &mut UringDriver,
+        ids: &[sendpath::engine::ConnId],
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        let mut offsets = vec![0u64; ids.len()];
+        let mut writable = Vec::with_capacity(ids.len());
+        while !stop.load(Ordering::Relaxed) {
+            let mut queued = false;
+            d.take_writable(&mut writable);
+            for id in writable.drain(..) {
+                let c = id.index();
+                d.conn_error(id)
+                    .with_context(|| format!("connection {c} of this thread"))?;
+                while d.room(id) > 0 {
+                    let mut b = d.take_buf(id, self.size);
+                    if self.fill {
+                        sendpath::pattern::fill(b.as_mut_slice(), offsets[c]);
+                    }
+                    offsets[c] += self.size as u64;
+                    if d.push(id, b, true).is_err() {
+                        break;
+                    }
+                    sent.fetch_add(self.size as u64, Ordering::Relaxed);
+                    queued = true;
+                }
+            }
+            if queued {
+                d.run(false)?;
+            } else {
+                d.run_for(Duration::from_millis(50))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One sender thread's settings, moved into it.
+pub(super) struct Sender {
+    strategy: Strategy,
+    size: usize,
+    sizes: Option<MixSizes>,
+    shape: MsgShape,
+    opts: Options,
+    pub(super) cpu: Option<usize>,
+    /// The file range it streams: from `first`, up to `limit` (cold runs).
+    first: u64,
+    limit: Option<u64>,
+}
+
+impl Sender {
+    pub(super) fn new(pt: &StreamPoint, i: usize, file: Option<&PatternFile>) -> Sender {
+        let mut opts = pt.opts.clone();
+        opts.file = file.map(|f| f.file.clone());
+        let file_len = file.map_or(0, |f| f.len);
+        let cold = pt.cold && file.is_some();
+        let (first, limit) = file_part(file_len, i, pt.threads, cold);
+        Sender {
+            strategy: pt.strategy,
+            size: pt.size,
+            sizes: pt.mix.as_ref().map(|m| m.sizes(i as u64)),
+            shape: MsgShape {
+                fields: pt.fields,
+                fill: pt.recv == RecvMode::Verify,
+                file_len,
+                alloc: pt.alloc,
+            },
+            opts,
+            cpu: pt.cpus.map(|c| c.0),
+            first,
+            limit,
+        }
+    }
+
+    /// Sends until `stop` on one connection, or on several multiplexed on one ring.
+    pub(super) fn run(
+        mut self,
+        mut txs: Vec<TcpStream>,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+        finished: &AtomicUsize,
+        start: &Barrier,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        if txs.len() > 1 {
+            if self.sizes.is_some() || self.shape.alloc == Alloc::Fresh {
+                bail!("--size-mix and --alloc fresh run one connection per sender thread: drop --connections");
+            }
+            let run = Multiplexed {
+                strategy: self.strategy,
+                size: self.size,
+                fill: self.shape.fill,
+                opts: &self.opts,
+            };
+            return run.send(txs, stop, sent, finished, start);
+        }
+        let strategy = self.strategy;
+        let opened = sendpath::open(strategy, txs.remove(0), &self.opts);
+        start.wait();
+        let mut p = opened?;
+        let result = self.pump(p.as_mut(), stop, sent);
+        finished.fetch_add(1, Ordering::Relaxed);
+        let _ = p.socket().shutdown(std::net::Shutdown::Write);
+        result.with_context(|| format!("{strategy} sender"))?;
+        Ok((p.stats().clone(), p.note().map(String::from)))
+    }
+
+    /// The send loop of one connection, then the wait for its last completions.
+    fn pump(
+        &mut self,
+        p: &mut dyn sendpath::SendPath,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        let mut off = self.first;
+        while !stop.load(Ordering::Relaxed) {
+            let size = match self.sizes.as_mut() {
+                Some(s) => s.next().unwrap_or(self.size),
+                None => self.size,
+            };
+            if self.limit.is_some_and(|l| off + size as u64 > l) {
+                break;
+            }
+            send_message(p, self.strategy, size, off, self.shape)?;
+            off += size as u64;
+            sent.fetch_add(size as u64, Ordering::Relaxed);
+        }
+        p.finish(Duration::from_secs(2))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cold_senders_get_disjoint_aligned_parts() {
+        let len = 10 * PART_ALIGN + 7;
+        assert_eq!(file_part(len, 0, 2, false), (0, None));
+        let a = file_part(len, 0, 2, true);
+        let b = file_part(len, 1, 2, true);
+        assert_eq!(a, (0, Some(5 * PART_ALIGN)));
+        assert_eq!(b, (5 * PART_ALIGN, Some(10 * PART_ALIGN)));
+        assert_eq!(b.0 % PART_ALIGN, 0);
+    }
+}

@@ -1,0 +1,65 @@
+//! TCP's own counters around a stream window, read from duplicates of the connections.
+
+use crate::results::TcpWindow;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+
+/// Whether `n` more descriptors fit under the soft open-files limit, counting those open now.
+pub(super) fn room_for_fds(n: usize) -> bool {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let open = std::fs::read_dir("/proc/self/fd").map_or(usize::MAX, |d| d.count());
+    limit.is_none_or(|l| open.saturating_add(n) as u64 <= l)
+}
+
+/// TCP's counters summed over a run's connections: the senders' `TCP_INFO`, and the packets
+/// the receivers' sockets dropped (when the receivers are ours).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TcpCounts {
+    pub(super) senders: Option<sendpath::tcp::TcpCounters>,
+    drops: Option<u64>,
+}
+
+impl TcpCounts {
+    /// Reads the senders' (`probes.0`) and receivers' (`probes.1`) sockets; a value is `None`
+    /// when any socket could not be read.
+    pub(super) fn read(probes: &(Vec<TcpStream>, Vec<TcpStream>), ours: bool) -> TcpCounts {
+        let senders = probes
+            .0
+            .iter()
+            .map(|s| sendpath::tcp::tcp_counters(s.as_fd()).ok())
+            .try_fold(sendpath::tcp::TcpCounters::default(), |a, c| {
+                let c = c?;
+                Some(sendpath::tcp::TcpCounters {
+                    retrans_segs: a.retrans_segs + c.retrans_segs,
+                    busy_us: a.busy_us + c.busy_us,
+                    rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
+                })
+            });
+        let drops = if ours && !probes.1.is_empty() {
+            probes
+                .1
+                .iter()
+                .map(|s| sendpath::tcp::socket_drops(s.as_fd()).ok().map(u64::from))
+                .sum()
+        } else {
+            None
+        };
+        TcpCounts { senders, drops }
+    }
+
+    /// What changed since `before`, as results record it; `None` without sender counts.
+    pub(super) fn since(self, before: TcpCounts) -> Option<TcpWindow> {
+        let (a, b) = (self.senders?, before.senders?);
+        let retrans_segs = a.retrans_segs.saturating_sub(b.retrans_segs);
+        Some(TcpWindow {
+            retrans_segs,
+            receiver_drops: self
+                .drops
+                .zip(before.drops)
+                .map(|(a, b)| a.saturating_sub(b)),
+            connection_retrans_segs: retrans_segs,
+            busy_us: a.busy_us.saturating_sub(b.busy_us),
+            rwnd_limited_us: a.rwnd_limited_us.saturating_sub(b.rwnd_limited_us),
+        })
+    }
+}
