@@ -1,0 +1,593 @@
+//! The io_uring workers (`copy`, `uring`, `uring-zc`, `adaptive`): one [`UringDriver`] per
+//! worker, multishot accept, multishot receive into a provided buffer ring, and the responses
+//! through each connection's send state, so pipelined requests are answered in order and one
+//! `io_uring_enter` submits the responses of every connection that has some.
+
+use super::worker::{Activity, Base, Counts, Gauge, Responses, WorkerResult, MAX_OWED};
+use super::{SendMode, ServeConfig};
+use crate::cancel::Cancel;
+use crate::http::{parse_request, Heads, Parsed, Refusal, MAX_HEAD};
+use sendpath::engine::{
+    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, SpliceFailure,
+    SpliceJob, SplicePipe, SpliceProgress, UringDriver,
+};
+use sendpath::policy::InflightLimits;
+use sendpath::Socket;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+/// A connection's state in a ring worker.
+#[derive(Debug)]
+struct Client {
+    /// The connection (its generation tells it from a later one at the same index).
+    id: ConnId,
+    /// The start of a request not yet whole.
+    partial: Vec<u8>,
+    /// Requests parsed and not yet answered, in order (`true`: HEAD).
+    owed: VecDeque<bool>,
+    /// A refusal to send after the owed responses, then close.
+    refusal: Option<Refusal>,
+    /// Close once everything queued is on the socket (`Connection: close`, end of file).
+    close_when_flushed: bool,
+    /// For the idle sweep.
+    activity: Activity,
+    /// `--file`: the pipe the body is spliced through, and its size.
+    pipe: Option<(SplicePipe, u64)>,
+    /// The response being spliced.
+    job: Option<SpliceJob>,
+}
+
+impl Client {
+    fn new(id: ConnId, now: Instant) -> Client {
+        Client {
+            id,
+            partial: Vec::new(),
+            owed: VecDeque::new(),
+            refusal: None,
+            close_when_flushed: false,
+            activity: Activity::new(now),
+            pipe: None,
+            job: None,
+        }
+    }
+}
+
+/// A ring worker: its driver and connections, and what every worker keeps ([`Base`]).
+struct Ring<'a> {
+    cfg: &'a ServeConfig,
+    d: UringDriver,
+    clients: Vec<Option<Client>>,
+    base: Base<'a>,
+    /// The owed responses of a connection gathered into one buffer.
+    scratch: Vec<u8>,
+    /// What a new connection's send state is built with (`adaptive`'s profile).
+    opts: sendpath::Options,
+    /// The clock, read once per pass.
+    now: Instant,
+}
+
+/// Serves `listener` until `cancel` or the configured duration; the counts, or the reason
+/// the worker gave up with what it counted.
+pub(super) fn ring_worker(
+    cfg: &ServeConfig,
+    listener: OwnedFd,
+    cancel: &Cancel,
+    open: &Gauge<'_>,
+    ready: &AtomicUsize,
+) -> WorkerResult {
+    let base = Base::new(cfg, ready)?;
+    let mut ring = Ring::open(cfg, listener, base).map_err(|b| Box::new((b.0.c, b.1)))?;
+    ring.base.ready.mark();
+    if let Err(e) = ring.run(cancel, open) {
+        ring.base.c.send = Some(ring.d.total_stats());
+        return ring.base.fail(e);
+    }
+    ring.close_all();
+    open.set(0);
+    ring.base.c.cq_overflows = ring.d.cq_overflows();
+    ring.base.c.send = Some(ring.d.total_stats());
+    Ok(ring.base.c)
+}
+
+impl<'a> Ring<'a> {
+    /// Sets up the ring: the driver (registered bodies and a zero-copy cap for the modes that
+    /// may send zero-copy), the receive buffers, and multishot accept on `listener`.
+    fn open(
+        cfg: &'a ServeConfig,
+        listener: OwnedFd,
+        mut base: Base<'a>,
+    ) -> Result<Ring<'a>, Box<(Base<'a>, String)>> {
+        let zc = matches!(cfg.send, SendMode::UringZc | SendMode::Adaptive);
+        let mut d = match UringDriver::new(DriverConfig {
+            connections: cfg.max_connections.min(4096),
+            depth: cfg.depth,
+            inflight: InflightLimits::default(),
+            fixed_buffers: zc,
+            ring_zc_inflight: zc.then_some(cfg.zc_inflight),
+        }) {
+            Ok(d) => d,
+            Err(e) => return Err(Box::new((base, format!("io_uring setup: {e}")))),
+        };
+        base.c.setup = Some(d.setup().name().to_string());
+        // Batched waits only when the kernel takes a minimum wait; else each completion wakes.
+        base.c.batched = cfg.wait_nr > 1 && !cfg.min_wait.is_zero() && d.has_min_wait();
+        let recv = RecvConfig {
+            buffers: 2048,
+            size: 4096,
+        };
+        if let Err(e) = d.provide_recv_buffers(recv) {
+            return Err(Box::new((base, format!("{e}"))));
+        }
+        if let Err(e) = d.listen(Socket::from(listener)) {
+            return Err(Box::new((base, format!("{e}"))));
+        }
+        if zc && !base.r.inline {
+            d.register(&mut base.r.body);
+        }
+        let opts = sendpath::Options {
+            profile: cfg.profile.clone(),
+            ..sendpath::Options::default()
+        };
+        Ok(Ring {
+            cfg,
+            d,
+            clients: Vec::new(),
+            base,
+            scratch: Vec::new(),
+            opts,
+            now: Instant::now(),
+        })
+    }
+
+    /// The worker's loop: wait, handle every event, answer every connection that can take
+    /// more, and once a second the idle sweep.
+    fn run(&mut self, cancel: &Cancel, open: &Gauge<'_>) -> Result<(), String> {
+        let (mut events, mut writable) = (Vec::new(), Vec::new());
+        while !cancel.is_cancelled() && self.now < self.base.end {
+            if self.base.c.batched {
+                // No more completions can be waited for than connections could send requests.
+                let nr = self.cfg.wait_nr.min(self.d.open_connections());
+                self.d.batch_waits(nr, self.cfg.min_wait);
+            }
+            self.d
+                .run_for(Duration::from_millis(100))
+                .map_err(|e| format!("{e}"))?;
+            // One clock reading per pass: what a request's arrival and the idle checks need.
+            self.now = Instant::now();
+            self.d.take_events(&mut events);
+            for ev in events.drain(..) {
+                self.on_event(ev, open);
+            }
+            self.d.take_writable(&mut writable);
+            for id in writable.drain(..) {
+                self.respond(id);
+            }
+            if self.base.tick(self.now) {
+                self.sweep_idle();
+            }
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: Event, open: &Gauge<'_>) {
+        match ev {
+            Event::Accepted(sock) => self.accept(sock, open),
+            Event::AcceptFailed(e) => self.base.c.accept_error(&e),
+            Event::Received { conn, buf } => {
+                self.on_received(conn, buf);
+                self.respond(conn);
+            }
+            Event::RecvEnded { conn, error } => {
+                if let Some(e) = error {
+                    self.base.c.ended(e.raw_os_error());
+                    self.d.close(conn);
+                } else if let Some(cl) = client(&mut self.clients, conn) {
+                    cl.close_when_flushed = true;
+                    self.respond(conn);
+                }
+            }
+            Event::Spliced {
+                conn,
+                into_pipe,
+                res,
+            } => {
+                self.on_spliced(conn, into_pipe, res);
+                self.respond(conn);
+            }
+            Event::Closed(id) => {
+                // Only if the slot still holds that connection, not a later one at the same
+                // index.
+                if let Some(x) = self.clients.get_mut(id.index()) {
+                    if x.as_ref().is_some_and(|c| c.id == id) {
+                        *x = None;
+                    }
+                }
+                open.set(self.d.open_connections());
+            }
+        }
+    }
+
+    /// Adds an accepted connection, or refuses it above `--max-connections`.
+    fn accept(&mut self, sock: Socket, open: &Gauge<'_>) {
+        let c = &mut self.base.c;
+        c.accepted += 1;
+        if self.d.open_connections() >= self.cfg.max_connections {
+            c.rejected += 1;
+            return;
+        }
+        let _ = rustix::net::sockopt::set_tcp_nodelay(&sock, true);
+        let chooser: Box<dyn sendpath::engine::Choose> = match self.cfg.send {
+            SendMode::Adaptive => {
+                sendpath::engine::chooser_for(sendpath::Strategy::Adaptive, &self.opts)
+                    .expect("adaptive runs on the ring")
+            }
+            SendMode::UringZc => Box::new(Fixed(Choice::ZeroCopy)),
+            _ => Box::new(Fixed(Choice::Copy)),
+        };
+        let state = ConnState::new(self.d.state_config(true), chooser);
+        match self.d.add_receiving(sock, state) {
+            Ok(id) => {
+                if self.clients.len() <= id.index() {
+                    self.clients.resize_with(id.index() + 1, || None);
+                }
+                self.clients[id.index()] = Some(Client::new(id, self.now));
+                open.set(self.d.open_connections());
+            }
+            Err(e) => c.accept_error(&std::io::Error::other(e.to_string())),
+        }
+    }
+
+    /// Parses what arrived, owing a response per whole request.
+    fn on_received(&mut self, conn: ConnId, buf: RecvBuf) {
+        let Ring {
+            d,
+            clients,
+            base,
+            scratch,
+            now,
+            ..
+        } = self;
+        match client(clients, conn) {
+            // Already refused or closing: ignore what else comes.
+            Some(cl) if cl.refusal.is_none() && !cl.close_when_flushed => {
+                let data = d.received(&buf);
+                let rest: &[u8] = if cl.partial.is_empty() {
+                    data
+                } else {
+                    cl.partial
+                        .extend_from_slice(&data[..data.len().min(MAX_HEAD + 1)]);
+                    scratch.clear();
+                    scratch.append(&mut cl.partial);
+                    scratch
+                };
+                parse_requests(cl, &mut base.c, rest, *now);
+            }
+            _ => {}
+        }
+        d.recycle(buf);
+    }
+
+    /// Queues the owed responses that fit, then a refusal, and closes once all is out when
+    /// asked.
+    fn respond(&mut self, conn: ConnId) {
+        if !self.d.is_open(conn) {
+            return;
+        }
+        let Ring {
+            d,
+            clients,
+            base,
+            scratch,
+            cfg,
+            ..
+        } = self;
+        let Some(cl) = client(clients, conn) else {
+            return;
+        };
+        let mut s = Serving {
+            d,
+            cl,
+            c: &mut base.c,
+            conn,
+        };
+        if let Some(file) = &base.r.file {
+            if s.cl.job.is_some() {
+                return;
+            }
+            if let Some(head_only) = s.cl.owed.pop_front() {
+                return s.start_file_response(&base.r.heads, file, head_only);
+            }
+        }
+        let mut queued = false;
+        while !s.cl.owed.is_empty() && s.d.room(conn) > 0 {
+            if base.r.inline {
+                queued |= s.queue_inline(&base.r, cfg.send, scratch);
+            } else if let Some(q) = s.queue_split(&base.r) {
+                queued |= q;
+            } else {
+                break;
+            }
+        }
+        if s.cl.owed.is_empty() {
+            queued |= s.queue_refusal();
+        }
+        if queued {
+            s.d.request_flush(conn);
+        }
+        s.close_when_done();
+    }
+
+    /// One half of a splice completed on `conn`.
+    fn on_spliced(&mut self, conn: ConnId, into_pipe: bool, res: i32) {
+        let Ring {
+            d, clients, base, ..
+        } = self;
+        let (Some(cl), Some(file)) = (client(clients, conn), base.r.file.as_ref()) else {
+            return;
+        };
+        let Some(job) = cl.job.as_mut() else { return };
+        let progress = job.on_spliced(into_pipe, res);
+        let mut s = Serving {
+            d,
+            cl,
+            c: &mut base.c,
+            conn,
+        };
+        match progress {
+            Ok(SpliceProgress::Waiting) => {}
+            Ok(SpliceProgress::Done) => s.cl.job = None,
+            Ok(SpliceProgress::Next) => s.next_splice(file),
+            Err(f) => {
+                // A file that ended early (it shrank) would leave a short body under its
+                // Content-Length and corrupt the stream: the connection ends either way.
+                if let SpliceFailure::Os(e) = f {
+                    s.c.ended(Some(e));
+                }
+                s.cl.job = None;
+                s.d.close(conn);
+            }
+        }
+    }
+
+    /// Closes the connections idle past `--idle-timeout`.
+    fn sweep_idle(&mut self) {
+        for cl in self.clients.iter_mut().flatten() {
+            if !self.d.is_open(cl.id) {
+                continue;
+            }
+            let waiting = !self.d.state(cl.id).is_flushed() || cl.job.is_some();
+            if cl
+                .activity
+                .timed_out(waiting, self.now, self.cfg.idle_timeout)
+            {
+                self.base.c.idle_timeouts += 1;
+                self.d.close(cl.id);
+            }
+        }
+    }
+
+    /// Closing: stop accepting, close every connection, wait (2 s at most) for the kernel to
+    /// let go.
+    fn close_all(&mut self) {
+        for cl in self.clients.iter().flatten() {
+            self.d.close(cl.id);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut events = Vec::new();
+        while self.d.open_connections() > 0 && Instant::now() < deadline {
+            if self.d.run_for(Duration::from_millis(10)).is_err() {
+                break;
+            }
+            self.d.take_events(&mut events);
+            for ev in events.drain(..) {
+                if let Event::Received { buf, .. } = ev {
+                    self.d.recycle(buf);
+                }
+            }
+        }
+    }
+}
+
+/// The state of connection `id`, if the table holds that very connection.
+fn client(clients: &mut [Option<Client>], id: ConnId) -> Option<&mut Client> {
+    clients.get_mut(id.index())?.as_mut().filter(|c| c.id == id)
+}
+
+/// Parses `rest` on `cl`: a response owed per whole request, the start of the next kept, a
+/// refusal noted.
+fn parse_requests(cl: &mut Client, c: &mut Counts, rest: &[u8], now: Instant) {
+    let mut at = 0;
+    while at < rest.len() {
+        match parse_request(&rest[at..]) {
+            Parsed::Request {
+                len,
+                head_only,
+                close,
+            } => {
+                at += len;
+                cl.activity.request(now);
+                cl.owed.push_back(head_only);
+                if close {
+                    cl.close_when_flushed = true;
+                    break;
+                }
+                if cl.owed.len() > MAX_OWED {
+                    c.pipeline_overflows += 1;
+                    cl.refusal = Some(Refusal::TooLarge);
+                    cl.owed.clear();
+                    break;
+                }
+            }
+            Parsed::Partial => {
+                cl.partial.extend_from_slice(&rest[at..]);
+                at = rest.len();
+            }
+            Parsed::Refused(why) => {
+                c.refuse(why);
+                cl.refusal = Some(why);
+                break;
+            }
+        }
+    }
+}
+
+/// One connection being answered: the driver, the connection's state and the worker's
+/// counters.
+struct Serving<'w> {
+    d: &'w mut UringDriver,
+    cl: &'w mut Client,
+    c: &'w mut Counts,
+    conn: ConnId,
+}
+
+impl Serving<'_> {
+    /// As many owed responses as fit in one buffer of at most 64 KiB; `copy` writes what the
+    /// socket takes at once and queues the rest. Whether anything was queued on the ring.
+    fn queue_inline(&mut self, r: &Responses, mode: SendMode, scratch: &mut Vec<u8>) -> bool {
+        scratch.clear();
+        while let Some(&head_only) = self.cl.owed.front() {
+            if !scratch.is_empty() && scratch.len() + r.len(head_only) > 64 * 1024 {
+                break;
+            }
+            r.write(head_only, scratch);
+            self.cl.owed.pop_front();
+            self.c.requests += 1;
+        }
+        self.c.response_bytes += scratch.len() as u64;
+        let sent = if mode == SendMode::Copy && self.d.state(self.conn).is_flushed() {
+            send_now(self.d.socket(self.conn), scratch)
+        } else {
+            0
+        };
+        if sent == scratch.len() {
+            return false;
+        }
+        let mut b = self.d.take_buf(self.conn, scratch.len() - sent);
+        b.as_mut_slice().copy_from_slice(&scratch[sent..]);
+        let _ = self.d.push(self.conn, b, true);
+        true
+    }
+
+    /// The next owed response as its head copied in and the shared body; `None` when the
+    /// queue has no room for both.
+    fn queue_split(&mut self, r: &Responses) -> Option<bool> {
+        let head_only = *self.cl.owed.front().expect("not empty");
+        if !head_only && self.d.room(self.conn) < 2 {
+            return None;
+        }
+        self.cl.owed.pop_front();
+        self.c.requests += 1;
+        let head = r.heads.ok();
+        let mut b = self.d.take_buf(self.conn, head.len());
+        b.as_mut_slice().copy_from_slice(head);
+        self.c.response_bytes += head.len() as u64;
+        let _ = self.d.push(self.conn, b, head_only);
+        if !head_only {
+            let body = r.body.share().expect("the body is a shared buffer");
+            self.c.response_bytes += body.len() as u64;
+            let _ = self.d.push(self.conn, body, true);
+        }
+        Some(true)
+    }
+
+    /// The refusal after the owed responses, when there is room; then close once flushed.
+    fn queue_refusal(&mut self) -> bool {
+        let Some(why) = self.cl.refusal.take() else {
+            return false;
+        };
+        if self.d.room(self.conn) == 0 {
+            self.cl.refusal = Some(why);
+            return false;
+        }
+        let bytes = Heads::refusal(why);
+        let mut b = self.d.take_buf(self.conn, bytes.len());
+        b.as_mut_slice().copy_from_slice(&bytes);
+        let _ = self.d.push(self.conn, b, true);
+        self.cl.close_when_flushed = true;
+        true
+    }
+
+    /// Closes the connection when it asked to be closed and everything is out.
+    fn close_when_done(&mut self) {
+        let cl = &self.cl;
+        if cl.close_when_flushed
+            && cl.owed.is_empty()
+            && cl.refusal.is_none()
+            && self.d.state(self.conn).is_flushed()
+        {
+            self.d.close(self.conn);
+        }
+    }
+
+    /// Starts a `--file` response: the head is written into the connection's pipe, then the
+    /// file is spliced in behind it and the pipe out to the socket, a pipe-full at a time.
+    fn start_file_response(&mut self, heads: &Heads, file: &(File, u64), head_only: bool) {
+        if self.cl.pipe.is_none() {
+            match new_pipe() {
+                Ok(p) => self.cl.pipe = Some(p),
+                Err(e) => {
+                    self.c.ended(Some(e.raw_os_error()));
+                    return self.d.close(self.conn);
+                }
+            }
+        }
+        let (pipe, _) = self.cl.pipe.as_ref().expect("made above");
+        let head = heads.ok();
+        // The pipe is empty between responses and holds at least 4 KiB: this write never waits.
+        if rustix::io::write(&pipe.write, head).ok() != Some(head.len()) {
+            self.c.receive_errors += 1;
+            return self.d.close(self.conn);
+        }
+        self.c.requests += 1;
+        let body = if head_only { 0 } else { file.1 };
+        self.c.response_bytes += head.len() as u64 + body;
+        self.cl.job = Some(SpliceJob::new(0, body, head.len() as u64));
+        self.next_splice(file);
+    }
+
+    /// Splices the next part of the job: more of the file into the pipe and the pipe out, or
+    /// only the pipe out when it is full.
+    fn next_splice(&mut self, file: &(File, u64)) {
+        let (Some(job), Some((pipe, size))) = (self.cl.job.as_mut(), self.cl.pipe.as_ref()) else {
+            return;
+        };
+        let step = job.next(*size);
+        use std::os::fd::AsFd;
+        let sent = step.map_err(|_| ()).and_then(|st| {
+            self.d
+                .splice(
+                    self.conn,
+                    file.0.as_fd(),
+                    st.offset,
+                    st.len,
+                    pipe,
+                    st.in_pipe,
+                )
+                .map_err(|_| ())
+        });
+        if sent.is_err() {
+            // A pipe too small to take a page past the head, or a closing connection.
+            self.c.receive_errors += 1;
+            self.cl.job = None;
+            self.d.close(self.conn);
+        }
+    }
+}
+
+/// A pipe for splicing, as large as the system lets it be (up to 1 MiB), and its size.
+fn new_pipe() -> rustix::io::Result<(SplicePipe, u64)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let _ = rustix::pipe::fcntl_setpipe_size(&write, 1 << 20);
+    let size = rustix::pipe::fcntl_getpipe_size(&write)? as u64;
+    Ok((SplicePipe { read, write }, size))
+}
+
+/// `send(2)` with `MSG_DONTWAIT`: how many bytes the socket took (0 when it would block or
+/// failed; the ring then sends the rest and reports any error).
+fn send_now(sock: &Socket, bytes: &[u8]) -> usize {
+    use rustix::net::SendFlags;
+    rustix::net::send(sock, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL).unwrap_or(0)
+}
