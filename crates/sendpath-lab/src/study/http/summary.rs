@@ -235,7 +235,6 @@ fn configurations(r: &StudyResults) -> String {
 /// request against connections; the ratios of the first server to the reference per paired
 /// round; the study's SEND vs SEND_ZC layout; the open-loop latencies; the wrk cross-check.
 pub fn summary(r: &StudyResults) -> String {
-    use std::fmt::Write;
     let mut s = String::new();
     if let Some(a) = &r.environment.agent {
         let _ = writeln!(
@@ -244,7 +243,6 @@ pub fn summary(r: &StudyResults) -> String {
         );
     }
     let (servers, bodies, conns) = axes(r);
-    let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
     let _ = writeln!(s, "# HTTP server study\n");
     let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
     let conf = configurations(r);
@@ -253,166 +251,8 @@ pub fn summary(r: &StudyResults) -> String {
     }
     for &body in &bodies {
         let _ = writeln!(s, "## Body {body} B\n");
-        let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | fallbacks | errors |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-        for srv in &servers {
-            for &c in &conns {
-                let ms = pick(srv, body, c);
-                if ms.is_empty() {
-                    continue;
-                }
-                let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
-                    ms.iter().filter_map(|m| f(m)).collect()
-                };
-                let copied = col(&|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
-                let errors: u64 = ms.iter().map(|m| m.errors.values().sum::<u64>()).sum();
-                let fallbacks = fallbacks_of(&ms);
-                let _ = writeln!(
-                    s,
-                    "| {srv} | {c} | {} | {} | {} | {} | {} | {fallbacks} | {errors} |",
-                    spread(&col(&|m| Some(m.requests_per_s))),
-                    spread(&col(&|m| m.latency_us.map(|l| l.p50))),
-                    spread(&col(&|m| m.latency_us.map(|l| l.p99))),
-                    spread(&col(&|m| m.server_cpu_us_per_request)),
-                    if copied.is_empty() {
-                        "-".into()
-                    } else {
-                        format!("{:.0}%", 100.0 * median(copied.into_iter()).unwrap_or(0.0))
-                    },
-                );
-            }
-        }
-        // Paired ratios against nginx, per round.
-        if servers.iter().any(|x| x == "nginx") {
-            let _ = writeln!(
-                s,
-                "\nAgainst nginx, paired by round (median (min..max) of the per-round ratio):\n"
-            );
-            let _ = writeln!(
-                s,
-                "| server | connections | requests/s ratio | CPU/request ratio | rounds faster |"
-            );
-            let _ = writeln!(s, "|---|---|---|---|---|");
-            for srv in servers.iter().filter(|x| *x != "nginx") {
-                for &c in &conns {
-                    let a = pick(srv, body, c);
-                    let b = pick("nginx", body, c);
-                    let mut rps = Vec::new();
-                    let mut cpu = Vec::new();
-                    for m in &a {
-                        if let Some(n) = b.iter().find(|n| n.round == m.round) {
-                            if n.requests_per_s > 0.0 {
-                                rps.push(m.requests_per_s / n.requests_per_s);
-                            }
-                            if let (Some(x), Some(y)) =
-                                (m.server_cpu_us_per_request, n.server_cpu_us_per_request)
-                            {
-                                if y > 0.0 {
-                                    cpu.push(x / y);
-                                }
-                            }
-                        }
-                    }
-                    if rps.is_empty() {
-                        continue;
-                    }
-                    let faster = rps.iter().filter(|x| **x > 1.0).count();
-                    let _ = writeln!(
-                        s,
-                        "| {srv} | {c} | {} | {} | {faster}/{} |",
-                        spread(&rps),
-                        spread(&cpu),
-                        rps.len()
-                    );
-                }
-            }
-        }
-        // The published study's layout: SEND against SEND_ZC.
-        let (u, z) = ("sendpath-uring", "sendpath-uring-zc");
-        if servers.iter().any(|x| x == u) && servers.iter().any(|x| x == z) {
-            let _ = writeln!(
-                s,
-                "\nSEND against SEND_ZC, laid out like the published study:\n"
-            );
-            let _ = writeln!(s, "| Conns | Regular Send | ZC Send | Throughput Delta | Latency Delta (p99) | ZC copied |");
-            let _ = writeln!(s, "|---|---|---|---|---|---|");
-            for &c in &conns {
-                let a = pick(u, body, c);
-                let b = pick(z, body, c);
-                let med = |ms: &[&Measurement], f: &dyn Fn(&Measurement) -> Option<f64>| {
-                    median(ms.iter().filter_map(|m| f(m)))
-                };
-                let (Some(ra), Some(rb)) = (
-                    med(&a, &|m| Some(m.requests_per_s)),
-                    med(&b, &|m| Some(m.requests_per_s)),
-                ) else {
-                    continue;
-                };
-                let la = med(&a, &|m| m.latency_us.map(|l| l.p99));
-                let lb = med(&b, &|m| m.latency_us.map(|l| l.p99));
-                let copied = med(&b, &|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
-                let _ = writeln!(
-                    s,
-                    "| {c} | {:.0}K req/s, {} | {:.0}K req/s, {} | {:+.1}% | {} | {} |",
-                    ra / 1e3,
-                    la.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
-                    rb / 1e3,
-                    lb.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
-                    100.0 * (rb / ra - 1.0),
-                    la.zip(lb).map_or("null".into(), |(x, y)| format!(
-                        "{:+.0}%",
-                        100.0 * (y / x - 1.0)
-                    )),
-                    copied.map_or("unknown".into(), |f| format!("{:.0}%", f * 100.0)),
-                );
-            }
-        }
-        // Open loop.
-        let open: Vec<&Measurement> = r
-            .measurements
-            .iter()
-            .filter(|m| m.rate_per_s.is_some() && m.body_bytes == body)
-            .collect();
-        if !open.is_empty() {
-            let _ = writeln!(
-                s,
-                "\nOpen loop (http-load, latency from each request's intended send time):\n"
-            );
-            let _ = writeln!(s, "| server | connections | rate req/s | achieved req/s | p50 us | p99 us | p99.9 us |");
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|");
-            let mut keys: Vec<(String, usize, u64)> = open
-                .iter()
-                .map(|m| {
-                    (
-                        m.server.clone(),
-                        m.connections,
-                        m.rate_per_s.unwrap_or(0.0) as u64,
-                    )
-                })
-                .collect();
-            keys.sort();
-            keys.dedup();
-            for (srv, c, rate) in keys {
-                let ms: Vec<&&Measurement> = open
-                    .iter()
-                    .filter(|m| {
-                        m.server == srv
-                            && m.connections == c
-                            && m.rate_per_s.unwrap_or(0.0) as u64 == rate
-                    })
-                    .collect();
-                let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
-                    ms.iter().filter_map(|m| f(m)).collect()
-                };
-                let _ = writeln!(
-                    s,
-                    "| {srv} | {c} | {rate} | {} | {} | {} | {} |",
-                    spread(&col(&|m| Some(m.requests_per_s))),
-                    spread(&col(&|m| m.latency_us.map(|l| l.p50))),
-                    spread(&col(&|m| m.latency_us.map(|l| l.p99))),
-                    spread(&col(&|m| m.latency_us.map(|l| l.p999))),
-                );
-            }
+        for table in [closed_table, against_nginx, send_vs_send_zc, open_loop] {
+            s += &table(r, body, &servers, &conns);
         }
         let _ = writeln!(s);
     }
@@ -422,6 +262,194 @@ pub fn summary(r: &StudyResults) -> String {
             "http-load / wrk requests/s, same server, 100 connections, alternating (server and load on CPUs of their own where there are two): {}\n",
             spread(&r.wrk_check_ratios)
         );
+    }
+    s
+}
+
+/// Each server's closed-loop windows at each connection count.
+fn closed_table(r: &StudyResults, body: usize, servers: &[String], conns: &[usize]) -> String {
+    let mut s = String::new();
+    let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
+    let _ = writeln!(s, "| server | connections | requests/s | p50 us | p99 us | server CPU us/request | copied | fallbacks | errors |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for srv in servers {
+        for &c in conns {
+            let ms = pick(srv, body, c);
+            if ms.is_empty() {
+                continue;
+            }
+            let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
+                ms.iter().filter_map(|m| f(m)).collect()
+            };
+            let copied = col(&|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
+            let errors: u64 = ms.iter().map(|m| m.errors.values().sum::<u64>()).sum();
+            let fallbacks = fallbacks_of(&ms);
+            let _ = writeln!(
+                s,
+                "| {srv} | {c} | {} | {} | {} | {} | {} | {fallbacks} | {errors} |",
+                spread(&col(&|m| Some(m.requests_per_s))),
+                spread(&col(&|m| m.latency_us.map(|l| l.p50))),
+                spread(&col(&|m| m.latency_us.map(|l| l.p99))),
+                spread(&col(&|m| m.server_cpu_us_per_request)),
+                if copied.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.0}%", 100.0 * median(copied.into_iter()).unwrap_or(0.0))
+                },
+            );
+        }
+    }
+    s
+}
+
+/// Each server against nginx, paired by round.
+fn against_nginx(r: &StudyResults, body: usize, servers: &[String], conns: &[usize]) -> String {
+    let mut s = String::new();
+    let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
+    if servers.iter().any(|x| x == "nginx") {
+        let _ = writeln!(
+            s,
+            "\nAgainst nginx, paired by round (median (min..max) of the per-round ratio):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| server | connections | requests/s ratio | CPU/request ratio | rounds faster |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for srv in servers.iter().filter(|x| *x != "nginx") {
+            for &c in conns {
+                let a = pick(srv, body, c);
+                let b = pick("nginx", body, c);
+                let mut rps = Vec::new();
+                let mut cpu = Vec::new();
+                for m in &a {
+                    if let Some(n) = b.iter().find(|n| n.round == m.round) {
+                        if n.requests_per_s > 0.0 {
+                            rps.push(m.requests_per_s / n.requests_per_s);
+                        }
+                        if let (Some(x), Some(y)) =
+                            (m.server_cpu_us_per_request, n.server_cpu_us_per_request)
+                        {
+                            if y > 0.0 {
+                                cpu.push(x / y);
+                            }
+                        }
+                    }
+                }
+                if rps.is_empty() {
+                    continue;
+                }
+                let faster = rps.iter().filter(|x| **x > 1.0).count();
+                let _ = writeln!(
+                    s,
+                    "| {srv} | {c} | {} | {} | {faster}/{} |",
+                    spread(&rps),
+                    spread(&cpu),
+                    rps.len()
+                );
+            }
+        }
+    }
+    s
+}
+
+/// SEND against SEND_ZC, laid out like the published study.
+fn send_vs_send_zc(r: &StudyResults, body: usize, servers: &[String], conns: &[usize]) -> String {
+    let mut s = String::new();
+    let pick = |srv: &str, body: usize, c: usize| closed_windows(r, srv, body, c);
+    let (u, z) = ("sendpath-uring", "sendpath-uring-zc");
+    if servers.iter().any(|x| x == u) && servers.iter().any(|x| x == z) {
+        let _ = writeln!(
+            s,
+            "\nSEND against SEND_ZC, laid out like the published study:\n"
+        );
+        let _ = writeln!(s, "| Conns | Regular Send | ZC Send | Throughput Delta | Latency Delta (p99) | ZC copied |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for &c in conns {
+            let a = pick(u, body, c);
+            let b = pick(z, body, c);
+            let med = |ms: &[&Measurement], f: &dyn Fn(&Measurement) -> Option<f64>| {
+                median(ms.iter().filter_map(|m| f(m)))
+            };
+            let (Some(ra), Some(rb)) = (
+                med(&a, &|m| Some(m.requests_per_s)),
+                med(&b, &|m| Some(m.requests_per_s)),
+            ) else {
+                continue;
+            };
+            let la = med(&a, &|m| m.latency_us.map(|l| l.p99));
+            let lb = med(&b, &|m| m.latency_us.map(|l| l.p99));
+            let copied = med(&b, &|m| m.serve.as_ref().and_then(|x| x.copied_fraction));
+            let _ = writeln!(
+                s,
+                "| {c} | {:.0}K req/s, {} | {:.0}K req/s, {} | {:+.1}% | {} | {} |",
+                ra / 1e3,
+                la.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
+                rb / 1e3,
+                lb.map_or("null".into(), |l| format!("{:.2}ms", l / 1e3)),
+                100.0 * (rb / ra - 1.0),
+                la.zip(lb).map_or("null".into(), |(x, y)| format!(
+                    "{:+.0}%",
+                    100.0 * (y / x - 1.0)
+                )),
+                copied.map_or("unknown".into(), |f| format!("{:.0}%", f * 100.0)),
+            );
+        }
+    }
+    s
+}
+
+/// The open-loop windows: latency from each request's intended send time.
+fn open_loop(r: &StudyResults, body: usize, _: &[String], _: &[usize]) -> String {
+    let mut s = String::new();
+    let open: Vec<&Measurement> = r
+        .measurements
+        .iter()
+        .filter(|m| m.rate_per_s.is_some() && m.body_bytes == body)
+        .collect();
+    if !open.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nOpen loop (http-load, latency from each request's intended send time):\n"
+        );
+        let _ = writeln!(
+            s,
+            "| server | connections | rate req/s | achieved req/s | p50 us | p99 us | p99.9 us |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        let mut keys: Vec<(String, usize, u64)> = open
+            .iter()
+            .map(|m| {
+                (
+                    m.server.clone(),
+                    m.connections,
+                    m.rate_per_s.unwrap_or(0.0) as u64,
+                )
+            })
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for (srv, c, rate) in keys {
+            let ms: Vec<&&Measurement> = open
+                .iter()
+                .filter(|m| {
+                    m.server == srv
+                        && m.connections == c
+                        && m.rate_per_s.unwrap_or(0.0) as u64 == rate
+                })
+                .collect();
+            let col = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
+                ms.iter().filter_map(|m| f(m)).collect()
+            };
+            let _ = writeln!(
+                s,
+                "| {srv} | {c} | {rate} | {} | {} | {} | {} |",
+                spread(&col(&|m| Some(m.requests_per_s))),
+                spread(&col(&|m| m.latency_us.map(|l| l.p50))),
+                spread(&col(&|m| m.latency_us.map(|l| l.p99))),
+                spread(&col(&|m| m.latency_us.map(|l| l.p999))),
+            );
+        }
     }
     s
 }
