@@ -274,155 +274,181 @@ pub fn route(r: &Results) -> String {
     "loopback, to receiver threads in this process".into()
 }
 
+/// Everything [`Analysis`] holds, from the rows alone.
 pub fn analyse(r: &Results) -> Analysis {
     let measured: BTreeSet<Strategy> = r.results.iter().map(|x| x.strategy).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
+    let route = route(r);
     let mut a = Analysis {
-        route: route(r),
+        copied_notice: copied_notice(r, &route),
+        route,
         ..Analysis::default()
     };
+    for &t in &threads {
+        for &path in &measured {
+            a.crossovers.extend(crossover(r, path, t, &measured));
+        }
+    }
+    for &t in &threads {
+        for (source, label) in [(Source::Memory, "memory"), (Source::File, "file")] {
+            a.recommendations
+                .extend(recommend_by_size(r, t, source, label, &measured));
+        }
+    }
+    a.recommendations.extend(recommend_mixes(r, &measured));
+    a
+}
+
+/// The notice said first when more than half of some path's zero-copy completions were
+/// copied: why, and what to run for a real NIC.
+fn copied_notice(r: &Results, route: &str) -> Option<String> {
     let receiver_here = r.environment.agent.is_none()
         && !r
             .results
             .iter()
             .any(|x| x.recv_mode == crate::results::Receiver::Remote);
-
     let copied: Vec<(&str, f64)> = r
         .results
         .iter()
         .filter_map(|x| x.zerocopy.copied_fraction.map(|f| (x.strategy.name(), f)))
         .collect();
-    if let Some(max) = copied
+    let max = copied
         .iter()
         .map(|c| c.1)
         .reduce(f64::max)
-        .filter(|m| *m > 0.5)
-    {
-        let names: BTreeSet<&str> = copied.iter().map(|c| c.0).collect();
-        let names = names.into_iter().collect::<Vec<_>>().join(" and ");
-        a.copied_notice = Some(if receiver_here {
-            format!(
-                "This host copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the kernel's COPIED flag. \
-                 The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
-                 So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
-                 say nothing about the gain on a real NIC: run `sendpath agent` on a remote host and `sendpath sweep --agent HOST` \
-                 for that. sendfile, splice and vmsplice do avoid the send-side copy here.",
-                max * 100.0
-            )
+        .filter(|m| *m > 0.5)?;
+    let names: BTreeSet<&str> = copied.iter().map(|c| c.0).collect();
+    let names = names.into_iter().collect::<Vec<_>>().join(" and ");
+    Some(if receiver_here {
+        format!(
+            "This host copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the kernel's COPIED flag. \
+             The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
+             So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
+             say nothing about the gain on a real NIC: run `sendpath agent` on a remote host and `sendpath sweep --agent HOST` \
+             for that. sendfile, splice and vmsplice do avoid the send-side copy here.",
+            max * 100.0
+        )
+    } else {
+        format!(
+            "The kernel copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the COPIED flag, \
+             with the receiver {route}. Either the route delivered them locally (a receiver on this host) or the device \
+             cannot send from user pages; either way the zero-copy rows measure bookkeeping plus a copy.",
+            max * 100.0,
+        )
+    })
+}
+
+/// From which size `path` beats its baseline at `t` threads, over the sizes both measured;
+/// `None` when the baseline is the path itself or was not measured.
+fn crossover(
+    r: &Results,
+    path: Strategy,
+    t: usize,
+    measured: &BTreeSet<Strategy>,
+) -> Option<Crossover> {
+    let base = baseline_for(path, measured);
+    if path == base || !measured.contains(&base) {
+        return None;
+    }
+    let p = rows(r, path, t);
+    let b = rows(r, base, t);
+    let pairs: Vec<(&Row, &Row)> = p
+        .iter()
+        .filter_map(|x| {
+            b.iter()
+                .find(|y| y.size_bytes == x.size_bytes)
+                .map(|y| (*x, *y))
+        })
+        .collect();
+    let (first, last) = (pairs.first()?, pairs.last()?);
+    let mut from = None;
+    for (x, y) in pairs.iter().rev() {
+        if beats(x, y) {
+            from = Some(x.size_bytes);
         } else {
-            format!(
-                "The kernel copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the COPIED flag, \
-                 with the receiver {}. Either the route delivered them locally (a receiver on this host) or the device \
-                 cannot send from user pages; either way the zero-copy rows measure bookkeeping plus a copy.",
-                max * 100.0,
-                a.route
-            )
+            break;
+        }
+    }
+    Some(Crossover {
+        path,
+        baseline: base,
+        threads: t,
+        from_size: from,
+        sizes: (first.0.size_bytes, last.0.size_bytes),
+    })
+}
+
+/// The plain stream rows of `source` paths at `t` threads, of `size` when given.
+fn plain_rows(r: &Results, t: usize, source: Source, size: Option<usize>) -> Vec<&Row> {
+    r.results
+        .iter()
+        .filter(|x| {
+            x.workload == Workload::Stream
+                && x.is_plain()
+                && x.threads == t
+                && x.strategy.source() == source
+                && size.is_none_or(|s| x.size_bytes == s)
+        })
+        .collect()
+}
+
+/// The recommendation lines of one source at `t` threads: a line per run of sizes with the
+/// same recommended path.
+fn recommend_by_size(
+    r: &Results,
+    t: usize,
+    source: Source,
+    label: &'static str,
+    measured: &BTreeSet<Strategy>,
+) -> Vec<Recommendation> {
+    let sizes: BTreeSet<usize> = plain_rows(r, t, source, None)
+        .iter()
+        .map(|x| x.size_bytes)
+        .collect();
+    let mut out = Vec::new();
+    let mut line: Option<Recommendation> = None;
+    for &size in &sizes {
+        let here = plain_rows(r, t, source, Some(size));
+        let Some(first) = here.first() else {
+            continue;
+        };
+        let base_name = baseline_for(first.strategy, measured);
+        // The baseline may be of the other source (file paths against `copy`).
+        let base = r.results.iter().find(|x| {
+            x.workload == Workload::Stream
+                && x.is_plain()
+                && x.threads == t
+                && x.size_bytes == size
+                && x.strategy == base_name
         });
-    }
-
-    for &t in &threads {
-        for &path in &measured {
-            let base = baseline_for(path, &measured);
-            if path == base || !measured.contains(&base) {
-                continue;
+        let (path, why) = recommend(&here, base);
+        let why = format!("at {}: {why}", crate::units::fmt_size(size));
+        match &mut line {
+            Some(l) if l.path == path => {
+                l.to_size = size;
+                l.why = why;
             }
-            let p = rows(r, path, t);
-            let b = rows(r, base, t);
-            let pairs: Vec<(&Row, &Row)> = p
-                .iter()
-                .filter_map(|x| {
-                    b.iter()
-                        .find(|y| y.size_bytes == x.size_bytes)
-                        .map(|y| (*x, *y))
-                })
-                .collect();
-            if pairs.is_empty() {
-                continue;
-            }
-            let mut from = None;
-            for (x, y) in pairs.iter().rev() {
-                if beats(x, y) {
-                    from = Some(x.size_bytes);
-                } else {
-                    break;
-                }
-            }
-            a.crossovers.push(Crossover {
-                path,
-                baseline: base,
-                threads: t,
-                from_size: from,
-                sizes: (pairs[0].0.size_bytes, pairs[pairs.len() - 1].0.size_bytes),
-            });
-        }
-    }
-
-    for &t in &threads {
-        for (source, label) in [(Source::Memory, "memory"), (Source::File, "file")] {
-            let sizes: BTreeSet<usize> = r
-                .results
-                .iter()
-                .filter(|x| {
-                    x.workload == Workload::Stream
-                        && x.is_plain()
-                        && x.threads == t
-                        && x.strategy.source() == source
-                })
-                .map(|x| x.size_bytes)
-                .collect();
-            let mut line: Option<Recommendation> = None;
-            for &size in &sizes {
-                let here: Vec<&Row> = r
-                    .results
-                    .iter()
-                    .filter(|x| {
-                        x.workload == Workload::Stream
-                            && x.is_plain()
-                            && x.threads == t
-                            && x.size_bytes == size
-                            && x.strategy.source() == source
-                    })
-                    .collect();
-                let Some(first) = here.first() else {
-                    continue;
-                };
-                let base_name = baseline_for(first.strategy, &measured);
-                // The baseline may be of the other source (file paths against `copy`).
-                let base = r.results.iter().find(|x| {
-                    x.workload == Workload::Stream
-                        && x.is_plain()
-                        && x.threads == t
-                        && x.size_bytes == size
-                        && x.strategy == base_name
+            _ => {
+                out.extend(line.take());
+                line = Some(Recommendation {
+                    source: label,
+                    threads: t,
+                    from_size: size,
+                    to_size: size,
+                    mix: None,
+                    path,
+                    why,
                 });
-                let (path, why) = recommend(&here, base);
-                let why = format!("at {}: {why}", crate::units::fmt_size(size));
-                match &mut line {
-                    Some(l) if l.path == path => {
-                        l.to_size = size;
-                        l.why = why;
-                    }
-                    _ => {
-                        if let Some(l) = line.take() {
-                            a.recommendations.push(l);
-                        }
-                        line = Some(Recommendation {
-                            source: label,
-                            threads: t,
-                            from_size: size,
-                            to_size: size,
-                            mix: None,
-                            path,
-                            why,
-                        });
-                    }
-                }
             }
-            a.recommendations.extend(line);
         }
     }
-    // A line per size mix (pooled buffers): its paths under the same rule, against `copy`
-    // sending the same sequence of sizes.
+    out.extend(line);
+    out
+}
+
+/// A line per size mix (pooled buffers): its paths under the same rule, against `copy`
+/// sending the same sequence of sizes.
+fn recommend_mixes(r: &Results, measured: &BTreeSet<Strategy>) -> Vec<Recommendation> {
     let mixed =
         |x: &&Row| x.workload == Workload::Stream && x.alloc == Alloc::Pool && x.size_mix.is_some();
     let mixes: BTreeSet<(usize, &str)> = r
@@ -431,6 +457,7 @@ pub fn analyse(r: &Results) -> Analysis {
         .filter(mixed)
         .filter_map(|x| Some((x.threads, x.size_mix.as_deref()?)))
         .collect();
+    let mut out = Vec::new();
     for (t, mix) in mixes {
         let here: Vec<&Row> = r
             .results
@@ -438,10 +465,10 @@ pub fn analyse(r: &Results) -> Analysis {
             .filter(mixed)
             .filter(|x| x.threads == t && x.size_mix.as_deref() == Some(mix))
             .collect();
-        let base_name = baseline_for(here[0].strategy, &measured);
+        let base_name = baseline_for(here[0].strategy, measured);
         let base = here.iter().copied().find(|x| x.strategy == base_name);
         let (path, why) = recommend(&here, base);
-        a.recommendations.push(Recommendation {
+        out.push(Recommendation {
             source: "memory",
             threads: t,
             from_size: here[0].size_bytes,
@@ -451,7 +478,7 @@ pub fn analyse(r: &Results) -> Analysis {
             why: format!("for mix {mix}: {why}"),
         });
     }
-    a
+    out
 }
 
 #[cfg(test)]
