@@ -68,72 +68,9 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::transfer_cmd::preset(a, &dir, cancel);
     }
-    let (dir, mut rec, plan) = match &a.resume {
-        Some(dir) => {
-            let path = dir.join("results.json");
-            let results = rows::load(&path)
-                .context("--resume needs a sweep directory holding its results.json")?;
-            let plan = rows::resume(&results)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("cannot resume from {}", path.display()))?;
-            let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
-            (dir.clone(), rec, plan)
-        }
-        None => {
-            let overrides = Overrides {
-                duration: a.duration,
-                warmup: a.warmup,
-                repeat: a.repeat,
-                seed: a.seed,
-            };
-            let plan =
-                rows::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
-            let dir = out_dir(a.out.as_deref(), plan.preset.name)?;
-            let mut rec = Recorder::new(
-                Some(dir.join("results.json")),
-                Some(dir.join("results.csv")),
-                plan.schedule,
-            );
-            rec.results.sweep = Some(plan.info());
-            (dir, rec, plan)
-        }
-    };
+    let (dir, mut rec, mut plan) = open_plan(a)?;
     rec.cancel = cancel.clone();
-    let strategies = plan.preset.strategies.clone();
-    let profile = crate::cli::load_profile(a.profile.as_deref(), &strategies)?;
-    let agent = a.remote.target()?;
-    let agent_name = agent.as_ref().map(|t| t.addr.to_string());
-    if a.resume.is_some() && rec.results.environment.agent != agent_name {
-        bail!(
-            "this sweep's windows were received by {}: resume it with the same receiver ({})",
-            rec.results
-                .environment
-                .agent
-                .as_deref()
-                .unwrap_or("sendpath itself"),
-            rec.results
-                .environment
-                .agent
-                .as_deref()
-                .map_or("no --agent".into(), |x| format!("--agent {x}"))
-        );
-    }
-    let netns = a.topology.create(agent.is_some())?;
-    let topology = netns.as_ref().map(|n| n.info().clone());
-    if a.resume.is_some() && rec.results.environment.topology.is_some() != topology.is_some() {
-        bail!("resume a sweep with the --topology it was started with");
-    }
-    let mut plan = plan;
-    for p in &mut plan.points {
-        if let sendpath_lab::study::sweep::Point::Stream(s) = p {
-            s.opts.profile = profile.clone();
-            s.agent = agent.clone();
-            s.netns = netns.clone();
-        }
-    }
-    rec.results.environment.profile = profile.map(|p| (*p).clone());
-    rec.results.environment.agent = agent_name;
-    rec.results.environment.topology = topology;
+    attach_receiver(a, &mut rec, &mut plan)?;
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         plan.preset.name,
@@ -145,6 +82,93 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         plan.schedule.seed,
         dir.display()
     );
+    run_windows(&plan, &mut rec, &dir)?;
+    rec.print_table();
+    let a = rows::write(&dir, &rec.results)?;
+    println!(
+        "wrote {}/results.json, results.csv, summary.md, report.html",
+        dir.display()
+    );
+    if cancel.is_cancelled() {
+        eprintln!("continue with: sendpath sweep --resume {}", dir.display());
+    } else {
+        print_recommendation(&a);
+    }
+    rec.finish()
+}
+
+/// The sweep to run: resumed from `--resume DIR`'s results, or new from the preset; its
+/// directory and the recorder that writes there.
+fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPlan)> {
+    if let Some(dir) = &a.resume {
+        let path = dir.join("results.json");
+        let results = rows::load(&path)
+            .context("--resume needs a sweep directory holding its results.json")?;
+        let plan = rows::resume(&results)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("cannot resume from {}", path.display()))?;
+        let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
+        return Ok((dir.clone(), rec, plan));
+    }
+    let overrides = Overrides {
+        duration: a.duration,
+        warmup: a.warmup,
+        repeat: a.repeat,
+        seed: a.seed,
+    };
+    let plan = rows::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
+    let dir = out_dir(a.out.as_deref(), plan.preset.name)?;
+    let mut rec = Recorder::new(
+        Some(dir.join("results.json")),
+        Some(dir.join("results.csv")),
+        plan.schedule,
+    );
+    rec.results.sweep = Some(plan.info());
+    Ok((dir, rec, plan))
+}
+
+/// Gives every stream point the profile, the agent and the namespace the flags name, and
+/// records them; a resumed sweep must keep the receiver it started with.
+fn attach_receiver(
+    a: &SweepArgs,
+    rec: &mut Recorder,
+    plan: &mut rows::SweepPlan,
+) -> anyhow::Result<()> {
+    let strategies = plan.preset.strategies.clone();
+    let profile = crate::cli::load_profile(a.profile.as_deref(), &strategies)?;
+    let agent = a.remote.target()?;
+    let agent_name = agent.as_ref().map(|t| t.addr.to_string());
+    let env = &rec.results.environment;
+    if a.resume.is_some() && env.agent != agent_name {
+        bail!(
+            "this sweep's windows were received by {}: resume it with the same receiver ({})",
+            env.agent.as_deref().unwrap_or("sendpath itself"),
+            env.agent
+                .as_deref()
+                .map_or("no --agent".into(), |x| format!("--agent {x}"))
+        );
+    }
+    let netns = a.topology.create(agent.is_some())?;
+    let topology = netns.as_ref().map(|n| n.info().clone());
+    if a.resume.is_some() && env.topology.is_some() != topology.is_some() {
+        bail!("resume a sweep with the --topology it was started with");
+    }
+    for p in &mut plan.points {
+        if let sendpath_lab::study::sweep::Point::Stream(s) = p {
+            s.opts.profile = profile.clone();
+            s.agent = agent.clone();
+            s.netns = netns.clone();
+        }
+    }
+    rec.results.environment.profile = profile.map(|p| (*p).clone());
+    rec.results.environment.agent = agent_name;
+    rec.results.environment.topology = topology;
+    Ok(())
+}
+
+/// Measures the windows left, with a progress bar on a terminal; after a failure, writes what
+/// was measured and says how to resume.
+fn run_windows(plan: &rows::SweepPlan, rec: &mut Recorder, dir: &Path) -> anyhow::Result<()> {
     let pb = indicatif::ProgressBar::new(plan.windows_left() as u64);
     pb.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} windows, ETA {eta}")
@@ -163,43 +187,37 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     let mut meter = Meter::open(false);
     let ran = rec.run_rounds(&plan.points, file.as_ref(), &mut meter, &|| pb.inc(1));
     pb.finish_and_clear();
+    rec.progress = None;
     if let Err(e) = ran {
-        rows::write(&dir, &rec.results)?;
+        rows::write(dir, &rec.results)?;
         return Err(e).context(format!(
             "resume with: sendpath sweep --resume {}",
             dir.display()
         ));
     }
-    rec.progress = None;
-    rec.print_table();
-    let a = rows::write(&dir, &rec.results)?;
-    println!(
-        "wrote {}/results.json, results.csv, summary.md, report.html",
-        dir.display()
-    );
-    if cancel.is_cancelled() {
-        eprintln!("continue with: sendpath sweep --resume {}", dir.display());
-    } else {
-        if let Some(n) = &a.copied_notice {
-            println!("\nRead this first: {n}");
-        }
-        println!(
-            "\nRecommendation ({}; data: {}):",
-            analysis::RULE_SHORT,
-            a.route
-        );
-        for x in &a.recommendations {
-            println!(
-                "  {} messages {} ({} connection(s)): {}",
-                x.source,
-                x.messages(),
-                x.threads,
-                x.path,
-            );
-            println!("      {}", x.why);
-        }
+    Ok(())
+}
+
+/// The recommendation, as the summary gives it.
+fn print_recommendation(a: &analysis::Analysis) {
+    if let Some(n) = &a.copied_notice {
+        println!("\nRead this first: {n}");
     }
-    rec.finish()
+    println!(
+        "\nRecommendation ({}; data: {}):",
+        analysis::RULE_SHORT,
+        a.route
+    );
+    for x in &a.recommendations {
+        println!(
+            "  {} messages {} ({} connection(s)): {}",
+            x.source,
+            x.messages(),
+            x.threads,
+            x.path,
+        );
+        println!("      {}", x.why);
+    }
 }
 
 /// The sweep's directory: `--out`, or a new timestamped one under `sendpath-results/` (with a
