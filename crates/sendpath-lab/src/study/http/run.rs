@@ -6,455 +6,37 @@
 //! the published study used) or from `http-load`; open-loop points at fractions of the peak
 //! rate use `http-load`, which counts latency from each request's intended send time.
 
+use super::load::{http_load_window, wrk};
 use super::plan::order;
+use super::servers::{hard_nofile, installed, nginx_config, start};
 use super::summary::median;
 use super::{LoadTool, Measurement, Server, StudyConfig, StudyResults};
 use crate::cancel::Cancel;
-use crate::http::load::{self, LatencyUs, LoadConfig};
-use crate::http::serve::ServeReport;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// Whether `prog` is on PATH and runs (`prog -v`).
-pub fn installed(prog: &str) -> bool {
-    Command::new(prog)
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// The nginx configuration the study uses: workers = `workers`, `worker_connections` and
-/// `worker_rlimit_nofile` well above `connections` (Debian's default of 768 per worker would
-/// cap nginx below 4000 connections), no access log, keep-alive requests effectively
-/// unlimited, `listen ... reuseport backlog=4096`, TCP_NODELAY like `serve`. A body of up to
-/// 2 KiB is answered from memory (`return 200`, as `serve` does); a larger one is a file sent
-/// with `sendfile` and `tcp_nopush`, which is how nginx serves large bodies.
-/// `worker_rlimit_nofile` stays within `max_nofile` (the hard limit, which nginx cannot pass);
-/// with `cpus`, workers are pinned to them in turn (`worker_cpu_affinity`).
-pub fn nginx_config(
-    dir: &Path,
-    listen: SocketAddr,
-    workers: usize,
-    connections: usize,
-    body_len: usize,
-    max_nofile: u64,
-    cpus: &[usize],
-) -> String {
-    let d = dir.display();
-    let per_worker = connections + 1024;
-    // One worker per listed CPU, in turn: a bitmask per worker, lowest CPU rightmost.
-    let affinity = if cpus.is_empty() {
-        String::new()
-    } else {
-        let top = cpus.iter().copied().max().unwrap_or(0);
-        let masks: Vec<String> = (0..workers)
-            .map(|w| {
-                let c = cpus[w % cpus.len()];
-                (0..=top)
-                    .rev()
-                    .map(|b| if b == c { '1' } else { '0' })
-                    .collect()
-            })
-            .collect();
-        format!("worker_cpu_affinity {};\n", masks.join(" "))
-    };
-    let user = if sendpath::host::euid() == 0 {
-        "user root;\n"
-    } else {
-        ""
-    };
-    let location = if body_len <= 2048 {
-        let body = String::from_utf8(crate::http::body_bytes(body_len, 1)).expect("ASCII");
-        format!("        location / {{ return 200 \"{body}\"; }}\n")
-    } else {
-        format!("        root {d}/www;\n        location / {{ try_files /body =404; }}\n")
-    };
-    format!(
-        "# Written by sendpath for the http-server study.\n{user}worker_processes {workers};\n{affinity}worker_rlimit_nofile {};\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\ndaemon off;\nevents {{\n    worker_connections {per_worker};\n}}\nhttp {{\n    access_log off;\n    keepalive_requests 1000000000;\n    keepalive_timeout 65;\n    default_type application/octet-stream;\n    tcp_nodelay on;\n    sendfile on;\n    tcp_nopush on;\n    open_file_cache max=16 inactive=60s;\n    client_body_temp_path {d}/tmp;\n    proxy_temp_path {d}/tmp;\n    fastcgi_temp_path {d}/tmp;\n    uwsgi_temp_path {d}/tmp;\n    scgi_temp_path {d}/tmp;\n    server {{\n        listen {listen} reuseport backlog=4096;\n{location}    }}\n}}\n",
-        ((2 * per_worker * workers) as u64).min(max_nofile)
-    )
-}
-
-/// The hard open-files limit (`ulimit -Hn`).
-fn hard_nofile() -> u64 {
-    rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .maximum
-        .unwrap_or(u64::MAX)
-}
-
-/// `--cpu LIST` when `cpus` is not empty.
-fn cpu_arg(cpus: &[usize]) -> Vec<String> {
-    if cpus.is_empty() {
-        return Vec::new();
-    }
-    let l: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-    vec!["--cpu".into(), l.join(",")]
-}
-
-/// A log file in `dir` that a server's stderr is appended to.
-fn log(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(name))
-}
-
-/// A free port on `ip` (bound and released; the server binds it right after).
-fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
-}
-
-/// A server process and the pids whose CPU counts for it.
-struct Running {
-    child: Child,
-    server: Server,
-    report: Option<PathBuf>,
-}
-
-impl Running {
-    /// CPU seconds of the server: its process and, for nginx, every child (the workers).
-    fn cpu_seconds(&self) -> Option<f64> {
-        let pid = self.child.id();
-        let mut ticks = proc_ticks(pid)?;
-        if self.server == Server::Nginx {
-            for p in children(pid) {
-                ticks += proc_ticks(p).unwrap_or(0);
-            }
-        }
-        Some(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
-    }
-
-    /// SIGTERM, then SIGKILL after 5 s; returns what `serve` wrote.
-    fn stop(mut self) -> Option<ServeReport> {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
-        let end = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let path = self.report?;
-        let r = std::fs::read_to_string(&path).ok()?;
-        serde_json::from_str(&r).ok()
-    }
-}
-
-/// utime + stime of `pid` (`/proc/PID/stat` fields 14 and 15), clock ticks.
-fn proc_ticks(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// Pids whose parent is `pid`.
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 2..];
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .collect()
-}
-
-fn start(
-    cfg: &StudyConfig,
-    server: Server,
-    body: usize,
-    conns: usize,
-    tag: &str,
-) -> anyhow::Result<(Running, SocketAddr)> {
-    use anyhow::Context;
-    let port = free_port(cfg.listen_ip)?;
-    let addr = SocketAddr::new(cfg.listen_ip, port);
-    let (child, report) = match server {
-        Server::Sendpath(mode) => {
-            let report = cfg.dir.join(format!("serve-{tag}.json"));
-            let secs = (cfg.warmup + cfg.duration).as_secs() + 60;
-            let child = Command::new(&cfg.exe)
-                .args([
-                    "serve",
-                    "--listen",
-                    &addr.to_string(),
-                    "--send",
-                    mode.name(),
-                ])
-                .args([
-                    "--body",
-                    &body.to_string(),
-                    "--workers",
-                    &cfg.serve_workers.unwrap_or(cfg.workers).to_string(),
-                ])
-                .args(["--min-wait", &format!("{}us", cfg.min_wait.as_micros())])
-                .args(["--max-connections", &(conns + 1000).to_string()])
-                .args(cpu_arg(&cfg.server_cpus))
-                .args(["--duration", &format!("{secs}s")])
-                .arg("--json")
-                .arg(&report)
-                .stdout(Stdio::null())
-                .stderr(log(&cfg.dir, "serve.stderr")?)
-                .spawn()
-                .with_context(|| format!("starting {}", cfg.exe.display()))?;
-            (child, Some(report))
-        }
-        Server::Nginx => {
-            let conf = cfg.dir.join("nginx.conf");
-            std::fs::create_dir_all(cfg.dir.join("tmp"))?;
-            std::fs::create_dir_all(cfg.dir.join("www"))?;
-            std::fs::write(cfg.dir.join("www/body"), crate::http::body_bytes(body, 1))?;
-            std::fs::write(
-                &conf,
-                nginx_config(
-                    &cfg.dir,
-                    addr,
-                    cfg.workers,
-                    conns,
-                    body,
-                    hard_nofile(),
-                    &cfg.server_cpus,
-                ),
-            )?;
-            let child = Command::new("nginx")
-                .arg("-c")
-                .arg(&conf)
-                .arg("-p")
-                .arg(&cfg.dir)
-                .stdout(Stdio::null())
-                .stderr(log(&cfg.dir, "nginx.stderr")?)
-                .spawn()
-                .context("starting nginx")?;
-            (child, None)
-        }
-    };
-    let mut running = Running {
-        child,
-        server,
-        report,
-    };
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        if std::net::TcpStream::connect(addr).is_ok() {
-            return Ok((running, addr));
-        }
-        if let Ok(Some(st)) = running.child.try_wait() {
-            anyhow::bail!(
-                "{} exited at start ({st}); its messages are in {}",
-                server.name(),
-                cfg.dir
-                    .join(if server == Server::Nginx {
-                        "nginx.stderr"
-                    } else {
-                        "serve.stderr"
-                    })
-                    .display()
-            );
-        }
-        if Instant::now() > end {
-            let _ = running.stop();
-            anyhow::bail!(
-                "{} did not start listening on {addr} within 10 s",
-                server.name()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// What one load window measured.
-#[derive(Debug)]
-struct Window {
-    requests_per_s: f64,
-    requests: f64,
-    latency: Option<LatencyUs>,
-    errors: BTreeMap<String, u64>,
-}
-
-/// One http-load window with its warm-up in the same run, so the connections it opened carry
-/// into the window: a run of its own would open every connection again inside the window, and
-/// an open loop would charge the server for the requests that fell due while they were
-/// opening. `cpu` (the server's CPU seconds) is read at the window's edges, by a thread that
-/// sleeps until them; neither reading is taken if the load ends early.
-fn http_load_window(
-    cfg: &StudyConfig,
-    cpu: &(dyn Fn() -> Option<f64> + Sync),
-    addr: SocketAddr,
-    conns: usize,
-    rate: Option<f64>,
-    cancel: &Cancel,
-) -> anyhow::Result<(Window, Option<f64>, Option<f64>)> {
-    use std::sync::mpsc::{channel, RecvTimeoutError};
-    let start = Instant::now();
-    let edges = [start + cfg.warmup, start + cfg.warmup + cfg.duration];
-    let (done, stopped) = channel::<()>();
-    std::thread::scope(|s| {
-        let reader = s.spawn(move || {
-            edges.map(
-                |t| match stopped.recv_timeout(t.saturating_duration_since(Instant::now())) {
-                    Err(RecvTimeoutError::Timeout) => cpu(),
-                    _ => None,
-                },
-            )
-        });
-        let w = http_load(cfg, addr, conns, cfg.warmup, cfg.duration, rate, cancel);
-        drop(done);
-        let [cpu0, cpu1] = reader.join().unwrap_or([None, None]);
-        w.map(|w| (w, cpu0, cpu1))
-    })
-}
-
-fn http_load(
-    cfg: &StudyConfig,
-    addr: SocketAddr,
-    conns: usize,
-    warmup: Duration,
-    d: Duration,
-    rate: Option<f64>,
-    cancel: &Cancel,
-) -> anyhow::Result<Window> {
-    let lc = LoadConfig {
-        target: addr,
-        connections: conns,
-        threads: cfg.load_threads,
-        cpus: cfg.load_cpus.clone(),
-        duration: d,
-        warmup,
-        rate,
-        path: "/".into(),
-        timeout: Duration::from_secs(5),
-    };
-    let r = match &cfg.agent {
-        Some(t) => crate::remote::AgentClient::connect(t)?.http_load(&lc)?,
-        None => load::run(&lc, cancel),
-    };
-    Ok(Window {
-        requests_per_s: r.requests_per_s,
-        requests: r.requests as f64,
-        latency: r.latency_us,
-        errors: r.errors,
-    })
-}
-
-fn wrk(cfg: &StudyConfig, addr: SocketAddr, conns: usize, d: Duration) -> anyhow::Result<Window> {
-    use anyhow::Context;
-    let secs = d.as_secs().max(1);
-    let mut cmd = if cfg.load_cpus.is_empty() {
-        Command::new("wrk")
-    } else {
-        let l: Vec<String> = cfg.load_cpus.iter().map(|c| c.to_string()).collect();
-        let mut c = Command::new("taskset");
-        c.args(["-c", &l.join(","), "wrk"]);
-        c
-    };
-    let out = cmd
-        .args(["-t", &cfg.load_threads.min(conns).to_string()])
-        .args([
-            "-c",
-            &conns.to_string(),
-            "-d",
-            &format!("{secs}s"),
-            "--latency",
-            "--timeout",
-            "5s",
-        ])
-        .arg(format!("http://{addr}/"))
-        .output()
-        .context("running wrk")?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    parse_wrk(&text, secs as f64).with_context(|| format!("reading wrk's output:\n{text}"))
-}
-
-/// Requests/s, latency percentiles and errors from `wrk --latency` output.
-fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
-    let field = |prefix: &str| -> Option<&str> {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .map(str::trim)
-    };
-    let rps: f64 = field("Requests/sec:")
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no Requests/sec line"))?;
-    let us = |v: &str| -> Option<f64> {
-        let (num, unit) = v.split_at(v.find(|c: char| c.is_alphabetic())?);
-        let n: f64 = num.parse().ok()?;
-        Some(match unit {
-            "us" => n,
-            "ms" => n * 1e3,
-            "s" => n * 1e6,
-            _ => return None,
-        })
-    };
-    let pct = |p: &str| field(p).and_then(us);
-    let latency = match (pct("50%"), pct("90%"), pct("99%")) {
-        (Some(p50), Some(p90), Some(p99)) => {
-            let avg_max: Vec<&str> = field("Latency")
-                .map(|l| l.split_whitespace().collect())
-                .unwrap_or_default();
-            Some(LatencyUs {
-                p50,
-                p90,
-                p99,
-                p999: f64::NAN,
-                max: avg_max.get(2).and_then(|v| us(v)).unwrap_or(f64::NAN),
-            })
-        }
-        _ => None,
-    };
-    let mut errors = BTreeMap::new();
-    if let Some(l) = field("Socket errors:") {
-        for part in l.split(',') {
-            let mut it = part.split_whitespace();
-            if let (Some(k), Some(v)) = (it.next(), it.next().and_then(|v| v.parse::<u64>().ok())) {
-                if v > 0 {
-                    errors.insert(k.to_string(), v);
-                }
-            }
-        }
-    }
-    if let Some(v) = field("Non-2xx or 3xx responses:").and_then(|v| v.parse::<u64>().ok()) {
-        errors.insert("status".into(), v);
-    }
-    Ok(Window {
-        requests_per_s: rps,
-        requests: rps * secs,
-        latency,
-        errors,
-    })
-}
-
-/// Runs one point: server up, a warm-up (wrk: a run of its own; http-load: the start of the
-/// measured run), the measured window with the server's CPU read at its edges, server down.
-#[allow(clippy::too_many_arguments)]
-fn point(
-    cfg: &StudyConfig,
+/// Where one window sits in the study: the server, the point, the round, and the load.
+#[derive(Debug, Clone, Copy)]
+struct At {
     server: Server,
     body: usize,
     conns: usize,
     round: u32,
+    /// Open-loop rate, requests/s; `None` for closed loop.
     rate: Option<f64>,
     tool: LoadTool,
-    cancel: &Cancel,
-) -> anyhow::Result<Measurement> {
+}
+
+/// Runs one point: server up, a warm-up (wrk: a run of its own; http-load: the start of the
+/// measured run), the measured window with the server's CPU read at its edges, server down.
+fn point(cfg: &StudyConfig, at: At, cancel: &Cancel) -> anyhow::Result<Measurement> {
+    let At {
+        server,
+        body,
+        conns,
+        round,
+        rate,
+        tool,
+    } = at;
     let tag = format!(
         "{}-{body}-{conns}-r{round}-{}",
         server.name(),
@@ -498,17 +80,28 @@ fn point(
     })
 }
 
+/// A study being run: its configuration, the results so far, and the order of its points.
+struct Study<'a, P: FnMut(&Measurement)> {
+    cfg: &'a StudyConfig,
+    cancel: &'a Cancel,
+    progress: P,
+    out: StudyResults,
+    rng: fastrand::Rng,
+    /// (body, connections), shuffled each round.
+    points: Vec<(usize, usize)>,
+}
+
 /// Runs the whole study; `progress` is told each finished window. Stops early on `cancel`,
 /// keeping what was measured.
 pub fn run(
     cfg: &StudyConfig,
     cancel: &Cancel,
-    mut progress: impl FnMut(&Measurement),
+    progress: impl FnMut(&Measurement),
 ) -> anyhow::Result<StudyResults> {
     std::fs::create_dir_all(&cfg.dir)?;
     let mut environment = crate::study::sweep::environment();
     environment.agent = cfg.agent.as_ref().map(|t| t.addr.to_string());
-    let mut out = StudyResults {
+    let out = StudyResults {
         environment,
         nginx_config: cfg.servers.contains(&Server::Nginx).then(|| {
             nginx_config(
@@ -524,120 +117,176 @@ pub fn run(
         measurements: Vec::new(),
         wrk_check_ratios: Vec::new(),
     };
-    let mut rng = fastrand::Rng::with_seed(cfg.seed);
-    let mut points: Vec<(usize, usize)> = cfg
-        .bodies
-        .iter()
-        .flat_map(|&b| cfg.connections.iter().map(move |&c| (b, c)))
-        .collect();
-    // Closed loop: every point each round, servers in alternating order.
-    for round in 1..=cfg.rounds {
-        rng.shuffle(&mut points);
-        for &(body, conns) in &points {
-            for server in order(&cfg.servers, round) {
-                if cancel.is_cancelled() {
-                    return Ok(out);
-                }
-                let m = point(cfg, server, body, conns, round, None, cfg.load, cancel)?;
-                progress(&m);
-                out.measurements.push(m);
-            }
+    let mut study = Study {
+        cfg,
+        cancel,
+        progress,
+        out,
+        rng: fastrand::Rng::with_seed(cfg.seed),
+        points: cfg
+            .bodies
+            .iter()
+            .flat_map(|&b| cfg.connections.iter().map(move |&c| (b, c)))
+            .collect(),
+    };
+    let _finished = study.closed_loop()? && study.open_loop()? && study.wrk_check()?;
+    Ok(study.out)
+}
+
+impl<P: FnMut(&Measurement)> Study<'_, P> {
+    /// Measures `at` and keeps it; `false` (and nothing measured) once cancelled.
+    fn measure(&mut self, cfg: &StudyConfig, at: At) -> anyhow::Result<Option<Measurement>> {
+        if self.cancel.is_cancelled() {
+            return Ok(None);
+        }
+        let m = point(cfg, at, self.cancel)?;
+        (self.progress)(&m);
+        Ok(Some(m))
+    }
+
+    /// The server open-loop rates are fractions of: nginx when measured, else the first.
+    fn reference(&self) -> Server {
+        if self.cfg.servers.contains(&Server::Nginx) {
+            Server::Nginx
+        } else {
+            self.cfg.servers[0]
         }
     }
-    // Open loop at fractions of the reference server's median peak.
-    let reference = if cfg.servers.contains(&Server::Nginx) {
-        Server::Nginx
-    } else {
-        cfg.servers[0]
-    };
-    for round in 1..=cfg.rounds {
-        rng.shuffle(&mut points);
-        for &(body, conns) in &points {
-            let peak = median(
-                out.measurements
-                    .iter()
-                    .filter(|m| {
-                        m.server == reference.name()
-                            && m.body_bytes == body
-                            && m.connections == conns
-                            && m.rate_per_s.is_none()
-                    })
-                    .map(|m| m.requests_per_s),
-            );
-            let Some(peak) = peak else { continue };
-            for &f in &cfg.open_loop {
+
+    /// Closed loop: every point each round, servers in alternating order. `false` when
+    /// cancelled.
+    fn closed_loop(&mut self) -> anyhow::Result<bool> {
+        let cfg = self.cfg;
+        for round in 1..=cfg.rounds {
+            self.rng.shuffle(&mut self.points);
+            for (body, conns) in self.points.clone() {
                 for server in order(&cfg.servers, round) {
-                    if cancel.is_cancelled() {
-                        return Ok(out);
-                    }
-                    let m = point(
-                        cfg,
+                    let at = At {
                         server,
                         body,
                         conns,
                         round,
-                        Some(peak * f),
-                        LoadTool::HttpLoad,
-                        cancel,
-                    )?;
-                    progress(&m);
-                    out.measurements.push(m);
+                        rate: None,
+                        tool: cfg.load,
+                    };
+                    let Some(m) = self.measure(cfg, at)? else {
+                        return Ok(false);
+                    };
+                    self.out.measurements.push(m);
                 }
             }
         }
+        Ok(true)
     }
-    // http-load against wrk on the reference server, alternating which goes first. With two
-    // CPUs or more and nothing pinned, the server gets one worker on the first CPU and each
-    // tool one thread on the second, so the tools compete for neither the server's CPU nor
-    // each other's and the server sets the pace, as a load generator check wants.
-    if cfg.wrk_check && installed("wrk") {
+
+    /// Open loop at fractions of the reference server's median peak. `false` when cancelled.
+    fn open_loop(&mut self) -> anyhow::Result<bool> {
+        let cfg = self.cfg;
+        let reference = self.reference().name();
+        for round in 1..=cfg.rounds {
+            self.rng.shuffle(&mut self.points);
+            for (body, conns) in self.points.clone() {
+                let peak = median(
+                    self.out
+                        .measurements
+                        .iter()
+                        .filter(|m| {
+                            m.server == reference
+                                && m.body_bytes == body
+                                && m.connections == conns
+                                && m.rate_per_s.is_none()
+                        })
+                        .map(|m| m.requests_per_s),
+                );
+                let Some(peak) = peak else { continue };
+                for &f in &cfg.open_loop {
+                    for server in order(&cfg.servers, round) {
+                        let at = At {
+                            server,
+                            body,
+                            conns,
+                            round,
+                            rate: Some(peak * f),
+                            tool: LoadTool::HttpLoad,
+                        };
+                        let Some(m) = self.measure(cfg, at)? else {
+                            return Ok(false);
+                        };
+                        self.out.measurements.push(m);
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// http-load against wrk on the reference server, alternating which goes first. With two
+    /// CPUs or more and nothing pinned, the server gets one worker on the first CPU and each
+    /// tool one thread on the second, so the tools compete for neither the server's CPU nor
+    /// each other's and the server sets the pace, as a load generator check wants.
+    fn wrk_check(&mut self) -> anyhow::Result<bool> {
+        if !self.cfg.wrk_check || !installed("wrk") {
+            return Ok(true);
+        }
         let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
-        let check = if cfg.server_cpus.is_empty() && allowed.len() >= 2 {
+        let check = if self.cfg.server_cpus.is_empty() && allowed.len() >= 2 {
             StudyConfig {
                 workers: 1,
                 serve_workers: None,
                 load_threads: 1,
                 server_cpus: vec![allowed[0]],
                 load_cpus: vec![allowed[1]],
-                ..cfg.clone()
+                ..self.cfg.clone()
             }
         } else {
-            cfg.clone()
+            self.cfg.clone()
         };
-        let cfg = &check;
-        let body = cfg.bodies[0];
-        for round in 1..=cfg.rounds {
+        let server = self.reference();
+        for round in 1..=check.rounds {
             let tools = if round % 2 == 1 {
                 [LoadTool::Wrk, LoadTool::HttpLoad]
             } else {
                 [LoadTool::HttpLoad, LoadTool::Wrk]
             };
             let mut rps = [0.0; 2];
-            for t in tools {
-                if cancel.is_cancelled() {
-                    return Ok(out);
-                }
-                let m = point(cfg, reference, body, 100, round, None, t, cancel)?;
-                rps[usize::from(t == LoadTool::HttpLoad)] = m.requests_per_s;
-                progress(&m);
-                out.measurements.push(Measurement {
+            for tool in tools {
+                let at = At {
+                    server,
+                    body: check.bodies[0],
+                    conns: 100,
+                    round,
+                    rate: None,
+                    tool,
+                };
+                let Some(m) = self.measure(&check, at)? else {
+                    return Ok(false);
+                };
+                rps[usize::from(tool == LoadTool::HttpLoad)] = m.requests_per_s;
+                self.out.measurements.push(Measurement {
                     load: format!("{}-check", m.load),
                     ..m
                 });
             }
             if rps[0] > 0.0 {
-                out.wrk_check_ratios.push(rps[1] / rps[0]);
+                self.out.wrk_check_ratios.push(rps[1] / rps[0]);
             }
         }
+        Ok(true)
     }
-    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::load::parse_wrk;
+    use super::super::{LoadTool, StudyConfig};
     use super::*;
+    use crate::http::load::LatencyUs;
     use crate::http::serve::SendMode;
+    use crate::http::serve::ServeReport;
     use crate::study::http::{closed_windows, median_of, summary};
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
 
     fn m(server: &str, round: u32, rps: f64, cpu_us: f64) -> Measurement {
         Measurement {
