@@ -51,91 +51,11 @@ pub fn size_label(b: u64) -> String {
 /// The study's Table 1 layout, one table per cache state: time per transfer for every method,
 /// the share `sendfile` saves over 4 KiB `read-send` (per round), and the study's figures.
 pub fn summary(r: &TransferResults) -> String {
+    let axes = Axes::of(r);
     let mut out = String::new();
-    let mut methods: Vec<Method> = r.rows.iter().map(|x| x.method).collect();
-    methods.sort();
-    methods.dedup();
-    let mut sizes: Vec<u64> = r.rows.iter().map(|x| x.file_bytes).collect();
-    sizes.sort();
-    sizes.dedup();
-    let mut caches: Vec<Cache> = r.rows.iter().map(|x| x.cache).collect();
-    caches.sort();
-    caches.dedup();
-    let has = |m: &Method| methods.contains(m);
-    for cache in caches {
-        out += &format!(
-            "\n### {} file, receiver {}: time per transfer, ms, median (min..max) of {} rounds\n\n",
-            cache.name(),
-            r.settings.sink,
-            r.settings.rounds
-        );
-        out += "| file size |";
-        for m in &methods {
-            out += &format!(" {} |", m.label());
-        }
-        let compare = has(&STUDY_BASELINE) && has(&STUDY_ZEROCOPY);
-        if compare {
-            out += " sendfile saves vs read-send 4KiB (per round) |";
-        }
-        out += " study: normal / transferTo, ms (saved) |\n|---|";
-        for _ in &methods {
-            out += "---|";
-        }
-        if compare {
-            out += "---|";
-        }
-        out += "---|\n";
-        for &size in &sizes {
-            out += &format!("| {} |", size_label(size));
-            for m in &methods {
-                out += &match r.row(size, cache, m) {
-                    Some(x) => format!(" {:.0} ({:.0}..{:.0}) |", x.ms.median, x.ms.min, x.ms.max),
-                    None => " null |".into(),
-                };
-            }
-            if compare {
-                let saved = r
-                    .row(size, cache, &STUDY_BASELINE)
-                    .zip(r.row(size, cache, &STUDY_ZEROCOPY))
-                    .and_then(|(b, o)| saved_per_round(b, o));
-                out += &match saved {
-                    Some(s) => format!(
-                        " {:.0}% ({:.0}..{:.0}) |",
-                        s.median * 100.0,
-                        s.min * 100.0,
-                        s.max * 100.0
-                    ),
-                    None => " null |".into(),
-                };
-            }
-            out += &match STUDY_TABLE.iter().find(|t| t.0 == size) {
-                Some((_, n, z)) => format!(" {n:.0} / {z:.0} ({:.0}%) |\n", (1.0 - z / n) * 100.0),
-                None => " - |\n".into(),
-            };
-        }
-        out += &format!(
-            "\nCPU per transfer, ms, sender (process less receiver) / receiver thread (medians), {} file:\n\n| file size |",
-            cache.name()
-        );
-        for m in &methods {
-            out += &format!(" {} |", m.label());
-        }
-        out += "\n|---|";
-        for _ in &methods {
-            out += "---|";
-        }
-        out += "\n";
-        for &size in &sizes {
-            out += &format!("| {} |", size_label(size));
-            for m in &methods {
-                let cell = r.row(size, cache, m).map(|x| {
-                    let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
-                    format!(" {} / {} |", f(x.cpu_sender_ms), f(x.cpu_receiver_ms))
-                });
-                out += &cell.unwrap_or_else(|| " null |".into());
-            }
-            out += "\n";
-        }
+    for &cache in &axes.caches {
+        out += &time_table(r, &axes, cache);
+        out += &cpu_table(r, &axes, cache);
     }
     out += &format!(
         "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
@@ -159,6 +79,107 @@ pub fn summary(r: &TransferResults) -> String {
     if !warned.is_empty() {
         out += "\nWarnings:\n";
         out += &warned.join("\n");
+        out += "\n";
+    }
+    out
+}
+
+/// The methods, sizes and cache states the results hold, each sorted.
+struct Axes {
+    methods: Vec<Method>,
+    sizes: Vec<u64>,
+    caches: Vec<Cache>,
+}
+
+impl Axes {
+    fn of(r: &TransferResults) -> Axes {
+        fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+            v.sort();
+            v.dedup();
+            v
+        }
+        Axes {
+            methods: sorted(r.rows.iter().map(|x| x.method).collect()),
+            sizes: sorted(r.rows.iter().map(|x| x.file_bytes).collect()),
+            caches: sorted(r.rows.iter().map(|x| x.cache).collect()),
+        }
+    }
+
+    /// `| first | method | method |` and its separator line, with `extra` columns after.
+    fn header(&self, first: &str, extra: &[&str]) -> String {
+        let mut h = format!("| {first} |");
+        for m in &self.methods {
+            h += &format!(" {} |", m.label());
+        }
+        for e in extra {
+            h += &format!(" {e} |");
+        }
+        h += "\n|---|";
+        h += &"---|".repeat(self.methods.len() + extra.len());
+        h + "\n"
+    }
+}
+
+/// Time per transfer for one cache state, with what sendfile saves and the study's figures.
+fn time_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
+    let mut out = format!(
+        "\n### {} file, receiver {}: time per transfer, ms, median (min..max) of {} rounds\n\n",
+        cache.name(),
+        r.settings.sink,
+        r.settings.rounds
+    );
+    let compare = axes.methods.contains(&STUDY_BASELINE) && axes.methods.contains(&STUDY_ZEROCOPY);
+    let saves = "sendfile saves vs read-send 4KiB (per round)";
+    let study = "study: normal / transferTo, ms (saved)";
+    let extra: &[&str] = if compare { &[saves, study] } else { &[study] };
+    out += &axes.header("file size", extra);
+    for &size in &axes.sizes {
+        out += &format!("| {} |", size_label(size));
+        for m in &axes.methods {
+            out += &match r.row(size, cache, m) {
+                Some(x) => format!(" {:.0} ({:.0}..{:.0}) |", x.ms.median, x.ms.min, x.ms.max),
+                None => " null |".into(),
+            };
+        }
+        if compare {
+            let saved = r
+                .row(size, cache, &STUDY_BASELINE)
+                .zip(r.row(size, cache, &STUDY_ZEROCOPY))
+                .and_then(|(b, o)| saved_per_round(b, o));
+            out += &match saved {
+                Some(s) => format!(
+                    " {:.0}% ({:.0}..{:.0}) |",
+                    s.median * 100.0,
+                    s.min * 100.0,
+                    s.max * 100.0
+                ),
+                None => " null |".into(),
+            };
+        }
+        out += &match STUDY_TABLE.iter().find(|t| t.0 == size) {
+            Some((_, n, z)) => format!(" {n:.0} / {z:.0} ({:.0}%) |\n", (1.0 - z / n) * 100.0),
+            None => " - |\n".into(),
+        };
+    }
+    out
+}
+
+/// CPU per transfer for one cache state: the sender (process less receiver) and receiver.
+fn cpu_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
+    let mut out = format!(
+        "\nCPU per transfer, ms, sender (process less receiver) / receiver thread (medians), {} file:\n\n",
+        cache.name()
+    );
+    out += &axes.header("file size", &[]);
+    for &size in &axes.sizes {
+        out += &format!("| {} |", size_label(size));
+        for m in &axes.methods {
+            let cell = r.row(size, cache, m).map(|x| {
+                let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
+                format!(" {} / {} |", f(x.cpu_sender_ms), f(x.cpu_receiver_ms))
+            });
+            out += &cell.unwrap_or_else(|| " null |".into());
+        }
         out += "\n";
     }
     out
