@@ -7,7 +7,7 @@ use sendpath_lab::calibrate;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
-use sendpath_lab::study::sweep::{fresh_seed, Recorder};
+use sendpath_lab::study::sweep::{fresh_seed, Point, Recorder};
 use sendpath_lab::units::fmt_size;
 use std::process::ExitCode;
 
@@ -35,28 +35,28 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     if a.repeat < 5 {
         eprintln!("note: fewer than 5 rounds: the tiers rest on very few paired windows");
     }
-    let mut rec = Recorder::new(a.json.clone(), None, schedule);
-    rec.cancel = cancel.clone();
-    let mut meter = Meter::open(true);
-    rec.run_rounds(&points, None, &mut meter, &|| {})?;
-    let contested = calibrate::contested(&calibrate::measurements(&rec.results));
-    if a.tiebreak_rounds > 0 && !contested.is_empty() && !cancel.is_cancelled() {
-        let sizes: Vec<String> = contested.iter().map(|&s| fmt_size(s)).collect();
-        eprintln!(
-            "calibrate: at {} the rounds left the winner in doubt (it beat copy, or the runner-up, in more than half of them but not in a clear majority): {} more rounds there",
-            sizes.join(", "),
-            a.tiebreak_rounds
-        );
-        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup);
-        // Rounds already measured are skipped: only the new ones run, at these sizes.
-        rec.results.schedule.rounds = a.repeat + a.tiebreak_rounds;
-        rec.run_rounds(&more, None, &mut meter, &|| {})?;
-    }
+    let rec = measure(a, &points, schedule, cancel)?;
     if cancel.is_cancelled() {
         rec.write(true)?;
         bail!("interrupted: no profile written (a profile needs every round)");
     }
     let profile = calibrate::profile(&rec.results);
+    print_profile(&profile);
+    profile
+        .save(&out)
+        .with_context(|| format!("writing the profile to {}", out.display()))?;
+    println!();
+    println!("wrote {}", out.display());
+    println!("tiers: {}", profile.describe_tiers().join(", "));
+    if profile.zerocopy_measured_copied {
+        println!("the kernel copied the zero-copy sends here (a local receiver), and zero-copy won anyway where its tier says: adaptive keeps it there and does not back off on copied completions");
+    }
+    rec.write(true)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The profile's measurements, one line per size, and which path took each contested tier.
+fn print_profile(profile: &Profile) {
     println!();
     println!(
         "{:>8}  {:<42}  {:<42}  {:<42}  tier",
@@ -109,15 +109,32 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
             );
         }
     }
-    profile
-        .save(&out)
-        .with_context(|| format!("writing the profile to {}", out.display()))?;
-    println!();
-    println!("wrote {}", out.display());
-    println!("tiers: {}", profile.describe_tiers().join(", "));
-    if profile.zerocopy_measured_copied {
-        println!("the kernel copied the zero-copy sends here (a local receiver), and zero-copy won anyway where its tier says: adaptive keeps it there and does not back off on copied completions");
+}
+
+/// Measures every size's paths in `a.repeat` rounds, then tie-break rounds where the winner is
+/// in doubt.
+fn measure(
+    a: &CalibrateArgs,
+    points: &[Point],
+    schedule: Schedule,
+    cancel: &Cancel,
+) -> anyhow::Result<Recorder> {
+    let mut rec = Recorder::new(a.json.clone(), None, schedule);
+    rec.cancel = cancel.clone();
+    let mut meter = Meter::open(true);
+    rec.run_rounds(points, None, &mut meter, &|| {})?;
+    let contested = calibrate::contested(&calibrate::measurements(&rec.results));
+    if a.tiebreak_rounds > 0 && !contested.is_empty() && !cancel.is_cancelled() {
+        let sizes: Vec<String> = contested.iter().map(|&s| fmt_size(s)).collect();
+        eprintln!(
+            "calibrate: at {} the rounds left the winner in doubt (it beat copy, or the runner-up, in more than half of them but not in a clear majority): {} more rounds there",
+            sizes.join(", "),
+            a.tiebreak_rounds
+        );
+        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup);
+        // Rounds already measured are skipped: only the new ones run, at these sizes.
+        rec.results.schedule.rounds = a.repeat + a.tiebreak_rounds;
+        rec.run_rounds(&more, None, &mut meter, &|| {})?;
     }
-    rec.write(true)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(rec)
 }
