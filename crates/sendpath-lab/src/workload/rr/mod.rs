@@ -3,10 +3,11 @@
 //! latency counts from the intended send time, so a slow response delays the clock of every
 //! request behind it (no coordinated omission). The server answers with the chosen path.
 
+mod agent;
+
 use super::{join_senders, send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
-use crate::remote::proto::{RrClientSpec, MAX_WINDOW_MS};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
 use crate::traffic::mix::{Alloc, SizeMix};
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
@@ -157,6 +158,17 @@ pub(crate) fn client(
     Ok(out)
 }
 
+/// What the threads of a local rr run share: when to record and stop, the transactions done.
+#[derive(Default)]
+struct Shared {
+    stop: Arc<AtomicBool>,
+    recording: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+}
+
+type Server = std::thread::JoinHandle<super::Sent>;
+type Client = std::thread::JoinHandle<anyhow::Result<ClientOut>>;
+
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
 pub fn run_once(
     pt: &RrPoint,
@@ -165,69 +177,26 @@ pub fn run_once(
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
     if let Some(t) = &pt.agent {
-        return run_once_with_agent(pt, t, hw, cpu_mhz, cancel);
+        return agent::run_once_with_agent(pt, t, hw, cpu_mhz, cancel);
     }
-    let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
-    let addr = l.local_addr()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let recording = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    let shared = Shared::default();
     let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
-    let mut servers = Vec::new();
-    let mut clients = Vec::new();
-    for conn in 0..pt.concurrency as u64 {
-        let c = TcpStream::connect(addr).context("rr: connecting")?;
-        c.set_nodelay(true)?;
-        let (sv, _) = l.accept()?;
-        sv.set_nodelay(true)?;
-        let p = pt.clone();
-        let fill = pt.recv == RecvMode::Verify;
-        let tids = tid_tx.clone();
-        servers.push(std::thread::spawn(move || {
-            pin(p.cpus.map(|c| c.0));
-            let _ = tids.send((true, sendpath::host::gettid()));
-            serve(sv, &p, fill, conn)
-        }));
-        let (p, rec, st, dn) = (pt.clone(), recording.clone(), stop.clone(), done.clone());
-        let tids = tid_tx.clone();
-        clients.push(std::thread::spawn(move || {
-            pin(p.cpus.map(|c| c.1));
-            let _ = tids.send((false, sendpath::host::gettid()));
-            let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
-            let _ = c.shutdown(std::net::Shutdown::Both);
-            r
-        }));
-    }
+    let (servers, clients) = start_pairs(pt, &shared, &tid_tx)?;
     drop(tid_tx);
     let roles = Roles::gather(&tid_rx, pt.concurrency, Some(pt.concurrency));
     let mut ok = cancel.sleep(pt.warmup);
     let mut window = None;
     if ok {
-        recording.store(true, Ordering::Relaxed);
+        shared.recording.store(true, Ordering::Relaxed);
         let s0 = Snapshot::take(hw, &roles);
         ok = cancel.sleep(pt.duration);
         let s1 = Snapshot::take(hw, &roles);
-        recording.store(false, Ordering::Relaxed);
-        window = Some((s0, s1, done.load(Ordering::Relaxed)));
+        shared.recording.store(false, Ordering::Relaxed);
+        window = Some((s0, s1, shared.done.load(Ordering::Relaxed)));
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut hist = new_histogram();
-    let mut integrity = Integrity::default();
-    let mut received = 0;
+    shared.stop.store(true, Ordering::Relaxed);
     let mut first_err = None;
-    for c in clients {
-        match c.join().map_err(|_| anyhow!("an rr client panicked"))? {
-            Ok(o) => {
-                let _ = hist.add(&o.hist);
-                integrity.bytes_verified += o.verifier.bytes_verified();
-                integrity.mismatches += o.verifier.mismatches;
-                received += o.bytes;
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
+    let joined = join_clients(clients, &mut first_err)?;
     let (stats, note) = join_senders(servers, "an rr server", &mut first_err)?;
     if let Some(e) = first_err {
         if !cancel.is_cancelled() {
@@ -237,8 +206,9 @@ pub fn run_once(
     let (Some((s0, s1, transactions)), true) = (window, ok) else {
         return Ok(None);
     };
+    let (hist, mut integrity) = joined;
     integrity.bytes_sent = stats.bytes;
-    integrity.bytes_received = Some(received);
+    let received = integrity.bytes_received.unwrap_or(0);
     if received != stats.bytes {
         anyhow::bail!(
             "the servers sent {} response bytes but the clients read {received}",
@@ -258,128 +228,69 @@ pub fn run_once(
     Ok(Some(Outcome { repeat, note }))
 }
 
-/// What the agent's clients run for `pt`, against our servers on `port`.
-fn client_spec(pt: &RrPoint, port: u16) -> RrClientSpec {
-    let ms = |d: Duration| d.as_millis().min(u128::from(MAX_WINDOW_MS)) as u32;
-    RrClientSpec {
-        connections: pt.concurrency as u32,
-        port,
-        request: pt.request as u32,
-        response: pt.response as u32,
-        size_mix: pt.mix.clone(),
-        rate: pt.rate,
-        recv: pt.recv,
-        warmup_ms: ms(pt.warmup),
-        duration_ms: ms(pt.duration),
-    }
-}
-
-/// One repeat with the clients on `sendpath agent`: our servers listen on the address the
-/// agent reached us at, the agent connects, runs the warmup and the window by its clock and
-/// replies with the window's transactions, latency histogram and client CPU.
-fn run_once_with_agent(
+/// Connects `pt.concurrency` loopback connections, a server thread and a client thread each.
+fn start_pairs(
     pt: &RrPoint,
-    t: &crate::remote::AgentTarget,
-    hw: &mut Meter,
-    cpu_mhz: Option<f64>,
-    cancel: &Cancel,
-) -> anyhow::Result<Option<Outcome>> {
-    let mut agent = crate::remote::AgentClient::connect(t)?;
-    let l = TcpListener::bind((agent.local_ip(), 0))
-        .context("binding a listener on the address the agent reached us at")?;
-    let port = l.local_addr()?.port();
-    let spec = client_spec(pt, port);
-    let asked = std::thread::spawn(move || agent.rr_clients(&spec));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    l.set_nonblocking(true)?;
-    let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
-    let release = Arc::new(AtomicBool::new(false));
+    shared: &Shared,
+    tid_tx: &mpsc::Sender<(bool, i32)>,
+) -> anyhow::Result<(Vec<Server>, Vec<Client>)> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback listener")?;
+    let addr = l.local_addr()?;
     let mut servers = Vec::new();
+    let mut clients = Vec::new();
     for conn in 0..pt.concurrency as u64 {
-        let accepted = super::accept_before(&l, deadline, || asked.is_finished());
-        let sv = match accepted {
-            Ok(Some((s, _))) => s,
-            Ok(None) => {
-                // The agent failed (its reply says why) or never connected.
-                let why = match asked.join() {
-                    Ok(Err(e)) => e,
-                    _ => anyhow!("the agent's clients did not connect within 10 s"),
-                };
-                release.store(true, Ordering::Relaxed);
-                return Err(why);
-            }
-            Err(e) => {
-                release.store(true, Ordering::Relaxed);
-                return Err(e).context("accepting the agent's connection");
-            }
-        };
+        let c = TcpStream::connect(addr).context("rr: connecting")?;
+        c.set_nodelay(true)?;
+        let (sv, _) = l.accept()?;
         sv.set_nodelay(true)?;
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
         let tids = tid_tx.clone();
-        let held = release.clone();
         servers.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.0));
             let _ = tids.send((true, sendpath::host::gettid()));
-            let r = serve(sv, &p, fill, conn);
-            // The agent's clock ends its window, and its clients close: stay until our
-            // window's last CPU reading, which needs this thread.
-            while !held.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            serve(sv, &p, fill, conn)
+        }));
+        let p = pt.clone();
+        let (rec, st, dn) = (
+            shared.recording.clone(),
+            shared.stop.clone(),
+            shared.done.clone(),
+        );
+        let tids = tid_tx.clone();
+        clients.push(std::thread::spawn(move || {
+            pin(p.cpus.map(|c| c.1));
+            let _ = tids.send((false, sendpath::host::gettid()));
+            let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
+            let _ = c.shutdown(std::net::Shutdown::Both);
             r
         }));
     }
-    drop(tid_tx);
-    let roles = Roles::gather(&tid_rx, pt.concurrency, None);
-    let mut ok = cancel.sleep(pt.warmup);
-    let mut window = None;
-    if ok {
-        let s0 = Snapshot::take(hw, &roles);
-        ok = cancel.sleep(pt.duration);
-        window = Some((s0, Snapshot::take(hw, &roles)));
-    }
-    release.store(true, Ordering::Relaxed);
-    let remote = asked
-        .join()
-        .map_err(|_| anyhow!("the agent's control thread panicked"))?;
-    let mut first_err = None;
-    let (stats, note) = join_senders(servers, "an rr server", &mut first_err)?;
-    let remote = remote?;
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-    let (Some((s0, s1)), true) = (window, ok) else {
-        return Ok(None);
-    };
-    if remote.bytes != stats.bytes {
-        anyhow::bail!(
-            "the servers sent {} response bytes but the agent's clients read {}",
-            stats.bytes,
-            remote.bytes
-        );
-    }
+    Ok((servers, clients))
+}
+
+/// Joins the clients: their merged latency histogram, and the bytes they received and
+/// verified; the first error goes to `first_err`.
+fn join_clients(
+    clients: Vec<Client>,
+    first_err: &mut Option<anyhow::Error>,
+) -> anyhow::Result<(Histogram<u64>, Integrity)> {
     let mut hist = new_histogram();
-    for &(v, c) in &remote.latency_hist_ns {
-        hist.saturating_record_n(v, c);
+    let mut integrity = Integrity::default();
+    let mut received = 0;
+    for c in clients {
+        match c.join().map_err(|_| anyhow!("an rr client panicked"))? {
+            Ok(o) => {
+                let _ = hist.add(&o.hist);
+                integrity.bytes_verified += o.verifier.bytes_verified();
+                integrity.mismatches += o.verifier.mismatches;
+                received += o.bytes;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
     }
-    let bytes = remote.transactions * (pt.request + pt.response) as u64;
-    let mut repeat = s0.window(&s1, bytes, remote.transactions, pt.concurrency, cpu_mhz);
-    if let Some(cpu) = repeat.cpu.as_mut() {
-        cpu.set_remote(remote.cpu.user_ns, remote.cpu.system_ns, bytes);
-    }
-    repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
-    repeat.latency_hist_ns = remote.latency_hist_ns;
-    repeat.zerocopy = zerocopy_counts(&stats);
-    repeat.integrity = Integrity {
-        bytes_sent: stats.bytes,
-        bytes_received: Some(remote.bytes),
-        bytes_verified: if pt.recv == RecvMode::Verify {
-            remote.verified
-        } else {
-            0
-        },
-        mismatches: remote.mismatches,
-    };
-    Ok(Some(Outcome { repeat, note }))
+    integrity.bytes_received = Some(received);
+    Ok((hist, integrity))
 }
