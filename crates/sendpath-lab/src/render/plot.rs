@@ -55,96 +55,108 @@ pub(crate) fn line_chart(
     axis: XAxis,
     series: &[Series],
 ) -> anyhow::Result<String> {
-    let log_x = axis != XAxis::Linear;
-    let transformed: Vec<Series>;
-    let series = if log_x {
-        transformed = series
-            .iter()
-            .map(|s| Series {
-                name: s.name.clone(),
-                points: s
+    let series: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: match axis {
+                XAxis::Linear => s.points.clone(),
+                _ => s
                     .points
                     .iter()
                     .map(|&(x, y)| (x.max(1.0).log2(), y))
                     .collect(),
-            })
-            .collect();
-        &transformed[..]
-    } else {
-        series
+            },
+        })
+        .collect();
+    // A tick's label: whole numbers, or the power of two it stands for on a log axis.
+    let label = move |v: &f64| -> String {
+        match axis {
+            XAxis::Linear => format!("{v:.0}"),
+            _ if (v - v.round()).abs() >= 1e-6 => String::new(),
+            XAxis::LogBytes => size_label(2f64.powf(v.round())),
+            XAxis::LogCount => format!("{:.0}", 2f64.powf(v.round())),
+        }
     };
-    let pts = series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
-    for &(x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        (x0, x1) = (1.0, 2.0);
-    }
-    if x0 == x1 {
-        x0 -= 1.0;
-        x1 += 1.0;
-    }
-    // Whole steps between ticks, at most about 10 ticks.
-    let x_ticks = ((x1 - x0).ceil() as usize + 1).clamp(2, 11);
-    let y1 = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (660, 400)).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut b = ChartBuilder::on(&root);
-        b.caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(64);
-        macro_rules! draw {
-            ($chart:expr, $fmt:expr) => {{
-                let mut c = $chart;
-                c.configure_mesh()
-                    .x_desc(x_desc)
-                    .y_desc(y_desc)
-                    .x_labels(x_ticks)
-                    .x_label_formatter(&$fmt)
-                    .light_line_style(WHITE)
-                    .draw()?;
-                for s in series {
-                    let col = colour(&s.name);
-                    c.draw_series(LineSeries::new(s.points.clone(), col.stroke_width(2)))?
-                        .label(s.name.clone())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                        });
-                    c.draw_series(
-                        s.points
-                            .iter()
-                            .map(|&(x, y)| Circle::new((x, y), 3, col.filled())),
-                    )?;
-                }
-                c.configure_series_labels()
-                    .position(SeriesLabelPosition::UpperLeft)
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK.mix(0.3))
-                    .draw()?;
-            }};
-        }
-        if log_x {
-            draw!(b.build_cartesian_2d(x0..x1, 0f64..y1)?, |v: &f64| {
-                if (v - v.round()).abs() >= 1e-6 {
-                    String::new()
-                } else if axis == XAxis::LogBytes {
-                    size_label(2f64.powf(v.round()))
-                } else {
-                    format!("{:.0}", 2f64.powf(v.round()))
-                }
-            });
-        } else {
-            draw!(b.build_cartesian_2d(x0..x1, 0f64..y1)?, |v: &f64| format!(
-                "{v:.0}"
-            ));
-        }
+        let text = [title, x_desc, y_desc];
+        draw(&root, text, Bounds::of(&series), &label, &series)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// The ranges a chart's axes cover.
+struct Bounds {
+    x: std::ops::Range<f64>,
+    y_max: f64,
+    /// Whole steps between x ticks, at most about 10 ticks.
+    x_ticks: usize,
+}
+
+impl Bounds {
+    fn of(series: &[Series]) -> Bounds {
+        let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
+        for &(x, y) in series.iter().flat_map(|s| s.points.iter()) {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+        if x0 > x1 {
+            (x0, x1) = (1.0, 2.0);
+        }
+        if x0 == x1 {
+            x0 -= 1.0;
+            x1 += 1.0;
+        }
+        Bounds {
+            x: x0..x1,
+            y_max: if y1 > 0.0 { y1 * 1.1 } else { 1.0 },
+            x_ticks: ((x1 - x0).ceil() as usize + 1).clamp(2, 11),
+        }
+    }
+}
+
+/// Draws `series` on `root`: the title and axis descriptions of `text`, the mesh, a line with
+/// points per series in its path's colour, and the legend.
+fn draw(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    [title, x_desc, y_desc]: [&str; 3],
+    b: Bounds,
+    label: &dyn Fn(&f64) -> String,
+    series: &[Series],
+) -> anyhow::Result<()> {
+    let mut c = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(b.x, 0f64..b.y_max)?;
+    c.configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(b.x_ticks)
+        .x_label_formatter(label)
+        .light_line_style(WHITE)
+        .draw()?;
+    for s in series {
+        let col = colour(&s.name);
+        c.draw_series(LineSeries::new(s.points.clone(), col.stroke_width(2)))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+        c.draw_series(
+            s.points
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y), 3, col.filled())),
+        )?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()?;
+    Ok(())
 }
