@@ -102,13 +102,27 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let mut rows = uring_rows(&r);
+    rows.extend(host_rows(&r));
+    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<w$}  {v}");
+    }
+    println!("\nWhat to expect here:");
+    for p in &r.predictions {
+        println!("- {}: {}", p.path, p.text);
+    }
+    println!();
+    for l in profile_lines(&active) {
+        println!("{l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The kernel, the CPU and io_uring's operations.
+fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
     let u = &r.io_uring;
-    let copied = |c: Option<bool>| match c {
-        Some(true) => "copied by the kernel",
-        Some(false) => "not copied",
-        None => "not tested",
-    };
-    let rows: Vec<(&str, String)> = vec![
+    vec![
         ("kernel", r.kernel_release.clone()),
         ("cpu", format!("{} x {}", r.cpus, r.cpu_model)),
         (
@@ -134,6 +148,21 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
             copied(u.send_zc_local_copied).into(),
         ),
         ("  batched waits (MIN_TIMEOUT)", yes(u.min_wait).into()),
+    ]
+}
+
+/// Whether a zero-copy send to a local receiver came back copied.
+fn copied(c: Option<bool>) -> &'static str {
+    match c {
+        Some(true) => "copied by the kernel",
+        Some(false) => "not copied",
+        None => "not tested",
+    }
+}
+
+/// MSG_ZEROCOPY, the limits that bound pinned memory, counters, MTU and pipes.
+fn host_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
+    vec![
         (
             "MSG_ZEROCOPY (SO_ZEROCOPY)",
             if r.msg_zerocopy.supported {
@@ -176,18 +205,5 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
             r.loopback_mtu.map_or("?".into(), |m| m.to_string()),
         ),
         ("pipe-max-size", bytes(r.pipe_max_size_bytes)),
-    ];
-    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    for (k, v) in rows {
-        println!("{k:<w$}  {v}");
-    }
-    println!("\nWhat to expect here:");
-    for p in &r.predictions {
-        println!("- {}: {}", p.path, p.text);
-    }
-    println!();
-    for l in profile_lines(&active) {
-        println!("{l}");
-    }
-    Ok(ExitCode::SUCCESS)
+    ]
 }

@@ -32,97 +32,132 @@ fn ms(n: u64) -> Duration {
 
 /// Every preset, in the order `--list-presets` shows them.
 pub fn all() -> Vec<Preset> {
-    use Strategy::*;
     vec![
-        Preset {
-            name: "quick",
-            about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 8 rounds (about 3.5 minutes)",
-            strategies: vec![
-                Copy, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
-            ],
-            sizes: vec![256, 4 * K, 64 * K, M],
-            threads: vec![1],
-            fields: 1,
-            duration: ms(500),
-            warmup: ms(200),
-            repeat: 8,
-            allocs: vec![Alloc::Pool],
-            mixes: vec![],
-        },
-        Preset {
-            name: "pa02",
-            about: "two-copy (serialize), one-copy (gather) and zero-copy (msg-zerocopy) messages of 8 fields, 256 B..16 KiB x 1..8 threads: 48 points, as in the PA02 study",
-            strategies: vec![Serialize, Gather, MsgZerocopy],
-            sizes: vec![256, K, 4 * K, 16 * K],
-            threads: vec![1, 2, 4, 8],
-            fields: 8,
-            duration: ms(2000),
-            warmup: ms(500),
-            repeat: 5,
-            allocs: vec![Alloc::Pool],
-            mixes: vec![],
-        },
-        Preset {
-            name: "zerocopy-paper",
-            about: "copy vs msg-zerocopy at 4K..1M with process and system CPU per byte and their ratio, laid out like the MSG_ZEROCOPY paper's table",
-            strategies: vec![Copy, MsgZerocopy],
-            sizes: vec![4 * K, 16 * K, 64 * K, 256 * K, M],
-            threads: vec![1],
-            fields: 1,
-            duration: ms(3000),
-            warmup: ms(500),
-            repeat: 5,
-            allocs: vec![Alloc::Pool],
-            mixes: vec![],
-        },
-        Preset {
-            name: "message-sizes",
-            about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths and adaptive, one buffer per message, from pooled buffers and from buffers allocated and filled per message (the Net.ZMQ study's pooling vs zero-copy question)",
-            strategies: vec![
-                Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Adaptive,
-            ],
-            sizes: vec![64, 512, K, 64 * K],
-            threads: vec![1],
-            fields: 1,
-            duration: ms(2000),
-            warmup: ms(500),
-            repeat: 5,
-            allocs: vec![Alloc::Pool, Alloc::Fresh],
-            mixes: vec![],
-        },
-        Preset {
-            name: "mixed",
-            about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32 and of 1024; 64K:16,1M:1, equal bytes of each size, in bursts of 256): adaptive against each fixed memory path",
-            strategies: vec![Copy, MsgZerocopy, Uring, UringZc, Adaptive],
-            sizes: vec![],
-            threads: vec![1],
-            fields: 1,
-            duration: ms(2000),
-            warmup: ms(500),
-            repeat: 8,
-            allocs: vec![Alloc::Pool],
-            mixes: vec![
-                "88:70,4K:20,1M:10",
-                "256:50,4K:30,64K:20",
-                "4K:90,64K:10/32",
-                "4K:90,64K:10/1024",
-                "64K:16,1M:1/256",
-            ],
-        },
-        Preset {
-            name: "file-paths",
-            about: "read-send, mmap-send, sendfile and splice for 64 KiB..16 MiB chunks of a warm file (the sendfile file-server study)",
-            strategies: vec![ReadSend, MmapSend, Sendfile, Splice],
-            sizes: vec![64 * K, 256 * K, M, 4 * M, 16 * M],
-            threads: vec![1],
-            fields: 1,
-            duration: ms(2000),
-            warmup: ms(500),
-            repeat: 5,
-            allocs: vec![Alloc::Pool],
-            mixes: vec![],
-        },
+        quick(),
+        pa02(),
+        zerocopy_paper(),
+        message_sizes(),
+        mixed(),
+        file_paths(),
     ]
+}
+
+/// The `quick` preset.
+fn quick() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "quick",
+        about: "a cross-section of the presets below: memory and file paths from 256 B to 1 MiB, 1 connection, 8 rounds (about 3.5 minutes)",
+        strategies: vec![
+            Copy, MsgZerocopy, Uring, UringZc, Vmsplice, ReadSend, Sendfile, Splice,
+        ],
+        sizes: vec![256, 4 * K, 64 * K, M],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(500),
+        warmup: ms(200),
+        repeat: 8,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![],
+    }
+}
+
+/// The `pa02` preset.
+fn pa02() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "pa02",
+        about: "two-copy (serialize), one-copy (gather) and zero-copy (msg-zerocopy) messages of 8 fields, 256 B..16 KiB x 1..8 threads: 48 points, as in the PA02 study",
+        strategies: vec![Serialize, Gather, MsgZerocopy],
+        sizes: vec![256, K, 4 * K, 16 * K],
+        threads: vec![1, 2, 4, 8],
+        fields: 8,
+        duration: ms(2000),
+        warmup: ms(500),
+        repeat: 5,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![],
+    }
+}
+
+/// The `zerocopy-paper` preset.
+fn zerocopy_paper() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "zerocopy-paper",
+        about: "copy vs msg-zerocopy at 4K..1M with process and system CPU per byte and their ratio, laid out like the MSG_ZEROCOPY paper's table",
+        strategies: vec![Copy, MsgZerocopy],
+        sizes: vec![4 * K, 16 * K, 64 * K, 256 * K, M],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(3000),
+        warmup: ms(500),
+        repeat: 5,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![],
+    }
+}
+
+/// The `message-sizes` preset.
+fn message_sizes() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "message-sizes",
+        about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths and adaptive, one buffer per message, from pooled buffers and from buffers allocated and filled per message (the Net.ZMQ study's pooling vs zero-copy question)",
+        strategies: vec![
+            Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Adaptive,
+        ],
+        sizes: vec![64, 512, K, 64 * K],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(2000),
+        warmup: ms(500),
+        repeat: 5,
+        allocs: vec![Alloc::Pool, Alloc::Fresh],
+        mixes: vec![],
+    }
+}
+
+/// The `mixed` preset.
+fn mixed() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "mixed",
+        about: "message sizes drawn from a mix, the same sequence for every path (88:70,4K:20,1M:10 and 256:50,4K:30,64K:20 drawn per message; 4K:90,64K:10 in bursts of 32 and of 1024; 64K:16,1M:1, equal bytes of each size, in bursts of 256): adaptive against each fixed memory path",
+        strategies: vec![Copy, MsgZerocopy, Uring, UringZc, Adaptive],
+        sizes: vec![],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(2000),
+        warmup: ms(500),
+        repeat: 8,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![
+            "88:70,4K:20,1M:10",
+            "256:50,4K:30,64K:20",
+            "4K:90,64K:10/32",
+            "4K:90,64K:10/1024",
+            "64K:16,1M:1/256",
+        ],
+    }
+}
+
+/// The `file-paths` preset.
+fn file_paths() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "file-paths",
+        about: "read-send, mmap-send, sendfile and splice for 64 KiB..16 MiB chunks of a warm file (the sendfile file-server study)",
+        strategies: vec![ReadSend, MmapSend, Sendfile, Splice],
+        sizes: vec![64 * K, 256 * K, M, 4 * M, 16 * M],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(2000),
+        warmup: ms(500),
+        repeat: 5,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![],
+    }
 }
 
 /// Looks a row sweep's preset up by name.
