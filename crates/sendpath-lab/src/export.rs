@@ -168,93 +168,120 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(CSV_HEADER)?;
     for row in &r.results {
-        let l = row.latency_us;
-        let f = row.zerocopy.fallbacks;
-        let c = row.cpu_ns_per_byte;
-        let cpu = |g: fn(&CpuNsPerByte) -> f64| opt(c.as_ref().map(g));
-        let cpu_o = |g: fn(&CpuNsPerByte) -> Option<f64>| opt(c.as_ref().and_then(g));
-        let dec = |g: fn(&sendpath::policy::adaptive::Decisions) -> u64| {
-            row.zerocopy
-                .decisions
-                .as_ref()
-                .map_or(String::new(), |d| g(d).to_string())
-        };
-        let tcp = row.tcp_totals();
-        let cb = |g: fn(&ConnectionBytes) -> u64| {
-            row.connection_bytes
-                .as_ref()
-                .map_or(String::new(), |c| g(c).to_string())
-        };
-        w.write_record([
-            row.workload.to_string(),
-            row.strategy.to_string(),
-            row.size_bytes.to_string(),
-            row.request_bytes.map_or(String::new(), |b| b.to_string()),
-            row.threads.to_string(),
-            row.connections_per_thread.to_string(),
-            row.fields.to_string(),
-            row.recv_mode.to_string(),
-            row.recv_size_bytes.map_or(String::new(), |b| b.to_string()),
-            opt(row.rate_per_s),
-            row.repeats.len().to_string(),
-            format!("{:.6}", row.throughput_gbps.median),
-            format!("{:.6}", row.throughput_gbps.min),
-            format!("{:.6}", row.throughput_gbps.max),
-            format!("{:.3}", row.messages_per_s.median),
-            opt(row.median_of(|r| Some(r.msg_time_us))),
-            cpu(|c| c.sender_user),
-            cpu(|c| c.sender_system),
-            cpu(|c| c.sender),
-            cpu_o(|c| c.receiver_user),
-            cpu_o(|c| c.receiver_system),
-            cpu_o(|c| c.receiver),
-            cpu(|c| c.system_user),
-            cpu(|c| c.system_system),
-            cpu(|c| c.system_softirq),
-            cpu(|c| c.system_irq),
-            cpu(|c| c.system),
-            cpu_o(|c| c.remote),
-            opt(row.median_of(|r| r.est_cycles_per_byte)),
-            opt(row.median_of(|r| r.hw_cycles_per_byte)),
-            opt(row.median_of(|r| r.hw_llc_misses_per_byte)),
-            row.zerocopy.attempts.to_string(),
-            row.zerocopy.completions.to_string(),
-            opt(row.zerocopy.copied_fraction),
-            f.enobufs.to_string(),
-            f.inflight_cap.to_string(),
-            f.unsupported.to_string(),
-            f.enomem.to_string(),
-            row.integrity.bytes_sent.to_string(),
-            row.integrity.bytes_verified.to_string(),
-            row.integrity.mismatches.to_string(),
-            row.file_cache
-                .as_ref()
-                .map_or(String::new(), |fc| fc.cold.to_string()),
-            opt(row.file_cache.as_ref().and_then(|fc| fc.resident_fraction)),
-            opt(l.map(|l| l.p50)),
-            opt(l.map(|l| l.p90)),
-            opt(l.map(|l| l.p99)),
-            opt(l.map(|l| l.p999)),
-            opt(l.map(|l| l.max)),
-            cb(|c| c.min),
-            cb(|c| c.median),
-            cb(|c| c.max),
-            row.size_mix.clone().unwrap_or_default(),
-            row.alloc.name().to_string(),
-            dec(|d| d.copy_sends),
-            dec(|d| d.zerocopy_sends),
-            dec(|d| d.file_sends),
-            dec(|d| d.backoffs),
-            dec(|d| d.switches),
-            tcp.map_or(String::new(), |t| t.retrans_segs.to_string()),
-            tcp.and_then(|t| t.receiver_drops)
-                .map_or(String::new(), |d| d.to_string()),
-            tcp.map_or(String::new(), |t| t.windows.to_string()),
-            tcp.map_or(String::new(), |t| t.rwnd_stalled_windows.to_string()),
-        ])?;
+        let mut record = point_columns(row);
+        record.extend(cpu_columns(row));
+        record.extend(zerocopy_columns(row));
+        record.extend(tail_columns(row));
+        w.write_record(record)?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
     Ok(String::from_utf8(bytes)?)
+}
+
+/// What a row measured: the point and its throughput.
+fn point_columns(row: &Row) -> Vec<String> {
+    vec![
+        row.workload.to_string(),
+        row.strategy.to_string(),
+        row.size_bytes.to_string(),
+        row.request_bytes.map_or(String::new(), |b| b.to_string()),
+        row.threads.to_string(),
+        row.connections_per_thread.to_string(),
+        row.fields.to_string(),
+        row.recv_mode.to_string(),
+        row.recv_size_bytes.map_or(String::new(), |b| b.to_string()),
+        opt(row.rate_per_s),
+        row.repeats.len().to_string(),
+        format!("{:.6}", row.throughput_gbps.median),
+        format!("{:.6}", row.throughput_gbps.min),
+        format!("{:.6}", row.throughput_gbps.max),
+        format!("{:.3}", row.messages_per_s.median),
+        opt(row.median_of(|r| Some(r.msg_time_us))),
+    ]
+}
+
+/// CPU per byte by role and kind, and cycles per byte.
+fn cpu_columns(row: &Row) -> Vec<String> {
+    let c = row.cpu_ns_per_byte;
+    let cpu = |g: fn(&CpuNsPerByte) -> f64| opt(c.as_ref().map(g));
+    let cpu_o = |g: fn(&CpuNsPerByte) -> Option<f64>| opt(c.as_ref().and_then(g));
+    vec![
+        cpu(|c| c.sender_user),
+        cpu(|c| c.sender_system),
+        cpu(|c| c.sender),
+        cpu_o(|c| c.receiver_user),
+        cpu_o(|c| c.receiver_system),
+        cpu_o(|c| c.receiver),
+        cpu(|c| c.system_user),
+        cpu(|c| c.system_system),
+        cpu(|c| c.system_softirq),
+        cpu(|c| c.system_irq),
+        cpu(|c| c.system),
+        cpu_o(|c| c.remote),
+        opt(row.median_of(|r| r.est_cycles_per_byte)),
+        opt(row.median_of(|r| r.hw_cycles_per_byte)),
+        opt(row.median_of(|r| r.hw_llc_misses_per_byte)),
+    ]
+}
+
+/// Zero-copy counts and fallbacks, integrity, the file cache and latency.
+fn zerocopy_columns(row: &Row) -> Vec<String> {
+    let l = row.latency_us;
+    let f = row.zerocopy.fallbacks;
+    vec![
+        row.zerocopy.attempts.to_string(),
+        row.zerocopy.completions.to_string(),
+        opt(row.zerocopy.copied_fraction),
+        f.enobufs.to_string(),
+        f.inflight_cap.to_string(),
+        f.unsupported.to_string(),
+        f.enomem.to_string(),
+        row.integrity.bytes_sent.to_string(),
+        row.integrity.bytes_verified.to_string(),
+        row.integrity.mismatches.to_string(),
+        row.file_cache
+            .as_ref()
+            .map_or(String::new(), |fc| fc.cold.to_string()),
+        opt(row.file_cache.as_ref().and_then(|fc| fc.resident_fraction)),
+        opt(l.map(|l| l.p50)),
+        opt(l.map(|l| l.p90)),
+        opt(l.map(|l| l.p99)),
+        opt(l.map(|l| l.p999)),
+        opt(l.map(|l| l.max)),
+    ]
+}
+
+/// Fairness across connections, the size mix and allocation, adaptive's decisions, TCP.
+fn tail_columns(row: &Row) -> Vec<String> {
+    let dec = |g: fn(&sendpath::policy::adaptive::Decisions) -> u64| {
+        row.zerocopy
+            .decisions
+            .as_ref()
+            .map_or(String::new(), |d| g(d).to_string())
+    };
+    let cb = |g: fn(&ConnectionBytes) -> u64| {
+        row.connection_bytes
+            .as_ref()
+            .map_or(String::new(), |c| g(c).to_string())
+    };
+    let tcp = row.tcp_totals();
+    vec![
+        cb(|c| c.min),
+        cb(|c| c.median),
+        cb(|c| c.max),
+        row.size_mix.clone().unwrap_or_default(),
+        row.alloc.name().to_string(),
+        dec(|d| d.copy_sends),
+        dec(|d| d.zerocopy_sends),
+        dec(|d| d.file_sends),
+        dec(|d| d.backoffs),
+        dec(|d| d.switches),
+        tcp.map_or(String::new(), |t| t.retrans_segs.to_string()),
+        tcp.and_then(|t| t.receiver_drops)
+            .map_or(String::new(), |d| d.to_string()),
+        tcp.map_or(String::new(), |t| t.windows.to_string()),
+        tcp.map_or(String::new(), |t| t.rwnd_stalled_windows.to_string()),
+    ]
 }
 
 /// One table line for a row.
