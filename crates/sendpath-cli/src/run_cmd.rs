@@ -33,30 +33,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         None => a.size.clone(),
     };
     crate::cli::check_memory(&largest, &conns, &a.run)?;
-    if per_thread > 1 && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh)) {
-        bail!(
-            "--size-mix and --alloc fresh run one connection per sender thread: drop --connections"
-        );
-    }
-    if per_thread > 1 {
-        let other: Vec<&str> = a
-            .run
-            .strategy
-            .iter()
-            .filter(|s| !sendpath::engine::on_ring(**s))
-            .map(|s| s.name())
-            .collect();
-        if !other.is_empty() {
-            bail!(
-                "--connections {per_thread} puts each sender thread's connections on one io_uring ring, which only uring, uring-zc and adaptive use: drop {} from --strategy, or use -P for one thread per connection",
-                other.join(", ")
-            );
-        }
-        // Both ends of every connection, plus rings, files and the listener; as far as the
-        // hard limit allows, room for the duplicates that read TCP's counters too.
-        sendpath_lab::limits::raise_nofile(2 * most_threads * per_thread + 64)?;
-        sendpath_lab::limits::raise_nofile_upto(4 * most_threads * per_thread + 128);
-    }
+    check_connections(a, per_thread, most_threads)?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -108,6 +85,36 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         (topology, agent),
         cancel,
     )
+}
+
+/// Refuses `--connections` above 1 with what cannot share a ring (a size mix, fresh buffers,
+/// paths off the ring), and makes room for the connections' descriptors.
+fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> anyhow::Result<()> {
+    if per_thread > 1 && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh)) {
+        bail!(
+            "--size-mix and --alloc fresh run one connection per sender thread: drop --connections"
+        );
+    }
+    if per_thread > 1 {
+        let other: Vec<&str> = a
+            .run
+            .strategy
+            .iter()
+            .filter(|s| !sendpath::engine::on_ring(**s))
+            .map(|s| s.name())
+            .collect();
+        if !other.is_empty() {
+            bail!(
+                "--connections {per_thread} puts each sender thread's connections on one io_uring ring, which only uring, uring-zc and adaptive use: drop {} from --strategy, or use -P for one thread per connection",
+                other.join(", ")
+            );
+        }
+        // Both ends of every connection, plus rings, files and the listener; as far as the
+        // hard limit allows, room for the duplicates that read TCP's counters too.
+        sendpath_lab::limits::raise_nofile(2 * most_threads * per_thread + 64)?;
+        sendpath_lab::limits::raise_nofile_upto(4 * most_threads * per_thread + 128);
+    }
+    Ok(())
 }
 
 /// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
