@@ -12,6 +12,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// The summary's tables: recommendation, crossovers, the MSG_ZEROCOPY paper's layout, and
+/// every row.
 fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     let mut out = Vec::new();
     let title = format!("Recommendation (data: {})", a.route);
@@ -53,6 +55,12 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     if let Some(t) = zerocopy_paper_table(r) {
         out.push(t);
     }
+    out.push(results_table(r));
+    out
+}
+
+/// Every row: median over rounds and its spread.
+fn results_table(r: &Results) -> Table {
     let mut res = Table::new(
         "Results (median over rounds, [min..max])",
         &[
@@ -96,8 +104,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
             x.repeats.len().to_string(),
         ]);
     }
-    out.push(res);
-    out
+    res
 }
 
 /// A CPU-per-byte cell; "not measured" when the row has no CPU figures.
@@ -233,37 +240,7 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
         out.push(size_chart("Throughput", "throughput (Gbit/s)", t, &s)?);
     }
     if threads.len() > 1 {
-        let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
-        for &size in &sizes {
-            let mut series = Vec::new();
-            for &p in &paths {
-                let mut pts: Vec<(f64, f64)> = stream_rows(r)
-                    .filter(|x| x.strategy == p && x.size_bytes == size)
-                    .filter_map(|x| {
-                        x.median_of(|r| Some(r.msg_time_us))
-                            .map(|m| (x.threads as f64, m))
-                    })
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                series.push(Series {
-                    name: p.to_string(),
-                    points: pts,
-                });
-            }
-            out.push((
-                format!(
-                    "Time to receive one message vs connections, {}",
-                    fmt_size(size)
-                ),
-                line_chart(
-                    &format!("Latency per message, {}", fmt_size(size)),
-                    "connections (threads)",
-                    "time per message (us)",
-                    XAxis::Linear,
-                    &series,
-                )?,
-            ));
-        }
+        out.extend(latency_charts(r, &sizes)?);
     }
     for &t in &threads {
         let p = by_size(r, t, |x| x.cpu_ns_per_byte.map(|c| c.sender));
@@ -302,6 +279,43 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
                 &copied,
             )?);
         }
+    }
+    Ok(out)
+}
+
+/// Time per message against connections, a chart per size (runs of several thread counts).
+fn latency_charts(r: &Results, sizes: &BTreeSet<usize>) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
+    for &size in sizes {
+        let mut series = Vec::new();
+        for &p in &paths {
+            let mut pts: Vec<(f64, f64)> = stream_rows(r)
+                .filter(|x| x.strategy == p && x.size_bytes == size)
+                .filter_map(|x| {
+                    x.median_of(|r| Some(r.msg_time_us))
+                        .map(|m| (x.threads as f64, m))
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            series.push(Series {
+                name: p.to_string(),
+                points: pts,
+            });
+        }
+        out.push((
+            format!(
+                "Time to receive one message vs connections, {}",
+                fmt_size(size)
+            ),
+            line_chart(
+                &format!("Latency per message, {}", fmt_size(size)),
+                "connections (threads)",
+                "time per message (us)",
+                XAxis::Linear,
+                &series,
+            )?,
+        ));
     }
     Ok(out)
 }
