@@ -287,15 +287,6 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             r.v
         )));
     }
-    let receive_only = r.threads.is_none()
-        && r.path.is_none()
-        && r.port.is_none()
-        && r.request.is_none()
-        && r.response.is_none()
-        && r.size_mix.is_none()
-        && r.rate.is_none()
-        && r.warmup_ms.is_none()
-        && r.duration_ms.is_none();
     let no_receive_fields = !r.has_run_fields();
     match r.op.as_str() {
         "hello" => {
@@ -307,37 +298,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             }
             Ok(Request::Hello { token: r.token })
         }
-        "receive" => {
-            if r.token.is_some() || !receive_only {
-                return Err(Refused(
-                    "receive takes connections, recv, recv_size and max_seconds only".into(),
-                ));
-            }
-            let connections = r
-                .connections
-                .filter(|c| (1..=MAX_CONNECTIONS).contains(c))
-                .ok_or_else(|| Refused(format!("connections must be 1..{MAX_CONNECTIONS}")))?;
-            let recv = match r.recv.as_deref() {
-                Some("copy") => crate::traffic::RecvMode::Copy,
-                Some("discard") => crate::traffic::RecvMode::Discard,
-                Some("verify") => crate::traffic::RecvMode::Verify,
-                _ => return Err(Refused("recv must be copy, discard or verify".into())),
-            };
-            let recv_size = r
-                .recv_size
-                .filter(|s| (1..=MAX_RECV_SIZE).contains(s))
-                .ok_or_else(|| Refused(format!("recv_size must be 1..{MAX_RECV_SIZE}")))?;
-            let max_seconds = r
-                .max_seconds
-                .filter(|s| (1..=MAX_SECONDS).contains(s))
-                .ok_or_else(|| Refused(format!("max_seconds must be 1..{MAX_SECONDS}")))?;
-            Ok(Request::Receive {
-                connections,
-                recv,
-                recv_size,
-                max_seconds,
-            })
-        }
+        "receive" => parse_receive(&r),
         "sample" | "finish" => {
             if !no_receive_fields || r.token.is_some() {
                 return Err(Refused(format!("{} takes no arguments", r.op)));
@@ -355,6 +316,48 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
             other.chars().take(32).collect::<String>()
         ))),
     }
+}
+
+/// Validates a `receive` request.
+fn parse_receive(r: &RequestLine) -> Result<Request, Refused> {
+    let receive_only = r.threads.is_none()
+        && r.path.is_none()
+        && r.port.is_none()
+        && r.request.is_none()
+        && r.response.is_none()
+        && r.size_mix.is_none()
+        && r.rate.is_none()
+        && r.warmup_ms.is_none()
+        && r.duration_ms.is_none();
+    if r.token.is_some() || !receive_only {
+        return Err(Refused(
+            "receive takes connections, recv, recv_size and max_seconds only".into(),
+        ));
+    }
+    let connections = r
+        .connections
+        .filter(|c| (1..=MAX_CONNECTIONS).contains(c))
+        .ok_or_else(|| Refused(format!("connections must be 1..{MAX_CONNECTIONS}")))?;
+    let recv = match r.recv.as_deref() {
+        Some("copy") => crate::traffic::RecvMode::Copy,
+        Some("discard") => crate::traffic::RecvMode::Discard,
+        Some("verify") => crate::traffic::RecvMode::Verify,
+        _ => return Err(Refused("recv must be copy, discard or verify".into())),
+    };
+    let recv_size = r
+        .recv_size
+        .filter(|s| (1..=MAX_RECV_SIZE).contains(s))
+        .ok_or_else(|| Refused(format!("recv_size must be 1..{MAX_RECV_SIZE}")))?;
+    let max_seconds = r
+        .max_seconds
+        .filter(|s| (1..=MAX_SECONDS).contains(s))
+        .ok_or_else(|| Refused(format!("max_seconds must be 1..{MAX_SECONDS}")))?;
+    Ok(Request::Receive {
+        connections,
+        recv,
+        recv_size,
+        max_seconds,
+    })
 }
 
 /// `v` when within `lo..=hi`, else a refusal naming `what`.
