@@ -1,0 +1,268 @@
+//! Command-line interface.
+
+mod http;
+mod parse;
+mod run;
+
+pub(crate) use http::{HttpLoadArgs, ServeArgs};
+pub(crate) use run::{
+    check_memory, load_profile, Metrics, RrArgs, RunArgs, SinkArgs, StreamArgs, TopologyArgs,
+};
+
+use clap::{Args, Parser, Subcommand};
+use parse::*;
+use sendpath_lab::units::parse_duration;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which Linux send path should your server use, for your message sizes, on this kernel?
+/// sendpath measures them side by side and says.
+#[derive(Debug, Parser)]
+#[command(name = "sendpath", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Check what this kernel and host can do (io_uring ops, MSG_ZEROCOPY, limits, counters)
+    /// and predict what each send path will do here.
+    Probe(ProbeArgs),
+    /// One-way bulk transfer over loopback (or to --connect ADDR), per strategy x size x threads.
+    Stream(StreamArgs),
+    /// Request/response latency and rate, the response sent with the chosen strategy.
+    Rr(RrArgs),
+    /// Receive from any TCP sender and report what arrived.
+    Sink(SinkArgs),
+    /// Run a preset matrix of strategies x sizes x threads and write results, summary and an
+    /// HTML report (the default runs the `quick` preset).
+    Sweep(SweepArgs),
+    /// Re-render summary.md and report.html from a results.json.
+    Report(ReportArgs),
+    /// An HTTP/1.1 keep-alive server answering every GET with the same body, sending with
+    /// io_uring SEND, SEND_ZC, send(2) or epoll + writev; prints what it did on exit.
+    Serve(ServeArgs),
+    /// A keep-alive HTTP load generator: closed loop (--connections) or open loop (--rate),
+    /// latency percentiles and errors by kind.
+    HttpLoad(HttpLoadArgs),
+    /// Measure which send path wins at which message size on this host (copy, msg-zerocopy,
+    /// uring, uring-zc at 256 B..1 MiB, interleaved rounds, about 80 s) and write the host
+    /// profile `adaptive` decides from.
+    Calibrate(CalibrateArgs),
+    /// Time whole-file transfers (7 MB..1 GB by default), each over a fresh connection from
+    /// open() to the receiver's acknowledgement: read-send, mmap-send, sendfile, splice and
+    /// io_uring splice, warm and cold.
+    Transfer(TransferArgs),
+    /// Run the other end on request, on another host or in a namespace: the receiver of
+    /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
+    /// `http-load --agent`; sends back what it measured and its CPU.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AgentArgs {
+    /// Where to listen for control connections. Anything but loopback needs --token-file.
+    #[arg(long, default_value = "127.0.0.1:5300", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// A file whose first line is the secret clients must present (their --token-file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Sessions served at once; more are refused as busy.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_sessions: u32,
+    /// The longest one session may last.
+    #[arg(long, default_value = "60m", value_parser = positive_duration)]
+    pub max_session: Duration,
+    /// The longest one receive may last, whatever a client asks.
+    #[arg(long, default_value = "10m", value_parser = positive_duration)]
+    pub max_receive: Duration,
+    /// Stop by itself after this long (Ctrl-C stops it sooner).
+    #[arg(long, short = 't', default_value = "1440m", value_parser = positive_duration)]
+    pub duration: Duration,
+}
+
+/// Where `--agent` points and the token for it.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct AgentClientArgs {
+    /// Run the other end on `sendpath agent` at HOST[:PORT] (port 5300 by default): it
+    /// receives (stream, sweep, transfer) or runs the clients (rr; http-load, against
+    /// TARGET's port at the address it reached this host at); its CPU comes back as
+    /// cpu.remote.
+    #[arg(long, value_name = "HOST[:PORT]", value_parser = sendpath_lab::remote::parse_target)]
+    pub agent: Option<SocketAddr>,
+    /// With --agent: a file whose first line is the agent's token.
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl AgentClientArgs {
+    /// The agent to use, with its token read.
+    pub(crate) fn target(&self) -> anyhow::Result<Option<sendpath_lab::remote::AgentTarget>> {
+        let Some(addr) = self.agent else {
+            return Ok(None);
+        };
+        let token = match &self.token_file {
+            Some(p) => Some(sendpath_lab::remote::read_token(p)?),
+            None => None,
+        };
+        Ok(Some(sendpath_lab::remote::AgentTarget { addr, token }))
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TransferArgs {
+    /// File sizes, comma-separated (default: the study's 7 MB, 21 MB, 63 MB, 98 MB, 200 MB,
+    /// 350 MB, 700 MB, 1 GB, in decimal megabytes; 64M here means 64 MiB).
+    #[arg(long, short = 'l', value_name = "LIST", value_parser = transfer_sizes)]
+    pub sizes: Option<std::vec::Vec<u64>>,
+    /// File paths, comma-separated: read-send, mmap-send, sendfile, splice, uring-splice.
+    #[arg(long, short = 's', default_value = "read-send,mmap-send,sendfile,splice,uring-splice", value_parser = strategy_list)]
+    pub strategy: std::vec::Vec<sendpath::Strategy>,
+    /// read-send: bytes per read() + send(), comma-separated (each is a method of its own).
+    #[arg(long, default_value = "4K,64K,1M", value_parser = message_sizes)]
+    pub chunk: std::vec::Vec<usize>,
+    /// Page cache state at the start: warm, cold, or warm,cold.
+    #[arg(long, default_value = "warm,cold", value_parser = caches)]
+    pub cache: std::vec::Vec<sendpath_lab::study::transfer::Cache>,
+    /// What the receiver does with the bytes: discard (MSG_TRUNC) or copy (read into a buffer).
+    #[arg(long, default_value = "copy", value_parser = ["copy", "discard"])]
+    pub recv: String,
+    /// The receiver writes what it reads to this file (truncated per transfer) instead.
+    #[arg(long, value_name = "PATH")]
+    pub sink_file: Option<PathBuf>,
+    /// With --sink-file: fsync the file before acknowledging the last byte.
+    #[arg(long, requires = "sink_file")]
+    pub fsync: bool,
+    /// Bytes the receiver asks for per read.
+    #[arg(long, default_value = "128K", value_parser = recv_size)]
+    pub recv_size: usize,
+    /// Rounds: each transfers every size x cache x path once, in a shuffled order.
+    #[arg(long, short = 'n', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// The longest one transfer may take before it fails.
+    #[arg(long, default_value = "120s", value_parser = positive_duration)]
+    pub timeout: Duration,
+    /// Pin the sender to CPU S and the receiver to CPU R.
+    #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
+    pub cpu: Option<(usize, usize)>,
+    /// Seed for the shuffled order of each round (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write one CSV line per transfer to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CalibrateArgs {
+    /// Message sizes to measure, comma-separated.
+    #[arg(long, short = 'l', default_value = "256,1K,4K,16K,64K,256K,1M", value_parser = message_sizes)]
+    pub sizes: std::vec::Vec<usize>,
+    /// Rounds: each measures every size with every path, in a shuffled order.
+    #[arg(long, short = 'n', default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Extra rounds for sizes whose winner is in doubt: it beat copy in more than half of the
+    /// rounds but not in a clear majority (sign test, 5%), or two paths beat copy and pairing
+    /// them with each other did not tell which is faster (0: none).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub tiebreak_rounds: u32,
+    /// Measured time per window.
+    #[arg(long, short = 't', default_value = "300ms", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Unmeasured time before each window.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Where to write the profile (default: the active profile's place, see `sendpath probe`).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Also write the measured windows as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Seed for the shuffled order of each round (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// Preset to run (see --list-presets).
+    #[arg(long, short = 'p', default_value = "quick")]
+    pub preset: String,
+    /// List the presets and exit.
+    #[arg(long)]
+    pub list_presets: bool,
+    /// Output directory (default: sendpath-results/PRESET-TIME, linked as sendpath-results/latest).
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub out: Option<PathBuf>,
+    /// Continue an interrupted sweep in DIR, measuring only the points it lacks.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Measured time per repeat (overrides the preset).
+    #[arg(long, short = 't', value_parser = positive_duration, conflicts_with = "resume")]
+    pub duration: Option<Duration>,
+    /// Warmup per repeat (overrides the preset).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "resume")]
+    pub warmup: Option<Duration>,
+    /// Rounds over all points (overrides the preset).
+    #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
+    pub repeat: Option<u32>,
+    /// http-server preset: servers to compare (sendpath send modes, and nginx when installed).
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_SERVERS, value_parser = http_servers)]
+    pub http_servers: std::vec::Vec<sendpath_lab::study::http::Server>,
+    /// http-server preset: connection counts.
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_CONNECTIONS, value_parser = count_list)]
+    pub http_connections: std::vec::Vec<usize>,
+    /// http-server preset: body sizes.
+    #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_BODIES, value_parser = body_sizes)]
+    pub http_bodies: std::vec::Vec<usize>,
+    /// http-server preset: closed-loop load tool, wrk (when installed) or http-load.
+    #[arg(long, value_name = "TOOL", default_value = "wrk", value_parser = ["wrk", "http-load"])]
+    pub http_load: String,
+    /// http-server preset: `serve --workers` (default: nginx's worker count, one per CPU or
+    /// per server CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub http_serve_workers: Option<u16>,
+    /// http-server preset: `serve --min-wait` (batched waits; 0 turns them off).
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = min_wait)]
+    pub http_min_wait: Duration,
+    /// http-server preset: open-loop rates as fractions of nginx's median peak (empty: none).
+    #[arg(long, value_name = "LIST", default_value = "0.5,0.8", value_parser = fractions)]
+    pub http_open_loop: std::vec::Vec<f64>,
+    /// Seed for the shuffled order of each round (default: random; recorded in results.json).
+    #[arg(long, conflicts_with = "resume")]
+    pub seed: Option<u64>,
+    /// The host profile `adaptive` decides from: a file, or `defaults` (default: the active
+    /// profile).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// A results.json written by `sendpath sweep` or `sendpath stream --json`, or the
+    /// http-results.json of `sweep --preset http-server`.
+    pub results: PathBuf,
+    /// Where to write summary.md and report.html (default: beside the results file).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProbeArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

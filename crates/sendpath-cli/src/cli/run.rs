@@ -1,0 +1,297 @@
+//! The flags of `stream`, `rr` and `sink`, and what they share (`RunArgs`, `TopologyArgs`).
+
+use super::parse::*;
+use super::AgentClientArgs;
+use clap::Args;
+use sendpath_lab::traffic::RecvMode;
+use sendpath_lab::units::parse_duration;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Refuses a run whose buffers cannot fit in memory, naming the flags that shrink them.
+pub(crate) fn check_memory(
+    sizes: &[usize],
+    threads: &[usize],
+    run: &RunArgs,
+) -> anyhow::Result<()> {
+    let size = sizes.iter().copied().max().unwrap_or(0);
+    let conns = threads.iter().copied().max().unwrap_or(1);
+    sendpath_lab::limits::check_memory(size, conns, run.uring_depth).map_err(|e| {
+        anyhow::anyhow!(
+            "{} messages over {} connection(s) need about {} MiB of buffers, and this host has {} MiB available: use a smaller --size/--response, fewer connections, or a lower --uring-depth",
+            sendpath_lab::units::fmt_size(e.message_bytes),
+            e.connections,
+            e.need_bytes >> 20,
+            e.available_bytes >> 20
+        )
+    })
+}
+
+/// Settings shared by the measuring commands.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct RunArgs {
+    /// Send paths, comma-separated, or `all`: copy, serialize, gather, msg-zerocopy, uring,
+    /// uring-zc, vmsplice, adaptive, read-send, mmap-send, sendfile, splice, uring-splice.
+    #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
+    pub strategy: std::vec::Vec<sendpath::Strategy>,
+    /// Buffers per message for memory paths (serialize copies them into one, gather and
+    /// msg-zerocopy send them as iovecs, the others send each in turn). One by default, so that
+    /// paths differ only in how they send; the `pa02` preset uses 8, as its study did.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub fields: u16,
+    /// Measured time per window: one window per point per round (e.g. 5, 2.5s, 500ms).
+    #[arg(long, short = 't', default_value = "3s", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Unmeasured time before each window.
+    #[arg(long, default_value = "0.5s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Rounds: each round measures every point once, in a shuffled order; the median over
+    /// rounds is reported with min..max.
+    #[arg(long, short = 'n', default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Seed for the shuffled order of points in each round (default: random; recorded in the
+    /// JSON as `schedule.seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Bytes the receiver asks for per read (default: the message size clamped to
+    /// 16 KiB..1 MiB, as iperf3 reads its -l block).
+    #[arg(long, value_parser = recv_size)]
+    pub recv_size: Option<usize>,
+    /// What the receiver does with the bytes: copy (read() into a buffer, what an application
+    /// does), discard (recv(MSG_TRUNC): the kernel drops them without copying out), verify
+    /// (read() and check every byte against the pattern).
+    #[arg(long, default_value = "copy", value_parser = recv_mode())]
+    pub recv: RecvMode,
+    /// Write results as JSON to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write results as CSV to FILE (`-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// io_uring requests in flight per connection (uring, uring-zc).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub uring_depth: u32,
+    /// Zero-copy sends awaiting completion per connection before falling back to copy.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub inflight: u32,
+    /// Send SEND_ZC from registered (fixed) buffers.
+    #[arg(long)]
+    pub fixed_buffers: bool,
+    /// Pipe size for splice and vmsplice (4K..1G; the kernel may grant less).
+    #[arg(long, default_value = "1M", value_parser = pipe_size)]
+    pub pipe_size: usize,
+    /// `minimal` takes only time and bytes (no CPU or counter readings): the baseline that
+    /// shows what measuring costs (scripts/overhead).
+    #[arg(long, value_enum, default_value = "full")]
+    pub metrics: Metrics,
+    /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
+    /// released) and/or fresh (allocate and fill a new one per message); each is a point.
+    #[arg(long, default_value = "pool", value_parser = alloc_list)]
+    pub alloc: std::vec::Vec<sendpath_lab::traffic::mix::Alloc>,
+    /// The host profile `adaptive` decides from: a file, or `defaults` for the documented
+    /// defaults (default: the active profile, see `sendpath probe`; the defaults when there is
+    /// none).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// adaptive: zero-copy-sized sends in a row before zero-copy is used (0: at once).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
+    pub adaptive_run: Option<u64>,
+}
+
+/// The host profile for `adaptive`: `file` when given, else the active one (the defaults when
+/// there is none); `None` when no strategy is `adaptive`.
+pub(crate) fn load_profile(
+    file: Option<&std::path::Path>,
+    strategies: &[sendpath::Strategy],
+) -> anyhow::Result<Option<std::sync::Arc<sendpath::profile::Profile>>> {
+    use anyhow::Context;
+    use sendpath::profile::Profile;
+    if !strategies.contains(&sendpath::Strategy::Adaptive) {
+        return Ok(None);
+    }
+    let p = match file {
+        Some(f) if f == std::path::Path::new("defaults") => Profile::defaults(),
+        Some(f) => Profile::load(f).with_context(|| format!("--profile {}", f.display()))?,
+        None => Profile::load_active().context("the active host profile (see `sendpath probe`; remove the file or re-run `sendpath calibrate`)")?.0,
+    };
+    Ok(Some(std::sync::Arc::new(p)))
+}
+
+/// How much is measured around each window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Metrics {
+    /// Throughput, CPU (process and system), hardware counters when present.
+    Full,
+    /// Throughput only.
+    Minimal,
+}
+
+impl RunArgs {
+    /// The send paths' options; `profile` is what [`load_profile`] returned.
+    pub(crate) fn options(
+        &self,
+        profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+    ) -> sendpath::Options {
+        sendpath::Options {
+            inflight: sendpath::policy::InflightLimits {
+                max_sends: self.inflight as usize,
+                ..Default::default()
+            },
+            uring_depth: self.uring_depth as usize,
+            uring_fixed_buffers: self.fixed_buffers,
+            pipe_size: self.pipe_size,
+            profile,
+            adaptive: sendpath::policy::adaptive::AdaptiveConfig {
+                run_min: self
+                    .adaptive_run
+                    .unwrap_or(sendpath::policy::adaptive::AdaptiveConfig::default().run_min),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StreamArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
+    #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
+    pub size: std::vec::Vec<usize>,
+    /// Draw each message's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
+    /// 88:70,4K:20,1M:10), optionally /BURST to send each drawn size that many times in a row
+    /// (4K:90,64K:10/32); every path sends the same sequence of sizes.
+    #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "size")]
+    pub size_mix: Option<sendpath_lab::traffic::mix::SizeMix>,
+    /// Sender threads, comma-separated; each has its own connection(s) and receiver thread.
+    #[arg(long, short = 'P', default_value = "1", value_parser = count_list)]
+    pub threads: std::vec::Vec<usize>,
+    /// Connections per sender thread, multiplexed on the thread's one io_uring ring (uring and
+    /// uring-zc only; above 1 a receiver thread reads its sender's connections with epoll and
+    /// the table shows bytes per connection: min, median, max).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub connections: u32,
+    /// Send to a receiver elsewhere (e.g. `sendpath sink` or `nc -l`) instead of our own.
+    #[arg(long, short = 'c', value_name = "ADDR", conflicts_with = "agent")]
+    pub connect: Option<SocketAddr>,
+    /// Pin every sender to CPU S and every receiver to CPU R.
+    #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
+    pub cpu: Option<(usize, usize)>,
+    /// File paths: a cold page cache. The file is on a disk-backed filesystem, dropped from the
+    /// page cache before each window, not read by a warmup, and each byte range is sent at most
+    /// once per window (the window ends early when the file is used up).
+    #[arg(long)]
+    pub cold: bool,
+    /// File paths: size of the source file, sent round and round when warm (default: 8 messages,
+    /// at least 64 MiB; 1 GiB with --cold). `--file-size 1M --size 1M` resends one hot
+    /// megabyte, as `iperf3 -Z` does.
+    #[arg(long, value_parser = file_size)]
+    pub file_size: Option<usize>,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
+}
+
+/// Where the receiver runs (`--topology`, `--rate`, `--mtu`).
+#[derive(Debug, Args, Clone)]
+pub(crate) struct TopologyArgs {
+    /// Where the receiver runs: loopback, or netns (a network namespace sendpath creates and
+    /// removes, joined by a veth pair; needs root and iproute2).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
+    pub topology: String,
+    /// With --topology netns: limit the sender's veth to this rate (htb), e.g. 1gbit, 10gbit.
+    #[arg(long, value_name = "RATE", value_parser = sendpath_lab::topology::parse_rate)]
+    pub rate: Option<u64>,
+    /// With --topology netns: the MTU of both veth ends.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: Option<u32>,
+}
+
+impl TopologyArgs {
+    /// The namespace to receive in, created (and announced) when `--topology netns`.
+    pub(crate) fn create(
+        &self,
+        elsewhere: bool,
+    ) -> anyhow::Result<Option<std::sync::Arc<sendpath_lab::topology::Netns>>> {
+        use sendpath_lab::topology::{Netns, NetnsSpec};
+        if self.topology != "netns" {
+            if self.rate.is_some() || self.mtu.is_some() {
+                anyhow::bail!(
+                    "--rate and --mtu shape the veth pair of --topology netns: add --topology netns"
+                );
+            }
+            return Ok(None);
+        }
+        if elsewhere {
+            anyhow::bail!("--topology netns puts our own receiver in a namespace: it cannot go with --connect or --agent");
+        }
+        let ns = Netns::create(NetnsSpec {
+            rate_bits_per_s: self.rate,
+            mtu: self.mtu,
+        })?;
+        let i = ns.info();
+        eprintln!(
+            "topology: receiver in namespace {} at {}, sender at {} over a veth pair{}{}",
+            i.namespace,
+            i.receiver_addr,
+            i.sender_addr,
+            i.rate_bits_per_s.map_or(String::new(), |r| format!(
+                ", rate {:.3} Gbit/s (htb, burst {} B)",
+                r as f64 / 1e9,
+                i.burst_bytes.unwrap_or(0)
+            )),
+            i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
+        );
+        Ok(Some(std::sync::Arc::new(ns)))
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RrArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Request size.
+    #[arg(long, default_value = "64", value_parser = message_size)]
+    pub request: usize,
+    /// Response sizes, comma-separated (the response is sent with the strategy).
+    #[arg(long, short = 'l', default_value = "64", value_parser = message_sizes)]
+    pub response: std::vec::Vec<usize>,
+    /// Draw each response's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
+    /// 88:70,4K:20,1M:10), optionally /BURST; client and server follow the same sequence.
+    #[arg(long, value_name = "MIX", value_parser = size_mix, conflicts_with = "response")]
+    pub size_mix: Option<sendpath_lab::traffic::mix::SizeMix>,
+    /// Connections, comma-separated list.
+    #[arg(long, short = 'C', default_value = "1", value_parser = count_list)]
+    pub concurrency: std::vec::Vec<usize>,
+    /// Open loop at this many requests per second in total (latency from the intended send
+    /// time); closed loop when absent.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Pin every server to CPU S and every client to CPU C.
+    #[arg(long, value_name = "S,C", value_parser = cpu_pair)]
+    pub cpu: Option<(usize, usize)>,
+    #[command(flatten)]
+    pub remote: AgentClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SinkArgs {
+    /// Address to listen on, e.g. 127.0.0.1:5201.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// What to do with the bytes: copy, discard (MSG_TRUNC) or verify.
+    #[arg(long, default_value = "copy", value_parser = recv_mode())]
+    pub recv: RecvMode,
+    /// Connections to accept before exiting.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    /// Give up after this long.
+    #[arg(long, default_value = "120s", value_parser = positive_duration)]
+    pub timeout: Duration,
+    /// Bytes asked for per read.
+    #[arg(long, default_value = "128K", value_parser = recv_size)]
+    pub recv_size: usize,
+}
