@@ -56,7 +56,7 @@ pub struct Analysis {
 /// The baseline a path is compared with: `copy` for memory paths (`serialize`, the two-copy
 /// baseline, when `copy` was not measured); `read-send` (the traditional way to send a file)
 /// for file paths when it was measured, else `copy`.
-pub fn baseline_for(path: Strategy, measured: &BTreeSet<Strategy>) -> Strategy {
+pub(crate) fn baseline_for(path: Strategy, measured: &BTreeSet<Strategy>) -> Strategy {
     if path.source() == Source::File && measured.contains(&Strategy::ReadSend) {
         Strategy::ReadSend
     } else if !measured.contains(&Strategy::Copy) && measured.contains(&Strategy::Serialize) {
@@ -82,7 +82,7 @@ fn rows(r: &Results, path: Strategy, threads: usize) -> Vec<&Row> {
 }
 
 /// The comparison rule, as the report states it.
-pub const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that does not lose to the baseline, leaving out any path that one of the winners beats (the rounds cannot tell the named ones apart).";
+pub(crate) const RULE: &str = "Rounds: every round measures each point once, in a shuffled order, and the paths compared with each other (same size and connections) run back to back, so the two windows of a pair were taken seconds apart. A path beats another when, pairing their windows round by round, it was faster in a clear majority of the rounds (so many that a coin toss would give as many wins with probability 5% or less: 5 of 5, 6 of 6, 7 of 8, 8 of 10...), and the median of its per-round throughput ratios exceeds 1 by more than the round-to-round noise (the median absolute deviation of those ratios, and never less than 3%). With fewer than 5 rounds nothing beats anything. A path other than the baseline is recommended only when some path beats the baseline; then the paths that beat it are named, together with every path that does not lose to the baseline, leaving out any path that one of the winners beats (the rounds cannot tell the named ones apart).";
 
 /// The rule in a few words, for the terminal.
 pub const RULE_SHORT: &str =
@@ -90,7 +90,7 @@ pub const RULE_SHORT: &str =
 
 /// The fewest wins out of `n` rounds that a coin toss reaches with probability 5% or less
 /// (one-sided sign test); `None` when no count is that unlikely (fewer than 5 rounds).
-pub fn clear_majority(n: usize) -> Option<usize> {
+pub(crate) fn clear_majority(n: usize) -> Option<usize> {
     // P(X >= k) for X ~ Binomial(n, 1/2), from the top down.
     let mut tail = 0.0;
     let mut choose = 1.0; // C(n, k), starting at k = n
@@ -115,26 +115,26 @@ const NOISE_FLOOR: f64 = 0.03;
 
 /// Two rows compared round by round.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Paired {
+pub(crate) struct Paired {
     /// Rounds both rows have.
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// Rounds in which the first was faster.
-    pub wins: usize,
+    pub(crate) wins: usize,
     /// Median of the per-round throughput ratios (first / second).
-    pub median_ratio: f64,
+    pub(crate) median_ratio: f64,
     /// Round-to-round noise of the ratio: its median absolute deviation, at least 3%.
-    pub noise: f64,
+    pub(crate) noise: f64,
 }
 
 impl Paired {
     /// Whether the first row beats the second under [`RULE`].
-    pub fn beats(&self) -> bool {
+    pub(crate) fn beats(&self) -> bool {
         clear_majority(self.rounds).is_some_and(|k| self.wins >= k)
             && self.median_ratio - 1.0 > self.noise
     }
 
     /// `faster in 3/3 rounds, median ratio 1.25 (noise 3%)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "faster in {}/{} rounds, median ratio {:.2} (noise {:.0}%)",
             self.wins,
@@ -146,7 +146,7 @@ impl Paired {
 }
 
 /// Pairs the windows of `a` and `b` by round; `None` when they share no round.
-pub fn paired(a: &Row, b: &Row) -> Option<Paired> {
+pub(crate) fn paired(a: &Row, b: &Row) -> Option<Paired> {
     let ratios: Vec<f64> = a
         .repeats
         .iter()
@@ -249,7 +249,7 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
 }
 
 /// Where the data of `r` came from, in words.
-pub fn route(r: &Results) -> String {
+pub(crate) fn route(r: &Results) -> String {
     let env = &r.environment;
     if let Some(a) = &env.agent {
         return format!("received by `sendpath agent` at {a}");
@@ -275,7 +275,7 @@ pub fn route(r: &Results) -> String {
 }
 
 /// Everything [`Analysis`] holds, from the rows alone.
-pub fn analyse(r: &Results) -> Analysis {
+pub(crate) fn analyse(r: &Results) -> Analysis {
     let measured: BTreeSet<Strategy> = r.results.iter().map(|x| x.strategy).collect();
     let threads: BTreeSet<usize> = r.results.iter().map(|x| x.threads).collect();
     let route = route(r);

@@ -20,17 +20,6 @@ use sendpath::profile::{
 use sendpath::Strategy;
 use std::time::Duration;
 
-/// The sizes calibrated by default: 256 B to 1 MiB in steps of 4x.
-pub const DEFAULT_SIZES: [usize; 7] = [
-    256,
-    1 << 10,
-    4 << 10,
-    16 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-];
-
 /// The margin by which zero-copy must win to get a tier: 3%.
 pub const MARGIN: f64 = 0.03;
 

@@ -28,7 +28,7 @@ impl Cancel {
 
     /// Sleeps up to `d`, waking early when cancelled or when `done()` holds. Returns false if
     /// cancelled.
-    pub fn sleep_unless(&self, d: Duration, done: impl Fn() -> bool) -> bool {
+    pub(crate) fn sleep_unless(&self, d: Duration, done: impl Fn() -> bool) -> bool {
         let end = Instant::now() + d;
         while Instant::now() < end && !done() {
             if self.is_cancelled() {
@@ -40,7 +40,7 @@ impl Cancel {
     }
 
     /// Sleeps up to `d`, waking early when cancelled. Returns false if cancelled.
-    pub fn sleep(&self, d: Duration) -> bool {
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
         self.sleep_unless(d, || false)
     }
 }

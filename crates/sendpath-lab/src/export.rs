@@ -73,7 +73,7 @@ impl Exporter for Csv {
 }
 
 /// Writes what `e` renders of `doc` to `path` (`-` for stdout).
-pub fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyhow::Result<()> {
+pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyhow::Result<()> {
     write_text(path, &e.render(doc)?)
 }
 
@@ -94,7 +94,7 @@ pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub const CSV_HEADER: [&str; 62] = [
+pub(crate) const CSV_HEADER: [&str; 62] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -285,7 +285,7 @@ fn tail_columns(row: &Row) -> Vec<String> {
 }
 
 /// One table line for a row.
-pub fn table_line(row: &Row) -> String {
+pub(crate) fn table_line(row: &Row) -> String {
     let t = row.throughput_gbps;
     let copied = match (row.zerocopy.attempts, row.zerocopy.copied_fraction) {
         (0, _) => "-".to_string(),
@@ -345,7 +345,7 @@ pub fn table_line(row: &Row) -> String {
 
 /// The header printed above table lines.
 /// The bytes-per-connection line of a row with several connections per thread.
-pub fn fairness_line(row: &Row) -> Option<String> {
+pub(crate) fn fairness_line(row: &Row) -> Option<String> {
     let c = row.connection_bytes?;
     Some(format!(
         "    {} connections, bytes per connection in the window: min {}, median {}, max {} (min/max {})",
@@ -357,7 +357,7 @@ pub fn fairness_line(row: &Row) -> Option<String> {
     ))
 }
 
-pub fn table_header() -> String {
+pub(crate) fn table_header() -> String {
     format!(
         "{:<13}{:>8}{:>4}  {:>8} (median [min..max] over rounds)  cpu sender/receiver/softirq   copied   fallbacks",
         "strategy", "size", "thr", "throughput"

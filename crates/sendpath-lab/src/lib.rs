@@ -7,9 +7,13 @@
 //! recommendation.
 //!
 //! ```text
-//! plan (points x rounds) -> runner::Recorder::run_rounds -> workload::*::run_once
-//!     -> results::Repeat -> results::Row -> results::Results -> export::Exporter
+//! study::*::plan -> study::*::run -> workload::*::run_once -> results (typed rows)
+//!     -> export (JSON, CSV) and study::*::summary (Markdown, HTML over render)
 //! ```
+//!
+//! The modules form layers, each importing only those below it (`tests/layout.rs` checks it):
+//! units, cancel, topology, traffic, limits; results; measure, analysis, export, render;
+//! http, remote; workload; study, calibrate; agent.
 
 pub mod agent;
 pub mod analysis;
@@ -20,7 +24,7 @@ pub mod http;
 pub mod limits;
 pub mod measure;
 pub mod remote;
-pub mod render;
+pub(crate) mod render;
 pub mod results;
 pub mod study;
 pub mod topology;

@@ -6,11 +6,11 @@ use rustix::process::{getrlimit, setrlimit, Resource};
 
 /// A run needs more open files than the hard limit allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooFewFiles {
+pub(crate) struct TooFewFiles {
     /// Open files the run needs.
-    pub need: u64,
+    pub(crate) need: u64,
     /// The hard limit (`ulimit -Hn`).
-    pub hard_limit: u64,
+    pub(crate) hard_limit: u64,
 }
 
 impl std::fmt::Display for TooFewFiles {
@@ -71,7 +71,7 @@ pub struct TooLittleMemory {
 /// Bytes of buffers a run of `connections` connections of `message` byte messages holds: per
 /// connection, a sender keeps up to `depth` + 2 messages (plus up to 8 MiB of zero-copy sends
 /// in flight) and the receiver one read buffer of at most 1 MiB.
-pub fn buffer_bytes(message: usize, connections: usize, depth: u32) -> u128 {
+pub(crate) fn buffer_bytes(message: usize, connections: usize, depth: u32) -> u128 {
     let size = message as u128;
     connections as u128 * (size * (u128::from(depth) + 2) + size.min(1 << 20) + (8 << 20))
 }

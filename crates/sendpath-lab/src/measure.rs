@@ -45,18 +45,18 @@ impl Meter {
 
 /// The thread ids of a window's roles (see [`CpuWindow`]).
 #[derive(Debug, Clone, Default)]
-pub struct Roles {
+pub(crate) struct Roles {
     /// Threads that run the send path.
-    pub senders: Vec<i32>,
+    pub(crate) senders: Vec<i32>,
     /// Threads of our own receiving end; `None` when the receiver is another program.
-    pub receivers: Option<Vec<i32>>,
+    pub(crate) receivers: Option<Vec<i32>>,
 }
 
 impl Roles {
     /// Collects the thread ids the workers of a window send as they start: `(true, tid)` from
     /// each of `senders` sender threads and `(false, tid)` from each of `receivers` receiver
     /// threads (`None`: the receiver is another program).
-    pub fn gather(
+    pub(crate) fn gather(
         rx: &std::sync::mpsc::Receiver<(bool, i32)>,
         senders: usize,
         receivers: Option<usize>,
@@ -82,7 +82,7 @@ fn threads_cpu(tids: &[i32]) -> Option<ThreadCpu> {
 }
 
 /// Readings at one instant.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     at: Instant,
     cpu: Option<CpuReading>,
     hw: Option<[u64; 3]>,
@@ -97,7 +97,7 @@ struct CpuReading {
 
 impl Snapshot {
     /// Reads everything now.
-    pub fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
+    pub(crate) fn take(hw: &mut Meter, roles: &Roles) -> Snapshot {
         if hw.minimal {
             return Snapshot {
                 at: Instant::now(),
@@ -125,7 +125,7 @@ impl Snapshot {
 
     /// The values of the window from `self` to `end`, for `bytes` payload bytes in `messages`
     /// messages over `conns` connections.
-    pub fn window(
+    pub(crate) fn window(
         &self,
         end: &Snapshot,
         bytes: u64,
@@ -216,12 +216,12 @@ fn cpu_window(a: &CpuReading, b: &CpuReading, per: impl Fn(u64) -> f64) -> CpuWi
 
 /// CPU time of the calling thread, nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: exact, where
 /// `/proc` counts in clock ticks).
-pub fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     cpu_ns(rustix::time::ClockId::ThreadCPUTime)
 }
 
 /// CPU time of the whole process (every thread, io_uring's io-wq workers included).
-pub fn process_cpu_ns() -> u64 {
+pub(crate) fn process_cpu_ns() -> u64 {
     cpu_ns(rustix::time::ClockId::ProcessCPUTime)
 }
 
@@ -232,7 +232,7 @@ fn cpu_ns(clock: rustix::time::ClockId) -> u64 {
 
 /// The calling thread's CPU time, exact in total, split into user and system in the
 /// proportion `/proc` counted in ticks (all system when it counted none yet).
-pub fn own_thread_cpu(tid: i32) -> ThreadCpu {
+pub(crate) fn own_thread_cpu(tid: i32) -> ThreadCpu {
     let total = thread_cpu_ns();
     let ticks = ThreadCpu::read(tid).unwrap_or_default();
     let t = ticks.user_ns + ticks.system_ns;

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON layout; bumped when a field changes meaning.
-pub const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// A whole results file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,7 +87,7 @@ pub struct Spread {
 
 impl Spread {
     /// Median, min, max of `v` (empty gives zeros).
-    pub fn of(v: &[f64]) -> Spread {
+    pub(crate) fn of(v: &[f64]) -> Spread {
         if v.is_empty() {
             return Spread::default();
         }
@@ -107,7 +107,7 @@ impl Spread {
     }
 
     /// (max - min) / median.
-    pub fn relative_range(&self) -> f64 {
+    pub(crate) fn relative_range(&self) -> f64 {
         if self.median > 0.0 {
             (self.max - self.min) / self.median
         } else {
@@ -168,16 +168,16 @@ pub struct Repeat {
 
 /// TCP over a row's repeats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TcpTotals {
+pub(crate) struct TcpTotals {
     /// Segments retransmitted in the windows.
-    pub retrans_segs: u64,
+    pub(crate) retrans_segs: u64,
     /// Packets the receiving sockets dropped in the windows (null when not ours).
-    pub receiver_drops: Option<u64>,
+    pub(crate) receiver_drops: Option<u64>,
     /// Windows that read TCP.
-    pub windows: usize,
+    pub(crate) windows: usize,
     /// Windows in which the receivers' windows held the senders back half the time or more
     /// and that moved less than half the median of the row: stalls.
-    pub rwnd_stalled_windows: usize,
+    pub(crate) rwnd_stalled_windows: usize,
 }
 
 /// What TCP did on one window's connections, read from the sockets themselves.
@@ -205,7 +205,7 @@ pub struct TcpWindow {
 impl TcpWindow {
     /// The share of a window of `elapsed_s` over `connections` that the receivers' windows
     /// held the senders back.
-    pub fn rwnd_limited_fraction(&self, elapsed_s: f64, connections: usize) -> f64 {
+    pub(crate) fn rwnd_limited_fraction(&self, elapsed_s: f64, connections: usize) -> f64 {
         let total_us = elapsed_s * 1e6 * connections.max(1) as f64;
         if total_us > 0.0 {
             (self.rwnd_limited_us as f64 / total_us).min(1.0)
@@ -230,7 +230,7 @@ pub struct ConnectionBytes {
 
 impl ConnectionBytes {
     /// Min, median (lower middle) and max of `v`.
-    pub fn of(v: &[u64]) -> ConnectionBytes {
+    pub(crate) fn of(v: &[u64]) -> ConnectionBytes {
         let mut s = v.to_vec();
         s.sort_unstable();
         ConnectionBytes {
@@ -242,7 +242,7 @@ impl ConnectionBytes {
     }
 
     /// min / max: 1 when every connection moved the same; null when none moved anything.
-    pub fn min_over_max(&self) -> Option<f64> {
+    pub(crate) fn min_over_max(&self) -> Option<f64> {
         (self.max > 0).then(|| self.min as f64 / self.max as f64)
     }
 }
@@ -293,7 +293,7 @@ pub struct RemoteCpu {
 
 impl CpuWindow {
     /// Records the remote receiver's CPU over a window that moved `bytes`.
-    pub fn set_remote(&mut self, user_ns: u64, system_ns: u64, bytes: u64) {
+    pub(crate) fn set_remote(&mut self, user_ns: u64, system_ns: u64, bytes: u64) {
         self.remote = Some(RemoteCpu { user_ns, system_ns });
         self.ns_per_byte.remote = (bytes > 0).then(|| (user_ns + system_ns) as f64 / bytes as f64);
     }
@@ -331,7 +331,7 @@ pub struct CpuNsPerByte {
 
 impl CpuNsPerByte {
     /// The median of each value over `v`; `None` when `v` is empty.
-    pub fn median_of(v: &[CpuNsPerByte]) -> Option<CpuNsPerByte> {
+    pub(crate) fn median_of(v: &[CpuNsPerByte]) -> Option<CpuNsPerByte> {
         if v.is_empty() {
             return None;
         }
@@ -386,7 +386,7 @@ fn f64_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
 
 impl LatencyUs {
     /// From a histogram of nanoseconds.
-    pub fn of(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
+    pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
         let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
         LatencyUs {
             p50: q(0.5),
@@ -399,7 +399,7 @@ impl LatencyUs {
 }
 
 /// The recorded buckets of a histogram, as (value, count) pairs.
-pub fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
+pub(crate) fn hist_pairs(h: &hdrhistogram::Histogram<u64>) -> Vec<(u64, u64)> {
     h.iter_recorded()
         .map(|v| (v.value_iterated_to(), v.count_at_value()))
         .collect()
@@ -642,18 +642,18 @@ impl Row {
 
     /// One size from pooled buffers: the rows the crossover and recommendation analysis
     /// compares (a mix or fresh buffers are other questions, shown in the table).
-    pub fn is_plain(&self) -> bool {
+    pub(crate) fn is_plain(&self) -> bool {
         self.size_mix.is_none() && self.alloc == crate::traffic::mix::Alloc::Pool
     }
 
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.
-    pub fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
+    pub(crate) fn median_of(&self, f: impl Fn(&Repeat) -> Option<f64>) -> Option<f64> {
         let v: Vec<f64> = self.repeats.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| Spread::of(&v).median)
     }
 
     /// TCP over the repeats that read it; `None` when none did.
-    pub fn tcp_totals(&self) -> Option<TcpTotals> {
+    pub(crate) fn tcp_totals(&self) -> Option<TcpTotals> {
         let t: Vec<(&Repeat, TcpWindow)> = self
             .repeats
             .iter()
@@ -691,12 +691,12 @@ impl Row {
     }
 
     /// The repeat measured in `round`, if any.
-    pub fn in_round(&self, round: u32) -> Option<&Repeat> {
+    pub(crate) fn in_round(&self, round: u32) -> Option<&Repeat> {
         self.repeats.iter().find(|r| r.round == round)
     }
 
     /// Recomputes every summary field and warning from `repeats` (and the zero-copy note).
-    pub fn summarise(&mut self) {
+    pub(crate) fn summarise(&mut self) {
         self.repeats.sort_by_key(|r| r.round);
         let col = |f: fn(&Repeat) -> f64| -> Vec<f64> { self.repeats.iter().map(f).collect() };
         self.throughput_gbps = Spread::of(&col(|r| r.throughput_gbps));

@@ -97,12 +97,12 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 /// moved 8.92 Gbit/s (8.70..9.28) with 5 ms and 8.71 (7.14..9.14) with 1 ms, in 8 alternating
 /// rounds of 5 s; 5 ms was ahead in 7 of them (median ratio 1.025). Over a measured window of T seconds the bucket lets at most 5 ms / T more through
 /// than the rate (0.25% of a 2 s window).
-pub fn burst_bytes(bits_per_s: u64) -> u64 {
+pub(crate) fn burst_bytes(bits_per_s: u64) -> u64 {
     (bits_per_s / 8 / 200).max(128 << 10)
 }
 
 /// Removes namespaces of earlier runs whose process is gone.
-pub fn remove_stale() {
+pub(crate) fn remove_stale() {
     let Ok(list) = run("ip", &["netns", "list"]) else {
         return;
     };
@@ -199,7 +199,7 @@ impl Netns {
 
     /// A listener on the receiver's address in the namespace (port chosen by the kernel):
     /// made by a thread that enters the namespace, so the sockets it accepts live there.
-    pub fn listen(&self) -> anyhow::Result<TcpListener> {
+    pub(crate) fn listen(&self) -> anyhow::Result<TcpListener> {
         let path = format!("/run/netns/{}", self.info.namespace);
         let addr = self.info.receiver_addr;
         std::thread::spawn(move || -> anyhow::Result<TcpListener> {

@@ -79,7 +79,7 @@ pub fn fmt_size(b: usize) -> String {
 }
 
 /// `4KiB` or `4KiB .. 1MiB`.
-pub fn size_range(from: usize, to: usize) -> String {
+pub(crate) fn size_range(from: usize, to: usize) -> String {
     if from == to {
         fmt_size(from)
     } else {

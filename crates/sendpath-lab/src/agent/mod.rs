@@ -23,8 +23,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use crate::remote::DEFAULT_PORT;
-
 /// How the agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {

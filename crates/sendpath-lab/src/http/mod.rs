@@ -9,7 +9,7 @@ pub mod serve;
 /// `large_client_header_buffers 4 8k` for one header line.
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The most headers a request may have.
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 
 /// `epoll_wait` for up to `timeout` into `events` (cleared first).
 pub(crate) fn epoll_wait(
@@ -27,7 +27,7 @@ pub(crate) fn epoll_wait(
 
 /// What the start of a client's bytes holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     /// A whole request of `len` bytes (head only: requests with a body are refused).
     Request {
         /// Bytes the request took.
@@ -46,7 +46,7 @@ pub enum Parsed {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Not HTTP/1.x syntax (400).
     Malformed,
     /// The head is longer than [`MAX_HEAD`] or has more than [`MAX_HEADERS`] headers (431).
@@ -60,7 +60,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The status line's code and reason.
-    pub fn status(self) -> (u16, &'static str) {
+    pub(crate) fn status(self) -> (u16, &'static str) {
         match self {
             Refusal::Malformed | Refusal::Body => (400, "Bad Request"),
             Refusal::TooLarge => (431, "Request Header Fields Too Large"),
@@ -69,7 +69,7 @@ impl Refusal {
     }
 
     /// The name counted in reports.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Refusal::Malformed => "malformed",
             Refusal::TooLarge => "too_large",
@@ -81,7 +81,7 @@ impl Refusal {
 
 /// Parses the first request in `buf`. Never allocates; looks at no more than [`MAX_HEAD`]
 /// bytes.
-pub fn parse_request(buf: &[u8]) -> Parsed {
+pub(crate) fn parse_request(buf: &[u8]) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let window = &buf[..buf.len().min(MAX_HEAD)];
@@ -146,7 +146,7 @@ pub fn body_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// The heads `serve` answers with, rebuilt when the second changes (for `Date`).
 #[derive(Debug)]
-pub struct Heads {
+pub(crate) struct Heads {
     body_len: usize,
     second: u64,
     ok: Vec<u8>,
@@ -154,7 +154,7 @@ pub struct Heads {
 
 impl Heads {
     /// Heads for a body of `body_len` bytes.
-    pub fn new(body_len: usize) -> Heads {
+    pub(crate) fn new(body_len: usize) -> Heads {
         let mut h = Heads {
             body_len,
             second: u64::MAX,
@@ -165,7 +165,7 @@ impl Heads {
     }
 
     /// Rebuilds the `Date` header when `now` is in a new second; true when it changed.
-    pub fn refresh(&mut self, now: std::time::SystemTime) -> bool {
+    pub(crate) fn refresh(&mut self, now: std::time::SystemTime) -> bool {
         let s = now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -183,12 +183,12 @@ impl Heads {
     }
 
     /// The head of a 200 response.
-    pub fn ok(&self) -> &[u8] {
+    pub(crate) fn ok(&self) -> &[u8] {
         &self.ok
     }
 
     /// A whole refusal response (it closes the connection).
-    pub fn refusal(r: Refusal) -> Vec<u8> {
+    pub(crate) fn refusal(r: Refusal) -> Vec<u8> {
         let (code, reason) = r.status();
         let body = format!("{code} {reason}\n");
         format!(

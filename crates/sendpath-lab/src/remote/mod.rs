@@ -2,7 +2,7 @@
 //! to receive, sample, finish or run clients, and the protocol both ends speak ([`proto`]).
 //! Workloads and studies use [`AgentClient`]; the agent itself serves it.
 
-pub mod proto;
+pub(crate) mod proto;
 
 use crate::traffic::RecvMode;
 use anyhow::{bail, Context};
@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The port the agent listens on by default.
-pub const DEFAULT_PORT: u16 = 5300;
+pub(crate) const DEFAULT_PORT: u16 = 5300;
 
 /// Reads one line of at most `max` bytes; `Ok(None)` at end of file.
 pub(crate) fn read_line(
@@ -36,19 +36,19 @@ pub(crate) fn read_line(
 
 /// What the agent's rr clients report.
 #[derive(Debug, Clone, Default)]
-pub struct RrRemote {
+pub(crate) struct RrRemote {
     /// Transactions in the window.
-    pub transactions: u64,
+    pub(crate) transactions: u64,
     /// Response bytes read over the whole run.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The window's latency histogram, (ns, count).
-    pub latency_hist_ns: Vec<(u64, u64)>,
+    pub(crate) latency_hist_ns: Vec<(u64, u64)>,
     /// The client threads' CPU over the window.
-    pub cpu: RemoteSample,
+    pub(crate) cpu: RemoteSample,
     /// Bytes verified (verify).
-    pub verified: u64,
+    pub(crate) verified: u64,
     /// Bytes that differed.
-    pub mismatches: u64,
+    pub(crate) mismatches: u64,
 }
 
 /// Where an agent is, and the token to present.
@@ -124,7 +124,7 @@ impl AgentClient {
     }
 
     /// Asks for a receiver of `connections` connections; the address to connect them to.
-    pub fn receive(
+    pub(crate) fn receive(
         &mut self,
         agent: SocketAddr,
         connections: usize,
@@ -152,7 +152,7 @@ impl AgentClient {
 
     /// Has the agent run ``spec`'s clients against our servers on its port; returns when the
     /// window is over.
-    pub fn rr_clients(&mut self, spec: &proto::RrClientSpec) -> anyhow::Result<RrRemote> {
+    pub(crate) fn rr_clients(&mut self, spec: &proto::RrClientSpec) -> anyhow::Result<RrRemote> {
         let window = u64::from(spec.warmup_ms) + u64::from(spec.duration_ms);
         let wait = Duration::from_millis(window) + Duration::from_secs(60);
         self.w.set_read_timeout(Some(wait))?;
@@ -208,7 +208,7 @@ impl AgentClient {
     }
 
     /// Bytes and CPU so far.
-    pub fn sample(&mut self) -> anyhow::Result<RemoteSample> {
+    pub(crate) fn sample(&mut self) -> anyhow::Result<RemoteSample> {
         let r = self.call(RequestLine::op("sample"))?;
         Ok(RemoteSample {
             bytes: r.bytes.context("the agent's sample lacks bytes")?,

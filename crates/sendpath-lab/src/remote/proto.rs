@@ -20,83 +20,83 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version both ends speak.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 /// The longest line either end sends or accepts, bytes (newline included).
-pub const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 /// The most connections one receive may ask for.
-pub const MAX_CONNECTIONS: u32 = 1024;
+pub(crate) const MAX_CONNECTIONS: u32 = 1024;
 /// The longest receive a request may ask for, seconds.
-pub const MAX_SECONDS: u32 = 3600;
+pub(crate) const MAX_SECONDS: u32 = 3600;
 /// The largest receiver read size, bytes.
-pub const MAX_RECV_SIZE: u32 = 64 << 20;
+pub(crate) const MAX_RECV_SIZE: u32 = 64 << 20;
 /// The longest token, bytes.
-pub const MAX_TOKEN: usize = 1024;
+pub(crate) const MAX_TOKEN: usize = 1024;
 /// The longest reply line, bytes (an rr reply carries a latency histogram).
-pub const MAX_REPLY: usize = 1 << 20;
+pub(crate) const MAX_REPLY: usize = 1 << 20;
 /// The largest rr request, bytes.
-pub const MAX_REQUEST_BYTES: u32 = 1 << 20;
+pub(crate) const MAX_REQUEST_BYTES: u32 = 1 << 20;
 /// The longest rr warmup or window, milliseconds.
-pub const MAX_WINDOW_MS: u32 = 600_000;
+pub(crate) const MAX_WINDOW_MS: u32 = 600_000;
 /// The most connections one `http-load` may open.
-pub const MAX_HTTP_CONNECTIONS: u32 = 20_000;
+pub(crate) const MAX_HTTP_CONNECTIONS: u32 = 20_000;
 /// The most load threads.
-pub const MAX_THREADS: u32 = 256;
+pub(crate) const MAX_THREADS: u32 = 256;
 
 /// A request, as sent on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RequestLine {
+pub(crate) struct RequestLine {
     /// Protocol version ([`VERSION`]).
-    pub v: u32,
+    pub(crate) v: u32,
     /// `hello`, `receive`, `sample` or `finish`.
-    pub op: String,
+    pub(crate) op: String,
     /// `hello`: the shared secret, when the agent requires one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// `receive`: connections to accept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connections: Option<u32>,
+    pub(crate) connections: Option<u32>,
     /// `receive`: `copy`, `discard` or `verify`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recv: Option<String>,
+    pub(crate) recv: Option<String>,
     /// `receive`: bytes per read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recv_size: Option<u32>,
+    pub(crate) recv_size: Option<u32>,
     /// `receive`: the longest the receive may last, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_seconds: Option<u32>,
+    pub(crate) max_seconds: Option<u32>,
     /// `rr-client`: the port of the servers, at the client's address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `rr-client`: request bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<u32>,
+    pub(crate) request: Option<u32>,
     /// `rr-client`: response bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response: Option<u32>,
+    pub(crate) response: Option<u32>,
     /// `rr-client`: response sizes drawn from this mix (`SIZE:WEIGHT,...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size_mix: Option<String>,
+    pub(crate) size_mix: Option<String>,
     /// `rr-client`: open loop, requests per second over all connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// `rr-client`: unrecorded time first, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warmup_ms: Option<u32>,
+    pub(crate) warmup_ms: Option<u32>,
     /// `rr-client`: the recorded window, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u32>,
+    pub(crate) duration_ms: Option<u32>,
     /// `http-load`: load threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub threads: Option<u32>,
+    pub(crate) threads: Option<u32>,
     /// `http-load`: the request target (`/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
 }
 
 impl RequestLine {
     /// A request of `op` with no arguments.
-    pub fn op(op: &str) -> RequestLine {
+    pub(crate) fn op(op: &str) -> RequestLine {
         RequestLine {
             v: VERSION,
             op: op.into(),
@@ -124,30 +124,30 @@ impl RequestLine {
 
 /// What an `rr-client` request asks the agent to run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RrClientSpec {
+pub(crate) struct RrClientSpec {
     /// Connections, one client thread each.
-    pub connections: u32,
+    pub(crate) connections: u32,
     /// The servers' port at the client's address.
-    pub port: u16,
+    pub(crate) port: u16,
     /// Request bytes.
-    pub request: u32,
+    pub(crate) request: u32,
     /// Response bytes (the mix's mean with a mix).
-    pub response: u32,
+    pub(crate) response: u32,
     /// Response sizes drawn from this mix.
-    pub size_mix: Option<crate::traffic::mix::SizeMix>,
+    pub(crate) size_mix: Option<crate::traffic::mix::SizeMix>,
     /// Open loop rate over all connections.
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// `copy` or `verify`.
-    pub recv: crate::traffic::RecvMode,
+    pub(crate) recv: crate::traffic::RecvMode,
     /// Unrecorded time first.
-    pub warmup_ms: u32,
+    pub(crate) warmup_ms: u32,
     /// The recorded window.
-    pub duration_ms: u32,
+    pub(crate) duration_ms: u32,
 }
 
 /// A request, validated.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
+pub(crate) enum Request {
     /// Opens the session.
     Hello {
         /// The token offered.
@@ -176,69 +176,69 @@ pub enum Request {
 
 /// What an `http-load` request asks the agent to run.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HttpLoadSpec {
+pub(crate) struct HttpLoadSpec {
     /// Connections in total.
-    pub connections: u32,
+    pub(crate) connections: u32,
     /// Load threads.
-    pub threads: u32,
+    pub(crate) threads: u32,
     /// The server's port at the client's address.
-    pub port: u16,
+    pub(crate) port: u16,
     /// Open loop rate over all connections.
-    pub rate: Option<f64>,
+    pub(crate) rate: Option<f64>,
     /// The request target.
-    pub path: String,
+    pub(crate) path: String,
     /// Unrecorded time first.
-    pub warmup_ms: u32,
+    pub(crate) warmup_ms: u32,
     /// The recorded window.
-    pub duration_ms: u32,
+    pub(crate) duration_ms: u32,
 }
 
 /// The reply to every request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// Protocol version.
-    pub v: u32,
+    pub(crate) v: u32,
     /// Whether the request was carried out.
-    pub ok: bool,
+    pub(crate) ok: bool,
     /// Why not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// `hello`: the agent's name and version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// `receive`: the port to connect to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<u16>,
+    pub(crate) port: Option<u16>,
     /// `sample`, `finish`: bytes received so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes: Option<u64>,
+    pub(crate) bytes: Option<u64>,
     /// `sample`, `finish`: the receiver threads' user CPU time so far, ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_user_ns: Option<u64>,
+    pub(crate) cpu_user_ns: Option<u64>,
     /// `sample`, `finish`: the receiver threads' system CPU time so far, ns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_system_ns: Option<u64>,
+    pub(crate) cpu_system_ns: Option<u64>,
     /// `finish`: bytes checked against the pattern (verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_verified: Option<u64>,
+    pub(crate) bytes_verified: Option<u64>,
     /// `finish`: bytes that differed (verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mismatches: Option<u64>,
+    pub(crate) mismatches: Option<u64>,
     /// `rr-client`: transactions completed in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transactions: Option<u64>,
+    pub(crate) transactions: Option<u64>,
     /// `rr-client`: the window's latency histogram, (ns, count) pairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latency_hist_ns: Option<Vec<(u64, u64)>>,
+    pub(crate) latency_hist_ns: Option<Vec<(u64, u64)>>,
     /// `http-load`: its report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http_load: Option<crate::http::load::LoadReport>,
+    pub(crate) http_load: Option<crate::http::load::LoadReport>,
 }
 
 impl Reply {
     /// A success with nothing else.
-    pub fn ok() -> Reply {
+    pub(crate) fn ok() -> Reply {
         Reply {
             v: VERSION,
             ok: true,
@@ -247,7 +247,7 @@ impl Reply {
     }
 
     /// A refusal.
-    pub fn error(msg: impl Into<String>) -> Reply {
+    pub(crate) fn error(msg: impl Into<String>) -> Reply {
         Reply {
             v: VERSION,
             ok: false,
@@ -257,7 +257,7 @@ impl Reply {
     }
 
     /// The line to send (newline included).
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut s = serde_json::to_string(self).expect("a reply serializes");
         s.push('\n');
         s
@@ -266,7 +266,7 @@ impl Reply {
 
 /// Why a line was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused(pub String);
+pub(crate) struct Refused(pub String);
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -275,7 +275,7 @@ impl std::fmt::Display for Refused {
 }
 
 /// Parses and validates one request line (without or with its newline).
-pub fn parse_request(line: &[u8]) -> Result<Request, Refused> {
+pub(crate) fn parse_request(line: &[u8]) -> Result<Request, Refused> {
     if line.len() > MAX_LINE {
         return Err(Refused(format!("line longer than {MAX_LINE} bytes")));
     }
@@ -460,7 +460,7 @@ fn parse_rr_client(r: &RequestLine) -> Result<RrClientSpec, Refused> {
 }
 
 /// Parses a reply line.
-pub fn parse_reply(line: &[u8]) -> Result<Reply, Refused> {
+pub(crate) fn parse_reply(line: &[u8]) -> Result<Reply, Refused> {
     if line.len() > MAX_REPLY {
         return Err(Refused(format!("reply longer than {MAX_REPLY} bytes")));
     }
@@ -477,7 +477,7 @@ pub fn parse_reply(line: &[u8]) -> Result<Reply, Refused> {
 
 /// Compares a token offered with the one required, in time that does not depend on where
 /// they differ.
-pub fn token_matches(offered: Option<&str>, required: &str) -> bool {
+pub(crate) fn token_matches(offered: Option<&str>, required: &str) -> bool {
     use subtle::ConstantTimeEq;
     let offered = offered.unwrap_or("");
     bool::from(offered.as_bytes().ct_eq(required.as_bytes()))

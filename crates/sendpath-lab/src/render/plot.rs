@@ -4,8 +4,8 @@ use plotters::prelude::*;
 
 /// One line.
 pub(crate) struct Series {
-    pub name: String,
-    pub points: Vec<(f64, f64)>,
+    pub(crate) name: String,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 /// A fixed colour per path name, so a path looks the same in every chart.

@@ -31,7 +31,7 @@ fn ms(n: u64) -> Duration {
 }
 
 /// Every preset, in the order `--list-presets` shows them.
-pub fn all() -> Vec<Preset> {
+pub(crate) fn all() -> Vec<Preset> {
     vec![
         quick(),
         pa02(),
@@ -161,7 +161,7 @@ fn file_paths() -> Preset {
 }
 
 /// Looks a row sweep's preset up by name.
-pub fn find(name: &str) -> Result<Preset, String> {
+pub(crate) fn find(name: &str) -> Result<Preset, String> {
     all()
         .into_iter()
         .find(|p| p.name == name)

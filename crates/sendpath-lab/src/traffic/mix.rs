@@ -97,7 +97,7 @@ impl SizeMix {
     }
 
     /// The sizes of messages, in the order seed `seed` fixes.
-    pub fn sizes(&self, seed: u64) -> MixSizes {
+    pub(crate) fn sizes(&self, seed: u64) -> MixSizes {
         MixSizes {
             parts: self.parts.clone(),
             total: self.parts.iter().map(|p| u64::from(p.1)).sum(),
@@ -111,7 +111,7 @@ impl SizeMix {
 
 /// An endless sequence of sizes drawn from a [`SizeMix`] (splitmix64).
 #[derive(Debug, Clone)]
-pub struct MixSizes {
+pub(crate) struct MixSizes {
     parts: Vec<(usize, u32)>,
     total: u64,
     state: u64,

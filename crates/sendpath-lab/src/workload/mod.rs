@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 
 /// Counters a receiver publishes while it runs.
 #[derive(Default)]
-pub struct RecvCounters {
-    pub bytes: AtomicU64,
+pub(crate) struct RecvCounters {
+    pub(crate) bytes: AtomicU64,
 }
 
 /// Reads from `s` until EOF, counting bytes into `c`, `read_size` bytes per call (as iperf3
 /// reads its `-l` size); returns the verifier (meaningful in verify mode). A reset or any other
 /// error before EOF is an error that names the stream offset it happened at.
-pub fn receive(
+pub(crate) fn receive(
     mut s: TcpStream,
     mode: RecvMode,
     c: &RecvCounters,
@@ -64,7 +64,7 @@ pub fn receive(
 /// per ready connection per pass so that none starves the others), as [`receive`] does for one.
 /// `per_conn[i]` (zero at the start) counts connection `i`'s bytes and `c` their sum. Returns one verifier per
 /// connection. An error on any connection is an error naming it and its offset.
-pub fn receive_many(
+pub(crate) fn receive_many(
     socks: Vec<TcpStream>,
     mode: RecvMode,
     c: &RecvCounters,
@@ -126,7 +126,7 @@ pub fn receive_many(
 
 /// Waits on the non-blocking listener `l` for one connection, polling every 2 ms, until
 /// `deadline` or `give_up()`: `Ok(None)` then. The connection comes back blocking.
-pub fn accept_before(
+pub(crate) fn accept_before(
     l: &TcpListener,
     deadline: Instant,
     mut give_up: impl FnMut() -> bool,
@@ -159,7 +159,7 @@ pub struct PatternFile {
 
 /// `lcm(pattern period, 4096)`: a file part of a multiple of this many bytes starts on a page
 /// and continues the pattern as if from offset 0.
-pub const PART_ALIGN: u64 = pattern::PERIOD * 4096;
+pub(crate) const PART_ALIGN: u64 = pattern::PERIOD * 4096;
 
 impl PatternFile {
     /// Creates the file (unlinked, in `dir` or the temp dir) of `len` bytes, rounded up to a
@@ -200,7 +200,7 @@ impl PatternFile {
     /// Drops the file's pages from the page cache (`posix_fadvise(DONTNEED)`), for a cold run.
     /// Pages still in another CPU's LRU batch survive one call (seen here as up to 10% of a
     /// file left resident), so it tries again, up to 3 times, while more than 1% remains.
-    pub fn make_cold(&self) -> anyhow::Result<()> {
+    pub(crate) fn make_cold(&self) -> anyhow::Result<()> {
         for _ in 0..3 {
             sendpath::file::drop_page_cache(self.file.as_fd())
                 .context("posix_fadvise(DONTNEED)")?;
@@ -213,7 +213,7 @@ impl PatternFile {
     }
 
     /// Fraction of the file in the page cache now (`mincore`).
-    pub fn resident_fraction(&self) -> Option<f64> {
+    pub(crate) fn resident_fraction(&self) -> Option<f64> {
         sendpath::file::resident_fraction(self.file.as_fd(), self.len as usize).ok()
     }
 }
@@ -241,15 +241,15 @@ pub fn cold_file_dir() -> Result<Option<PathBuf>, String> {
 
 /// How [`send_message`] builds a message.
 #[derive(Debug, Clone, Copy)]
-pub struct MsgShape {
+pub(crate) struct MsgShape {
     /// Buffers per memory message.
-    pub fields: usize,
+    pub(crate) fields: usize,
     /// Fill with the pattern (for a verifying receiver).
-    pub fill: bool,
+    pub(crate) fill: bool,
     /// Length of the source file (file paths).
-    pub file_len: u64,
+    pub(crate) file_len: u64,
     /// Pooled or freshly allocated buffers.
-    pub alloc: crate::traffic::mix::Alloc,
+    pub(crate) alloc: crate::traffic::mix::Alloc,
 }
 
 /// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get
@@ -257,7 +257,7 @@ pub struct MsgShape {
 /// (`shape.alloc`), with the pattern when `shape.fill` (otherwise they hold bytes written
 /// earlier, see [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file
 /// length, split in two where it wraps.
-pub fn send_message(
+pub(crate) fn send_message(
     p: &mut dyn SendPath,
     strategy: Strategy,
     size: usize,

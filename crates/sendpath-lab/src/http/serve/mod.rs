@@ -342,7 +342,7 @@ fn join_workers(handles: Vec<JoinHandle<WorkerResult>>) -> (Counts, Vec<String>)
 }
 
 /// CPU time of the whole process so far (`CLOCK_PROCESS_CPUTIME_ID`).
-pub fn process_cpu() -> Duration {
+pub(crate) fn process_cpu() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
@@ -354,7 +354,7 @@ fn per_connection(now: u64, base: u64, connections: u64) -> Option<u64> {
 }
 
 /// Resident memory of this process (`/proc/self/statm`), bytes.
-pub fn rss_bytes() -> Option<u64> {
+pub(crate) fn rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * rustix::param::page_size() as u64)

@@ -10,5 +10,5 @@ mod summary;
 pub use plan::*;
 pub use results::*;
 pub use run::*;
-pub use servers::{installed, nginx_config};
+pub(crate) use servers::installed;
 pub use summary::*;

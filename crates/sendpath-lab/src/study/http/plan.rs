@@ -264,10 +264,10 @@ impl StudyConfig {
 }
 
 /// The preset name of the server study.
-pub const PRESET: &str = "http-server";
+pub(crate) const PRESET: &str = "http-server";
 
 /// What `sweep --list-presets` says of it.
-pub const ABOUT: &str = "the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)";
+pub(crate) const ABOUT: &str = "the io_uring SEND vs SEND_ZC server study, against nginx: serve's send modes x 100/1000/4000 connections x 88 B..1 MiB bodies, wrk and open loop (--http-* flags)";
 
 /// The servers the study measures unless told (`--http-servers`).
 pub const DEFAULT_SERVERS: &str = "uring,uring-zc,epoll,nginx";
@@ -293,7 +293,7 @@ impl std::str::FromStr for Server {
 }
 
 /// The preset's points with its defaults: servers x connection counts x bodies.
-pub fn preset_points() -> usize {
+pub(crate) fn preset_points() -> usize {
     let n = |list: &str| list.split(',').count();
     DEFAULT_SERVERS
         .split(',')

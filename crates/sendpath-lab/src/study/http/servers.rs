@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `prog` is on PATH and runs (`prog -v`).
-pub fn installed(prog: &str) -> bool {
+pub(crate) fn installed(prog: &str) -> bool {
     Command::new(prog)
         .arg("-v")
         .stdout(Stdio::null())
@@ -26,7 +26,7 @@ pub fn installed(prog: &str) -> bool {
 /// with `sendfile` and `tcp_nopush`, which is how nginx serves large bodies.
 /// `worker_rlimit_nofile` stays within `max_nofile` (the hard limit, which nginx cannot pass);
 /// with `cpus`, workers are pinned to them in turn (`worker_cpu_affinity`).
-pub fn nginx_config(
+pub(crate) fn nginx_config(
     dir: &Path,
     listen: SocketAddr,
     workers: usize,

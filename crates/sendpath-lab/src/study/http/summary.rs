@@ -14,7 +14,7 @@ use std::path::Path;
 /// and server CPU per request against connections (closed loop, medians over rounds, one
 /// line per server), then `summary` (the study's [`summary`](summary))
 /// as text. Self-contained, plots as inline SVG.
-pub fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<String> {
+pub(crate) fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<String> {
     type Value = fn(&Measurement) -> Option<f64>;
     let (servers, bodies, conns) = axes(r);
     let charts: [(&str, &str, Value); 4] = [
@@ -160,7 +160,7 @@ fn fmt_n(x: f64) -> String {
 }
 
 /// The servers (in the order first measured), body sizes and connection counts of a study.
-pub fn axes(r: &StudyResults) -> (Vec<String>, Vec<usize>, Vec<usize>) {
+pub(crate) fn axes(r: &StudyResults) -> (Vec<String>, Vec<usize>, Vec<usize>) {
     let mut servers: Vec<String> = Vec::new();
     for m in &r.measurements {
         if !servers.contains(&m.server) && !m.load.ends_with("-check") {
@@ -178,7 +178,7 @@ pub fn axes(r: &StudyResults) -> (Vec<String>, Vec<usize>, Vec<usize>) {
 
 /// The closed-loop windows (every round) of one server, body size and connection count; the
 /// cross-check windows are left out.
-pub fn closed_windows<'a>(
+pub(crate) fn closed_windows<'a>(
     r: &'a StudyResults,
     server: &str,
     body: usize,
@@ -192,7 +192,10 @@ pub fn closed_windows<'a>(
 }
 
 /// The median over `ms` of a value, where measured.
-pub fn median_of(ms: &[&Measurement], f: impl Fn(&Measurement) -> Option<f64>) -> Option<f64> {
+pub(crate) fn median_of(
+    ms: &[&Measurement],
+    f: impl Fn(&Measurement) -> Option<f64>,
+) -> Option<f64> {
     median(ms.iter().filter_map(|m| f(m)))
 }
 

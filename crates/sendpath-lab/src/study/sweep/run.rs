@@ -49,7 +49,7 @@ pub fn fresh_seed() -> u64 {
 /// in a shuffled order, one block after the other, so the windows a comparison pairs are taken
 /// seconds apart, not a whole round apart. Shuffled from `seed` and the round number, so a
 /// resumed run repeats it.
-pub fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
+pub(crate) fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -> Vec<usize> {
     let mut rng =
         fastrand::Rng::with_seed(seed ^ u64::from(round).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut keys: Vec<B> = blocks.to_vec();

@@ -348,7 +348,7 @@ fn hw_line(r: &Results) -> String {
 }
 
 /// `summary.md`.
-pub fn markdown(r: &Results, a: &Analysis) -> String {
+pub(crate) fn markdown(r: &Results, a: &Analysis) -> String {
     let mut s = String::from("# sendpath results\n\n");
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(s, "> **Read this first.** {n}\n");
@@ -379,7 +379,7 @@ pub fn markdown(r: &Results, a: &Analysis) -> String {
 }
 
 /// `report.html`: self-contained, plots as inline SVG.
-pub fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
+pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
     let mut s = String::from(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath report</title>\n<style>\
          body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
@@ -440,10 +440,10 @@ pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
 }
 
 /// `summary.md`: the analysis and the tables.
-pub struct Markdown;
+pub(crate) struct Markdown;
 
 /// `report.html`: the analysis, tables and plots in one self-contained page.
-pub struct Html;
+pub(crate) struct Html;
 
 impl Exporter for Markdown {
     fn name(&self) -> &'static str {

@@ -22,7 +22,7 @@ pub const STUDY_SIZES: [u64; 8] = [
 
 /// The study's Table 1, milliseconds: file size, "normal" (4 KiB read + send), transferTo
 /// (sendfile). Linux 2.6, a disk, Java; set beside the rows measured here.
-pub const STUDY_TABLE: [(u64, f64, f64); 8] = [
+pub(crate) const STUDY_TABLE: [(u64, f64, f64); 8] = [
     (7_000_000, 156.0, 45.0),
     (21_000_000, 337.0, 128.0),
     (63_000_000, 843.0, 387.0),
@@ -44,7 +44,7 @@ pub struct Method {
 
 impl Method {
     /// `read-send 4KiB`, `sendfile`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.chunk_bytes {
             Some(c) => format!("{} {}", self.strategy, fmt_size(c)),
             None => self.strategy.to_string(),
@@ -125,7 +125,7 @@ pub enum Sink {
 
 impl Sink {
     /// How a receiver reads for this sink (a file sink reads as `copy`, then writes).
-    pub fn recv_mode(&self) -> crate::traffic::RecvMode {
+    pub(crate) fn recv_mode(&self) -> crate::traffic::RecvMode {
         match self {
             Sink::Discard => crate::traffic::RecvMode::Discard,
             Sink::Copy | Sink::File { .. } => crate::traffic::RecvMode::Copy,
@@ -171,22 +171,22 @@ pub struct TransferConfig {
 }
 
 /// The `read-send 4KiB` method the study's "normal" transfer is.
-pub const STUDY_BASELINE: Method = Method {
+pub(crate) const STUDY_BASELINE: Method = Method {
     strategy: Strategy::ReadSend,
     chunk_bytes: Some(4096),
 };
 
 /// `sendfile` (the study's transferTo).
-pub const STUDY_ZEROCOPY: Method = Method {
+pub(crate) const STUDY_ZEROCOPY: Method = Method {
     strategy: Strategy::Sendfile,
     chunk_bytes: None,
 };
 
 /// The preset name of the file-transfer study.
-pub const PRESET: &str = "file-transfer";
+pub(crate) const PRESET: &str = "file-transfer";
 
 /// What `sweep --list-presets` says of it.
-pub const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 2 minutes with 2.4 GB of source files)";
+pub(crate) const ABOUT: &str = "whole files of 7 MB..1 GB over a fresh connection each, open() to acknowledgement: read-send (4K, 64K, 1M reads), mmap-send, sendfile, splice, uring-splice, warm and cold, 3 rounds (the transferTo study's table; about 2 minutes with 2.4 GB of source files)";
 
 /// The preset's file paths.
 const PRESET_PATHS: [Strategy; 5] = [
@@ -232,6 +232,6 @@ impl TransferConfig {
 }
 
 /// The preset's points, from its plan.
-pub fn preset_points() -> usize {
+pub(crate) fn preset_points() -> usize {
     preset_config(None, 0, None, None).map_or(0, |c| c.points())
 }

@@ -5,7 +5,7 @@ use crate::results::{Environment, Spread};
 use serde::{Deserialize, Serialize};
 
 /// Version of the transfer results layout.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// One transfer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -124,7 +124,12 @@ pub struct TransferResults {
 
 impl TransferResults {
     /// The row of a point, if measured.
-    pub fn row(&self, file_bytes: u64, cache: Cache, method: &Method) -> Option<&TransferRow> {
+    pub(crate) fn row(
+        &self,
+        file_bytes: u64,
+        cache: Cache,
+        method: &Method,
+    ) -> Option<&TransferRow> {
         self.rows
             .iter()
             .find(|r| r.file_bytes == file_bytes && r.cache == cache && &r.method == method)

@@ -9,7 +9,7 @@ use crate::units::fmt_size;
 use anyhow::Context;
 
 /// `1 - sendfile / read-send 4KiB` per round: the fraction of the time sendfile saves.
-pub fn saved_per_round(base: &TransferRow, other: &TransferRow) -> Option<Spread> {
+pub(crate) fn saved_per_round(base: &TransferRow, other: &TransferRow) -> Option<Spread> {
     let v: Vec<f64> = base
         .repeats
         .iter()

@@ -57,10 +57,10 @@ fn response_sizes(pt: &RrPoint, conn: u64) -> Box<dyn Iterator<Item = usize> + S
 
 /// What one client connection measured.
 pub(crate) struct ClientOut {
-    pub hist: Histogram<u64>,
-    pub verifier: Verifier,
+    pub(crate) hist: Histogram<u64>,
+    pub(crate) verifier: Verifier,
     /// Response bytes read.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 fn serve(
@@ -170,7 +170,7 @@ type Server = std::thread::JoinHandle<super::Sent>;
 type Client = std::thread::JoinHandle<anyhow::Result<ClientOut>>;
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short.
-pub fn run_once(
+pub(crate) fn run_once(
     pt: &RrPoint,
     hw: &mut Meter,
     cpu_mhz: Option<f64>,

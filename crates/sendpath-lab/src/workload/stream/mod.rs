@@ -55,15 +55,15 @@ pub struct StreamPoint {
 }
 
 /// What one repeat produced.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The window's values, zero-copy counts and integrity (its round is set by the caller).
-    pub repeat: Repeat,
+    pub(crate) repeat: Repeat,
     /// Why the path is not the one asked for, if it fell back at open time.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// The zero-copy counts of a repeat from its merged sender statistics.
-pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     let s = stats.summary();
     ZerocopyCounts {
         attempts: s.zc_attempts,
@@ -78,7 +78,7 @@ pub fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     }
 }
 
-pub fn pin(cpu: Option<usize>) {
+pub(crate) fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
         // The CPU was checked against the allowed set when the flag was parsed.
         let _ = sendpath::host::pin_current_thread(c);
@@ -219,7 +219,7 @@ struct Window {
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
-pub fn run_once(
+pub(crate) fn run_once(
     pt: &StreamPoint,
     file: Option<&PatternFile>,
     hw: &mut Meter,
