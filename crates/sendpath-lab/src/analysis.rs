@@ -12,7 +12,7 @@ pub struct Crossover {
     pub path: Strategy,
     pub baseline: Strategy,
     pub threads: usize,
-    /// Smallest measured size from which the path beats the baseline ([`RULE`]), at that size
+    /// Smallest measured size from which the path beats the baseline (`RULE`), at that size
     /// and every larger measured size. `None`: never, in the measured range.
     pub from_size: Option<usize>,
     /// Largest and smallest measured sizes compared.

@@ -71,7 +71,7 @@ pub struct TooLittleMemory {
 /// Bytes of buffers a run of `connections` connections of `message` byte messages holds: per
 /// connection, a sender keeps up to `depth` + 2 messages (plus up to 8 MiB of zero-copy sends
 /// in flight) and the receiver one read buffer of at most 1 MiB.
-pub(crate) fn buffer_bytes(message: usize, connections: usize, depth: u32) -> u128 {
+pub fn buffer_bytes(message: usize, connections: usize, depth: u32) -> u128 {
     let size = message as u128;
     connections as u128 * (size * (u128::from(depth) + 2) + size.min(1 << 20) + (8 << 20))
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON layout; bumped when a field changes meaning.
-pub(crate) const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole results file.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -29,7 +29,7 @@ pub struct TopologyInfo {
     pub receiver_addr: IpAddr,
     /// The rate limit on the sender's veth, bits per second; null for none.
     pub rate_bits_per_s: Option<u64>,
-    /// The htb bucket of that limit, bytes ([`burst_bytes`]); null for no limit, or in results
+    /// The htb bucket of that limit, bytes (`burst_bytes`); null for no limit, or in results
     /// of versions that did not record it.
     #[serde(default)]
     pub burst_bytes: Option<u64>,

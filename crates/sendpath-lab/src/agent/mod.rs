@@ -1,5 +1,5 @@
 //! `sendpath agent`: the receiving side of `stream` (and of `sweep`'s stream points) on
-//! another host, run on request over a control connection ([`proto`]), with the receiver's
+//! another host, run on request over a control connection (`remote::proto`), with the receiver's
 //! bytes, verification and CPU sent back into the same rows (`cpu.remote`).
 //!
 //! Safety rails: the agent binds to loopback unless told otherwise, and a non-loopback

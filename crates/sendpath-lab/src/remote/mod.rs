@@ -1,5 +1,5 @@
 //! The client side of `sendpath agent`: where an agent is, the control connection that asks it
-//! to receive, sample, finish or run clients, and the protocol both ends speak ([`proto`]).
+//! to receive, sample, finish or run clients, and the protocol both ends speak (`proto`).
 //! Workloads and studies use [`AgentClient`]; the agent itself serves it.
 
 pub(crate) mod proto;
@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The port the agent listens on by default.
-pub(crate) const DEFAULT_PORT: u16 = 5300;
+pub const DEFAULT_PORT: u16 = 5300;
 
 /// Reads one line of at most `max` bytes; `Ok(None)` at end of file.
 pub(crate) fn read_line(

@@ -1,15 +1,15 @@
 //! `sendpath serve`: an HTTP/1.1 keep-alive server answering every GET with the same body, one
 //! worker thread per CPU, each with its own `SO_REUSEPORT` listener.
 //!
-//! The io_uring modes (`copy`, `uring`, `uring-zc`) run one [`UringDriver`] per worker:
+//! The io_uring modes (`copy`, `uring`, `uring-zc`) run one [`UringDriver`](sendpath::engine::UringDriver) per worker:
 //! multishot accept, multishot receive into a provided buffer ring, and the responses through
 //! each connection's send state, so pipelined requests are answered in order and one
 //! `io_uring_enter` submits the responses of every connection that has some. `uring` sends
 //! with SEND, `uring-zc` with SEND_ZC (from registered buffers, under a cap per worker with
 //! fallback by copy), `copy` writes with `send(2)` from the worker and queues on the ring only
-//! what the socket did not take ([`ring`]). `epoll` is the classic baseline: non-blocking
-//! sockets, `epoll_wait`, `read` and `writev` ([`epoll`]). Both share their setup, counters
-//! and idle sweep ([`worker`]).
+//! what the socket did not take (`ring`). `epoll` is the classic baseline: non-blocking
+//! sockets, `epoll_wait`, `read` and `writev` (`epoll`). Both share their setup, counters
+//! and idle sweep (`worker`).
 
 mod epoll;
 mod ring;
@@ -94,7 +94,7 @@ pub struct ServeConfig {
     /// Serve this file's bytes as the body: spliced through a pipe on the ring, or sent with
     /// `sendfile(2)` by `--send epoll`.
     pub file: Option<std::path::PathBuf>,
-    /// Seed of the body bytes (see [`body_bytes`]).
+    /// Seed of the body bytes (see `http::body_bytes`).
     pub seed: u64,
     /// SEND_ZC requests awaiting notification per worker before sends go by copy.
     pub zc_inflight: usize,

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum Server {
     /// `sendpath serve --send MODE`.
     Sendpath(SendMode),
-    /// nginx with the configuration [`nginx_config`] writes.
+    /// nginx with the configuration `nginx_config` writes.
     Nginx,
 }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// An HTTP server study's `http-results.json`, or `None` when `path` holds something else
-/// (a results.json is read by [`load`]).
+/// (a results.json is read by [`load`](crate::study::sweep::load)).
 pub fn load_http(path: &Path) -> anyhow::Result<Option<StudyResults>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;

@@ -5,7 +5,7 @@ use crate::results::{Environment, Spread};
 use serde::{Deserialize, Serialize};
 
 /// Version of the transfer results layout.
-pub(crate) const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// One transfer.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -137,7 +137,7 @@ impl TransferResults {
 }
 
 impl TransferResults {
-    /// Empty results for `cfg`, to be filled by [`run`].
+    /// Empty results for `cfg`, to be filled by [`run`](super::run).
     pub fn new(cfg: &TransferConfig, mut environment: Environment) -> TransferResults {
         environment.topology = cfg.netns.as_ref().map(|n| n.info().clone());
         environment.agent = cfg.agent.as_ref().map(|a| a.addr.to_string());
