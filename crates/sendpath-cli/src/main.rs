@@ -48,7 +48,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error about a setting names the flag that sets it.
+            match sendpath_lab::setting::of(&e) {
+                Some(s) => eprintln!("error: {}: {e:#}", cli::flag(s)),
+                None => eprintln!("error: {e:#}"),
+            }
             ExitCode::from(1)
         }
     }

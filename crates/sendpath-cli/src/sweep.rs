@@ -5,6 +5,7 @@ use anyhow::{bail, Context};
 use sendpath_lab::analysis;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
+use sendpath_lab::setting::{invalid, Setting};
 use sendpath_lab::study::http as http_study;
 use sendpath_lab::study::presets::{self, Study};
 use sendpath_lab::study::sweep::{self as rows, Overrides};
@@ -52,7 +53,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         Some(_) => None,
         None => Some(
             presets::lookup(&a.preset)
-                .map_err(anyhow::Error::msg)?
+                .map_err(|e| anyhow::anyhow!("{e} (see `sendpath sweep --list-presets`)"))?
                 .study,
         ),
     };
@@ -105,7 +106,7 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPla
         let results = rows::load(&path)
             .context("--resume needs a sweep directory holding its results.json")?;
         let plan = rows::resume(&results)
-            .map_err(anyhow::Error::msg)
+            .map_err(|e| invalid(Setting::Resume, e))
             .with_context(|| format!("cannot resume from {}", path.display()))?;
         let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
         return Ok((dir.clone(), rec, plan));

@@ -11,6 +11,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    if a.sink_file.is_some() && a.remote.agent.is_some() {
+        bail!("--sink-file writes on this host: it cannot go with --agent (the agent copies or discards)");
+    }
     let sink = match (&a.sink_file, a.recv.as_str()) {
         (Some(p), _) => Sink::File {
             path: p.clone(),

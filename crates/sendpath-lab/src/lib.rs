@@ -26,6 +26,7 @@ pub mod measure;
 pub mod remote;
 pub(crate) mod render;
 pub mod results;
+pub mod setting;
 pub mod study;
 pub mod topology;
 pub mod traffic;

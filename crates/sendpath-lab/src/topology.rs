@@ -126,7 +126,10 @@ impl Netns {
     /// from the process id, so parallel runs do not collide), the MTU and the rate limit.
     pub fn create(spec: NetnsSpec) -> anyhow::Result<Netns> {
         if sendpath::host::euid() != 0 {
-            bail!("--topology netns creates a network namespace and a veth pair: run as root");
+            return Err(crate::setting::invalid(
+                crate::setting::Setting::Topology,
+                "a network namespace and a veth pair need root: run as root",
+            ));
         }
         remove_stale();
         static NEXT: AtomicU32 = AtomicU32::new(0);

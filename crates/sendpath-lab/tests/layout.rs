@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module may import modules of its own layer or below, never
 /// above; loops are refused even within a layer.
 const LAYERS: [&[&str]; 7] = [
-    &["units", "cancel", "topology", "traffic", "limits"],
+    &[
+        "units", "cancel", "topology", "traffic", "limits", "setting",
+    ],
     &["results"],
     &["measure", "analysis", "export", "render"],
     &["http", "remote"],

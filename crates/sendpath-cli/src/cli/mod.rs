@@ -266,3 +266,22 @@ pub(crate) struct ProbeArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// The flag that sets a setting the lab reports an error about.
+pub(crate) fn flag(s: sendpath_lab::setting::Setting) -> &'static str {
+    use sendpath_lab::setting::Setting;
+    match s {
+        Setting::Agent => "--agent",
+        Setting::TokenFile => "--token-file",
+        Setting::Listen => "--listen",
+        Setting::Connect => "--connect",
+        Setting::Connections => "--connections",
+        Setting::SizeMix => "--size-mix/--alloc fresh",
+        Setting::Topology => "--topology netns",
+        Setting::SinkFile => "--sink-file",
+        Setting::Cache => "--cache",
+        Setting::FileSize => "--file-size",
+        Setting::Timeout => "--timeout",
+        Setting::Resume => "--resume",
+    }
+}

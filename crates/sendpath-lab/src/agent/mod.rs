@@ -15,7 +15,7 @@ mod session;
 
 use crate::cancel::Cancel;
 use crate::remote::proto::{Reply, MAX_LINE, VERSION};
-use anyhow::{bail, Context};
+use crate::setting::{invalid, About, Setting};
 use session::session;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -44,14 +44,17 @@ pub struct AgentConfig {
 /// Serves until `cancel` (Ctrl-C) or `until`.
 pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Result<()> {
     if !cfg.listen.ip().is_loopback() && cfg.token.is_none() {
-        bail!(
-            "--listen {} is reachable from other hosts: give --token-file FILE (a secret the clients pass with --token-file too)",
-            cfg.listen
-        );
+        return Err(invalid(
+            Setting::TokenFile,
+            format!(
+                "the agent listens on {}, reachable from other hosts, and needs a token there: a file holding a secret, which the clients present too",
+                cfg.listen
+            ),
+        ));
     }
-    let l = TcpListener::bind(cfg.listen).with_context(|| {
+    let l = TcpListener::bind(cfg.listen).about(Setting::Listen, || {
         format!(
-            "--listen {}: cannot bind (in use, or not a local address?)",
+            "cannot listen on {} (in use, or not a local address?)",
             cfg.listen
         )
     })?;

@@ -4,6 +4,7 @@
 
 pub(crate) mod proto;
 
+use crate::setting::{invalid, About, Setting};
 use crate::traffic::RecvMode;
 use anyhow::{bail, Context};
 use proto::{Reply, RequestLine, MAX_LINE};
@@ -81,12 +82,15 @@ pub struct AgentClient {
 impl AgentClient {
     /// Connects and says hello.
     pub fn connect(t: &AgentTarget) -> anyhow::Result<AgentClient> {
-        let s = TcpStream::connect_timeout(&t.addr, Duration::from_secs(5)).with_context(|| {
-            format!(
-                "--agent {}: cannot connect (is `sendpath agent` running there?)",
-                t.addr
-            )
-        })?;
+        let s = TcpStream::connect_timeout(&t.addr, Duration::from_secs(5)).about(
+            Setting::Agent,
+            || {
+                format!(
+                    "the agent at {}: cannot connect (is `sendpath agent` running there?)",
+                    t.addr
+                )
+            },
+        )?;
         // The agent answers `finish` once its receivers read to end of file, which follows
         // the senders' last byte by little: minutes of silence mean it is gone.
         s.set_read_timeout(Some(Duration::from_secs(300)))?;
@@ -100,7 +104,7 @@ impl AgentClient {
             token: t.token.clone(),
             ..RequestLine::op("hello")
         })
-        .with_context(|| format!("--agent {}", t.addr))?;
+        .about(Setting::Agent, || format!("the agent at {}", t.addr))?;
         Ok(c)
     }
 
@@ -256,18 +260,25 @@ pub fn parse_target(s: &str) -> Result<SocketAddr, String> {
 
 /// Reads a token file: its first line, trimmed; refuses an empty or oversized one.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path)
-        .with_context(|| format!("--token-file {}: cannot read it", path.display()))?;
+    let s = std::fs::read_to_string(path).about(Setting::TokenFile, || {
+        format!("{}: cannot read it", path.display())
+    })?;
     let t = s.lines().next().unwrap_or("").trim().to_string();
     if t.is_empty() {
-        bail!("--token-file {}: the file is empty", path.display());
+        return Err(invalid(
+            Setting::TokenFile,
+            format!("{}: the file is empty", path.display()),
+        ));
     }
     if t.len() > proto::MAX_TOKEN {
-        bail!(
-            "--token-file {}: a token is at most {} bytes",
-            path.display(),
-            proto::MAX_TOKEN
-        );
+        return Err(invalid(
+            Setting::TokenFile,
+            format!(
+                "{}: a token is at most {} bytes",
+                path.display(),
+                proto::MAX_TOKEN
+            ),
+        ));
     }
     Ok(t)
 }

@@ -229,7 +229,7 @@ pub fn lookup(name: &str) -> Result<Entry, String> {
 /// The error for a name no preset has: every preset's name.
 fn unknown(name: &str) -> String {
     format!(
-        "unknown preset `{name}`; the presets are: {} (see `sendpath sweep --list-presets`)",
+        "unknown preset `{name}`; the presets are: {}",
         table()
             .iter()
             .map(|e| e.name)

@@ -4,6 +4,7 @@ pub mod rr;
 pub mod sink;
 pub mod stream;
 
+use crate::setting::{About, Setting};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
@@ -184,8 +185,9 @@ impl PatternFile {
         while off < len {
             let n = ((len - off) as usize).min(chunk.len());
             pattern::fill(&mut chunk[..n], off);
-            f.write_all(&chunk[..n])
-                .context("writing the source file (is the disk full? try a smaller --file-size)")?;
+            f.write_all(&chunk[..n]).about(Setting::FileSize, || {
+                "writing the source file (is the disk full? a smaller file needs less)".into()
+            })?;
             off += n as u64;
         }
         f.sync_all().context("fsync of the source file")?;

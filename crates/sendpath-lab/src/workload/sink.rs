@@ -2,6 +2,7 @@
 
 use super::{accept_before, receive, RecvCounters, RecvMode};
 use crate::cancel::Cancel;
+use crate::setting::{invalid, About, Setting};
 use anyhow::{bail, Context};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
@@ -17,8 +18,8 @@ pub fn run(
     read_size: usize,
     cancel: &Cancel,
 ) -> anyhow::Result<()> {
-    let l = TcpListener::bind(listen).with_context(|| {
-        format!("--listen {listen}: cannot bind (in use, or not a local address?)")
+    let l = TcpListener::bind(listen).about(Setting::Listen, || {
+        format!("cannot listen on {listen} (in use, or not a local address?)")
     })?;
     l.set_nonblocking(true)?;
     eprintln!(
@@ -48,7 +49,10 @@ pub fn run(
         }));
     }
     if handles.is_empty() {
-        bail!("no sender connected within {timeout:?} (raise --timeout)");
+        return Err(invalid(
+            Setting::Timeout,
+            format!("no sender connected within {timeout:?}"),
+        ));
     }
     let mut bad = 0;
     let mut failed = 0;

@@ -88,7 +88,7 @@ pub fn new_sweep(name: &str, o: &Overrides, fresh_seed: u64) -> Result<SweepPlan
 pub fn resume(results: &Results) -> Result<SweepPlan, String> {
     let Some(info) = &results.sweep else {
         return Err(
-            "this results file was not written by `sendpath sweep`; --resume continues sweeps only"
+            "this results file was not written by `sendpath sweep`: only a sweep can be continued"
                 .into(),
         );
     };
@@ -254,7 +254,7 @@ mod tests {
         other.sweep = None;
         assert!(resume(&other)
             .unwrap_err()
-            .contains("--resume continues sweeps only"));
+            .contains("only a sweep can be continued"));
         let mut changed = r;
         changed.sweep.as_mut().unwrap().points_total += 1;
         assert!(resume(&changed).unwrap_err().contains("another version"));

@@ -15,6 +15,7 @@ use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults
 use crate::cancel::Cancel;
 use crate::measure::{process_cpu_ns, thread_cpu_ns};
 use crate::results::Spread;
+use crate::setting::{invalid, About, Setting};
 use crate::study::sweep::round_order;
 use crate::units::fmt_size;
 use crate::workload::PatternFile;
@@ -43,8 +44,9 @@ fn receive_one(
     let cpu0 = thread_cpu_ns();
     let bytes = match sink {
         Sink::File { path, fsync } => {
-            let mut out = std::fs::File::create(path)
-                .with_context(|| format!("--sink-file {}: cannot create it", path.display()))?;
+            let mut out = std::fs::File::create(path).about(Setting::SinkFile, || {
+                format!("{}: cannot create it", path.display())
+            })?;
             let mut buf = vec![0u8; recv_size.max(1)];
             let mut bytes = 0u64;
             loop {
@@ -54,12 +56,14 @@ fn receive_one(
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e).context("the receiver's read"),
                 };
-                out.write_all(&buf[..n])
-                    .context("writing the --sink-file (is the disk full?)")?;
+                out.write_all(&buf[..n]).about(Setting::SinkFile, || {
+                    "writing the sink file (is the disk full?)".into()
+                })?;
                 bytes += n as u64;
             }
             if *fsync {
-                out.sync_all().context("fsync of the --sink-file")?;
+                out.sync_all()
+                    .about(Setting::SinkFile, || "fsync of the sink file".into())?;
             }
             bytes
         }
@@ -228,7 +232,7 @@ fn transfer_once(
 fn source_files(sizes: &[u64], cold: bool) -> anyhow::Result<Vec<PatternFile>> {
     let dir = if cold {
         crate::workload::cold_file_dir().map_err(|fs| {
-            anyhow::anyhow!("cold transfers need the source files on a disk, but the temp dir and /var/tmp are on {fs}: set TMPDIR to a directory on a disk, or give --cache warm")
+            invalid(Setting::Cache, format!("cold transfers need the source files on a disk, but the temp dir and /var/tmp are on {fs}: set TMPDIR to a directory on a disk, or transfer warm files"))
         })?
     } else {
         None
@@ -252,7 +256,10 @@ pub fn run(
         bail!("nothing to transfer: give at least one size, path and cache state");
     }
     if cfg.agent.is_some() && matches!(cfg.sink, Sink::File { .. }) {
-        bail!("--sink-file writes on this host: it cannot go with --agent (the agent copies or discards)");
+        return Err(invalid(
+            Setting::SinkFile,
+            "the sink file is written on this host, and the agent receives elsewhere (it copies or discards)",
+        ));
     }
     let files = source_files(&cfg.sizes, cfg.caches.contains(&Cache::Cold))?;
     results.settings.filesystem = files[0].filesystem.clone();

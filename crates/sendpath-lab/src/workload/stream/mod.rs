@@ -8,6 +8,7 @@ use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::remote::RemoteSample;
 use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
+use crate::setting::{About, Setting};
 use crate::traffic::mix::{Alloc, SizeMix};
 use anyhow::{anyhow, bail, Context};
 use sender::Sender;
@@ -285,8 +286,12 @@ fn start_thread(
     let mut txs = Vec::with_capacity(per_thread);
     let mut rxs = Vec::with_capacity(per_thread);
     for _ in 0..per_thread {
-        let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3))
-            .with_context(|| format!("--connect {target}: cannot connect"))?;
+        let tx = TcpStream::connect_timeout(&target, Duration::from_secs(3));
+        let what = || format!("cannot connect to {target}");
+        let tx = match pt.connect {
+            Some(_) => tx.about(Setting::Connect, what)?,
+            None => tx.with_context(what)?,
+        };
         tx.set_nodelay(false).ok();
         // Duplicates of both ends, to read TCP's counters around the window.
         if probe {

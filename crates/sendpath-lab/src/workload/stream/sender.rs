@@ -2,10 +2,11 @@
 //! multiplexed on one io_uring ring.
 
 use super::StreamPoint;
+use crate::setting::{invalid, Setting};
 use crate::traffic::mix::{Alloc, MixSizes};
 use crate::traffic::RecvMode;
 use crate::workload::{send_message, MsgShape, PatternFile, PART_ALIGN};
-use anyhow::{bail, Context};
+use anyhow::Context;
 use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
 use sendpath::{Options, Strategy};
@@ -69,7 +70,10 @@ impl Multiplexed<'_> {
         txs: Vec<TcpStream>,
     ) -> anyhow::Result<(UringDriver, Vec<sendpath::engine::ConnId>)> {
         if !sendpath::engine::on_ring(self.strategy) {
-            bail!("--connections above 1 puts the connections of a thread on one io_uring ring: use --strategy uring, uring-zc or adaptive (not {})", self.strategy)
+            return Err(invalid(
+                Setting::Connections,
+                format!("several connections per thread share one io_uring ring, where only uring, uring-zc and adaptive run (not {})", self.strategy),
+            ));
         }
         // Zero-copy settings (fixed buffers) for every strategy that may choose SEND_ZC.
         let choice = Choice::of_strategy(self.strategy).unwrap_or(Choice::ZeroCopy);
@@ -170,7 +174,10 @@ impl Sender {
     ) -> anyhow::Result<(SendStats, Option<String>)> {
         if txs.len() > 1 {
             if self.sizes.is_some() || self.shape.alloc == Alloc::Fresh {
-                bail!("--size-mix and --alloc fresh run one connection per sender thread: drop --connections");
+                return Err(invalid(
+                    Setting::SizeMix,
+                    "a size mix and fresh buffers run one connection per sender thread, not several on one ring",
+                ));
             }
             let run = Multiplexed {
                 strategy: self.strategy,
