@@ -311,3 +311,29 @@ fn report_renders_in_headless_chromium_without_console_errors() {
         "a script error must show up as a console message"
     );
 }
+
+/// Results files written by the previous layout of the lab (before the studies moved into
+/// folders), with the summaries that version drew from them: `sendpath report` redraws each
+/// with the same summary, byte for byte, and a report page with its plots.
+#[test]
+fn report_redraws_results_written_by_the_previous_layout() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/previous-main");
+    for name in ["results", "http-results"] {
+        let dir = tempfile::tempdir().unwrap();
+        sendpath()
+            .args(["report"])
+            .arg(data.join(format!("{name}.json")))
+            .arg("--out")
+            .arg(dir.path())
+            .assert()
+            .success();
+        let got = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        let want = std::fs::read_to_string(data.join(format!("{name}.summary.md"))).unwrap();
+        assert_eq!(
+            got, want,
+            "{name}: summary.md differs from the previous layout's"
+        );
+        let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(page.matches("<svg").count() >= 2, "{name}: no plots");
+    }
+}

@@ -88,6 +88,27 @@ pub(crate) struct Snapshot {
     hw: Option<[u64; 3]>,
 }
 
+/// A measured window: the readings at its two edges.
+pub(crate) struct Edges {
+    pub(crate) start: Snapshot,
+    pub(crate) end: Snapshot,
+}
+
+impl Edges {
+    /// The window's values for `bytes` payload bytes in `messages` messages over `conns`
+    /// connections ([`Snapshot::window`]).
+    pub(crate) fn repeat(
+        &self,
+        bytes: u64,
+        messages: u64,
+        conns: usize,
+        cpu_mhz: Option<f64>,
+    ) -> Repeat {
+        self.start
+            .window(&self.end, bytes, messages, conns, cpu_mhz)
+    }
+}
+
 struct CpuReading {
     process: ProcessCpu,
     system: SystemCpu,

@@ -2,7 +2,7 @@
 
 use super::{serve, RrPoint};
 use crate::cancel::Cancel;
-use crate::measure::{Meter, Roles, Snapshot};
+use crate::measure::{Edges, Meter, Roles, Snapshot};
 use crate::remote::proto::{RrClientSpec, MAX_WINDOW_MS};
 use crate::remote::RrRemote;
 use crate::results::{Integrity, LatencyUs, Repeat};
@@ -63,9 +63,10 @@ pub(super) fn run_once_with_agent(
     let mut ok = cancel.sleep(pt.warmup);
     let mut window = None;
     if ok {
-        let s0 = Snapshot::take(hw, &roles);
+        let start = Snapshot::take(hw, &roles);
         ok = cancel.sleep(pt.duration);
-        window = Some((s0, Snapshot::take(hw, &roles)));
+        let end = Snapshot::take(hw, &roles);
+        window = Some(Edges { start, end });
     }
     release.store(true, Ordering::Relaxed);
     let remote = asked
@@ -77,7 +78,7 @@ pub(super) fn run_once_with_agent(
     if let Some(e) = first_err {
         return Err(e);
     }
-    let (Some((s0, s1)), true) = (window, ok) else {
+    let (Some(w), true) = (window, ok) else {
         return Ok(None);
     };
     if remote.bytes != stats.bytes {
@@ -87,7 +88,7 @@ pub(super) fn run_once_with_agent(
             remote.bytes
         );
     }
-    let repeat = agent_repeat(pt, (s0, s1), remote, &stats, cpu_mhz);
+    let repeat = agent_repeat(pt, &w, remote, &stats, cpu_mhz);
     Ok(Some(Outcome { repeat, note }))
 }
 
@@ -144,7 +145,7 @@ fn serve_agent_clients(
 /// client CPU, with our servers' CPU and zero-copy counts.
 fn agent_repeat(
     pt: &RrPoint,
-    (s0, s1): (Snapshot, Snapshot),
+    w: &Edges,
     remote: RrRemote,
     stats: &SendStats,
     cpu_mhz: Option<f64>,
@@ -154,7 +155,7 @@ fn agent_repeat(
         hist.saturating_record_n(v, c);
     }
     let bytes = remote.transactions * (pt.request + pt.response) as u64;
-    let mut repeat = s0.window(&s1, bytes, remote.transactions, pt.concurrency, cpu_mhz);
+    let mut repeat = w.repeat(bytes, remote.transactions, pt.concurrency, cpu_mhz);
     if let Some(cpu) = repeat.cpu.as_mut() {
         cpu.set_remote(remote.cpu.user_ns, remote.cpu.system_ns, bytes);
     }

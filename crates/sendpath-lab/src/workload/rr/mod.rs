@@ -7,7 +7,7 @@ mod agent;
 
 use super::{join_senders, send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
-use crate::measure::{Meter, Roles, Snapshot};
+use crate::measure::{Edges, Meter, Roles, Snapshot};
 use crate::results::{hist_pairs, Integrity, LatencyUs};
 use crate::traffic::mix::{Alloc, SizeMix};
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
@@ -186,13 +186,15 @@ pub(crate) fn run_once(
     let roles = Roles::gather(&tid_rx, pt.concurrency, Some(pt.concurrency));
     let mut ok = cancel.sleep(pt.warmup);
     let mut window = None;
+    let mut transactions = 0;
     if ok {
         shared.recording.store(true, Ordering::Relaxed);
-        let s0 = Snapshot::take(hw, &roles);
+        let start = Snapshot::take(hw, &roles);
         ok = cancel.sleep(pt.duration);
-        let s1 = Snapshot::take(hw, &roles);
+        let end = Snapshot::take(hw, &roles);
         shared.recording.store(false, Ordering::Relaxed);
-        window = Some((s0, s1, shared.done.load(Ordering::Relaxed)));
+        transactions = shared.done.load(Ordering::Relaxed);
+        window = Some(Edges { start, end });
     }
     shared.stop.store(true, Ordering::Relaxed);
     let mut first_err = None;
@@ -203,7 +205,7 @@ pub(crate) fn run_once(
             return Err(e);
         }
     }
-    let (Some((s0, s1, transactions)), true) = (window, ok) else {
+    let (Some(w), true) = (window, ok) else {
         return Ok(None);
     };
     let (hist, mut integrity) = joined;
@@ -220,7 +222,7 @@ pub(crate) fn run_once(
         integrity.mismatches = 0;
     }
     let bytes = transactions * (pt.request + pt.response) as u64;
-    let mut repeat = s0.window(&s1, bytes, transactions, pt.concurrency, cpu_mhz);
+    let mut repeat = w.repeat(bytes, transactions, pt.concurrency, cpu_mhz);
     repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
     repeat.latency_hist_ns = hist_pairs(&hist);
     repeat.zerocopy = zerocopy_counts(&stats);
