@@ -99,6 +99,21 @@ fn serve(
     Ok((p.stats().clone(), p.note().map(String::from)))
 }
 
+/// Sleeps until `t` in slices of at most 20 ms; `false` as soon as `stop` is set, so an open
+/// loop at a low rate ends with its window instead of at its next intended send.
+fn sleep_until(t: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if t <= now {
+            return true;
+        }
+        std::thread::sleep((t - now).min(Duration::from_millis(20)));
+    }
+}
+
 /// One client connection: requests and responses until `stop`, latencies recorded while
 /// `recording` (each counted in `done`).
 pub(crate) fn client(
@@ -127,9 +142,8 @@ pub(crate) fn client(
             Some(iv) => {
                 let t = start + iv * k;
                 k += 1;
-                let now = Instant::now();
-                if t > now {
-                    std::thread::sleep(t - now);
+                if !sleep_until(t, stop) {
+                    break;
                 }
                 t
             }
@@ -295,4 +309,25 @@ fn join_clients(
     }
     integrity.bytes_received = Some(received);
     Ok((hist, integrity))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_loop_wait_ends_when_the_window_does() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            s.store(true, Ordering::Relaxed);
+        });
+        let t0 = Instant::now();
+        // The next intended send an hour away (a rate of 1 per hour per connection).
+        assert!(!sleep_until(t0 + Duration::from_secs(3600), &stop));
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        setter.join().unwrap();
+        assert!(sleep_until(Instant::now(), &AtomicBool::new(false)));
+    }
 }
