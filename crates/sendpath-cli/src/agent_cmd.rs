@@ -19,6 +19,7 @@ pub(crate) fn run(a: &AgentArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
         max_receive: a.max_receive,
         // A client is silent for a whole window between two samples: as long as a receive.
         idle: a.max_receive + Duration::from_secs(30),
+        hello_timeout: a.hello_timeout,
     };
     agent::serve(&cfg, cancel, a.duration)?;
     Ok(ExitCode::SUCCESS)

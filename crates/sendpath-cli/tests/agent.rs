@@ -339,9 +339,9 @@ fn transfer_through_the_agent_is_acknowledged_by_it() {
 fn the_agent_refuses_bad_clients_with_a_logged_reason_and_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
-    std::fs::write(&token, "correct horse\n").unwrap();
+    std::fs::write(&token, "correct horse battery\n").unwrap();
     let wrong = dir.path().join("wrong");
-    std::fs::write(&wrong, "battery staple\n").unwrap();
+    std::fs::write(&wrong, "battery staple horse\n").unwrap();
     let addr = free_loopback_addr();
     let agent = Agent::start(&[], &addr, &["--token-file", token.to_str().unwrap()]);
 
@@ -510,4 +510,82 @@ fn sweep_against_an_agent_in_a_namespace() {
         );
     }
     assert!(agent.log().contains("received"), "{}", agent.log());
+}
+
+/// A hello and one request on a fresh control connection: the replies to both.
+fn hello_then(addr: &str, request: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"{\"v\":1,\"op\":\"hello\"}\n").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let (mut hello, mut reply) = (String::new(), String::new());
+    r.read_line(&mut hello).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    r.read_line(&mut reply).unwrap();
+    (hello, reply)
+}
+
+#[test]
+fn silent_connections_hold_no_session_slot_and_are_dropped_at_the_hello_deadline() {
+    let addr = free_loopback_addr();
+    let agent = Agent::start(
+        &[],
+        &addr,
+        &["--max-sessions", "4", "--hello-timeout", "1s"],
+    );
+    // Four connections that never say anything: before, each took a session slot until the
+    // idle timeout (10.5 min), and a real client was refused as busy.
+    let silent: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let t0 = Instant::now();
+    sendpath()
+        .args([
+            "stream", "-l", "64K", "-t", "100ms", "--warmup", "0", "--agent", &addr,
+        ])
+        .assert()
+        .success();
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // Each silent connection is told why it is dropped, at the hello deadline.
+    for s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        assert!(line.contains("nothing received for 1s"), "{line}");
+    }
+    agent.wait_for("nothing received for 1s");
+}
+
+#[test]
+fn no_request_outlasts_its_session_and_low_rates_are_refused() {
+    let addr = free_loopback_addr();
+    let _agent = Agent::start(&[], &addr, &["--max-session", "3s"]);
+    let rr = |rate: &str, duration_ms: u32| {
+        format!(
+            "{{\"v\":1,\"op\":\"rr-client\",\"connections\":1,\"port\":1,\"request\":64,\"response\":64,\"recv\":\"copy\",{rate}\"warmup_ms\":0,\"duration_ms\":{duration_ms}}}\n"
+        )
+    };
+    let (hello, reply) = hello_then(&addr, &rr("", 10_000));
+    assert!(hello.contains("\"ok\":true"), "{hello}");
+    assert!(reply.contains("less than this window"), "{reply}");
+    let (_, reply) = hello_then(&addr, &rr("\"rate\":1e-6,", 100));
+    assert!(reply.contains("rate must be 1 to 1e8"), "{reply}");
+}
+
+#[test]
+fn a_short_token_is_refused_with_how_to_make_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "x\n").unwrap();
+    let t = token.to_str().unwrap();
+    fails_with(
+        &["agent", "--token-file", t, "-t", "1s"],
+        &[
+            "--token-file",
+            "at least 16 bytes",
+            "head -c 32 /dev/urandom",
+        ],
+    );
+    fails_with(
+        &["stream", "--agent", "127.0.0.1:1", "--token-file", t],
+        &["at least 16 bytes"],
+    );
 }

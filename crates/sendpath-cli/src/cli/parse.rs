@@ -73,6 +73,13 @@ pub(super) fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+pub(super) fn hello_timeout(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d >= Duration::from_millis(100) && d <= Duration::from_secs(60) => Ok(d),
+        _ => Err(format!("`{s}`: the hello timeout is 100ms..60s")),
+    }
+}
+
 pub(super) fn min_wait(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d > Duration::from_millis(10) {

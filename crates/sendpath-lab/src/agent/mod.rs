@@ -39,6 +39,72 @@ pub struct AgentConfig {
     /// The longest the agent waits for a client's next request (at least a window: a client
     /// says nothing between the samples at its edges).
     pub idle: Duration,
+    /// The longest the agent waits for a new connection's hello. Connections that have not
+    /// said hello hold no session slot; at most [`MAX_UNAUTHENTICATED`] wait at once.
+    pub hello_timeout: Duration,
+}
+
+/// Connections still to say hello, served at once; more are refused as busy.
+pub const MAX_UNAUTHENTICATED: usize = 16;
+
+/// The agent's slots: sessions (after a hello with the right token), and connections that
+/// have not said hello yet, counted apart so that silent connections cannot take the
+/// sessions' slots.
+pub(super) struct Slots {
+    sessions: AtomicUsize,
+    pending: AtomicUsize,
+    max_sessions: usize,
+}
+
+/// A slot held until dropped: a session's, or a connection's that has yet to say hello.
+pub(super) struct Slot {
+    slots: Arc<Slots>,
+    pending: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots
+            .count(self.pending)
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Slots {
+    fn count(&self, pending: bool) -> &AtomicUsize {
+        if pending {
+            &self.pending
+        } else {
+            &self.sessions
+        }
+    }
+
+    fn take(self: &Arc<Slots>, pending: bool) -> Option<Slot> {
+        let max = if pending {
+            MAX_UNAUTHENTICATED
+        } else {
+            self.max_sessions
+        };
+        self.count(pending)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |k| {
+                (k < max).then_some(k + 1)
+            })
+            .ok()
+            .map(|_| Slot {
+                slots: self.clone(),
+                pending,
+            })
+    }
+
+    /// A slot for a connection that has yet to say hello.
+    pub(super) fn pending(self: &Arc<Slots>) -> Option<Slot> {
+        self.take(true)
+    }
+
+    /// A session's slot, for a connection that said hello.
+    pub(super) fn session(self: &Arc<Slots>) -> Option<Slot> {
+        self.take(false)
+    }
 }
 
 /// Serves until `cancel` (Ctrl-C) or `until`.
@@ -70,7 +136,11 @@ pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Res
         cfg.max_sessions,
         cfg.max_session
     );
-    let active = Arc::new(AtomicUsize::new(0));
+    let slots = Arc::new(Slots {
+        sessions: AtomicUsize::new(0),
+        pending: AtomicUsize::new(0),
+        max_sessions: cfg.max_sessions,
+    });
     let end = Instant::now() + until;
     while !cancel.is_cancelled() && Instant::now() < end {
         let (mut s, peer) = match l.accept() {
@@ -86,10 +156,9 @@ pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Res
             }
         };
         let _ = s.set_nonblocking(false);
-        if active.load(Ordering::Acquire) >= cfg.max_sessions {
+        let Some(pending) = slots.pending() else {
             eprintln!(
-                "agent: refused {peer}: busy ({} sessions)",
-                cfg.max_sessions
+                "agent: refused {peer}: busy ({MAX_UNAUTHENTICATED} connections yet to say hello)"
             );
             let _ = s.write_all(
                 Reply::error("busy: too many sessions, try again later")
@@ -102,16 +171,14 @@ pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Res
             let _ = s.read(&mut [0u8; MAX_LINE]);
             let _ = s.shutdown(std::net::Shutdown::Write);
             continue;
-        }
-        active.fetch_add(1, Ordering::AcqRel);
-        let (cfg, active, cancel) = (cfg.clone(), active.clone(), cancel.clone());
-        std::thread::spawn(move || {
-            match session(s, peer, &cfg, &cancel) {
+        };
+        let (cfg, slots, cancel) = (cfg.clone(), slots.clone(), cancel.clone());
+        std::thread::spawn(
+            move || match session(s, peer, &cfg, &cancel, (&slots, pending)) {
                 Ok(()) => eprintln!("agent: session {peer} ended"),
                 Err(e) => eprintln!("agent: session {peer} ended: {e:#}"),
-            }
-            active.fetch_sub(1, Ordering::AcqRel);
-        });
+            },
+        );
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::clients::run_rr_clients;
 use super::receive::{start_receive, Receiving};
-use super::AgentConfig;
+use super::{AgentConfig, Slot, Slots};
 use crate::cancel::Cancel;
 use crate::remote::proto::{self, Reply, Request, MAX_LINE};
 use crate::remote::read_line;
@@ -11,6 +11,7 @@ use anyhow::Context;
 use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// After a refusal: stops writing and reads (at most 1 MiB, for at most a second) what the
@@ -20,6 +21,18 @@ fn linger(r: &mut BufReader<TcpStream>) {
     let _ = s.shutdown(std::net::Shutdown::Write);
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
+}
+
+/// Whether `e` is a read that timed out.
+fn timed_out(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        })
+    })
 }
 
 /// The agent's end of one control connection.
@@ -44,8 +57,20 @@ impl Control {
             Ok(Some(())) => true,
             Ok(None) => false,
             Err(e) => {
-                eprintln!("agent: refused {}: {e:#}", self.peer);
-                let _ = self.send(&Reply::error(format!("{e:#}")));
+                let why = match timed_out(&e) {
+                    true => format!(
+                        "nothing received for {:?}",
+                        self.r
+                            .get_ref()
+                            .read_timeout()
+                            .ok()
+                            .flatten()
+                            .unwrap_or_default()
+                    ),
+                    false => format!("{e:#}"),
+                };
+                eprintln!("agent: refused {}: {why}", self.peer);
+                let _ = self.send(&Reply::error(why));
                 linger(&mut self.r);
                 false
             }
@@ -59,9 +84,10 @@ pub(super) fn session(
     peer: SocketAddr,
     cfg: &AgentConfig,
     cancel: &Cancel,
+    (slots, pending): (&Arc<Slots>, Slot),
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    s.set_read_timeout(Some(cfg.idle))?;
+    s.set_read_timeout(Some(cfg.hello_timeout))?;
     let local_ip = s.local_addr()?.ip();
     let mut session = Session {
         ctl: Control {
@@ -74,17 +100,33 @@ pub(super) fn session(
         cancel,
         local_ip,
         current: None,
+        ends: started + cfg.max_session,
     };
     if !session.hello()? {
         return Ok(());
     }
+    drop(pending);
+    let Some(_slot) = slots.session() else {
+        eprintln!(
+            "agent: refused {peer}: busy ({} sessions)",
+            cfg.max_sessions
+        );
+        return session
+            .ctl
+            .send(&Reply::error("busy: too many sessions, try again later"));
+    };
+    session.welcome()?;
     loop {
-        if cancel.is_cancelled() || started.elapsed() > cfg.max_session {
+        let left = session.left();
+        if cancel.is_cancelled() || left.is_zero() {
             session
                 .ctl
                 .send(&Reply::error("the session's time is up"))?;
             return Ok(());
         }
+        // A silent client is dropped after --idle, and a session ends with its time.
+        let wait = cfg.idle.min(left).max(Duration::from_millis(1));
+        session.ctl.r.get_ref().set_read_timeout(Some(wait))?;
         if !session.ctl.next_line() {
             return Ok(());
         }
@@ -106,10 +148,46 @@ struct Session<'a> {
     /// The address the client reached us at: receivers listen there.
     local_ip: IpAddr,
     current: Option<Receiving>,
+    /// When the session's time (`max_session`) is up: no request may outlast it.
+    ends: Instant,
 }
 
 impl Session<'_> {
+    /// The session's time left.
+    fn left(&self) -> Duration {
+        self.ends.saturating_duration_since(Instant::now())
+    }
+
+    /// Refuses a request whose window (`warmup_ms` + `duration_ms`) would outlast the
+    /// session; `true` when it was refused.
+    fn outlasts(&mut self, warmup_ms: u32, duration_ms: u32) -> anyhow::Result<bool> {
+        let window = Duration::from_millis(u64::from(warmup_ms) + u64::from(duration_ms));
+        let left = self.left();
+        if window <= left {
+            return Ok(false);
+        }
+        eprintln!(
+            "agent: refused a request from {}: a {window:?} window, {left:?} of the session left",
+            self.ctl.peer
+        );
+        self.ctl.send(&Reply::error(format!(
+            "the session has {:.0} s left, less than this window ({:.0} s): start a new session",
+            left.as_secs_f64(),
+            window.as_secs_f64()
+        )))?;
+        Ok(true)
+    }
+
+    /// The reply to a hello that was accepted.
+    fn welcome(&mut self) -> anyhow::Result<()> {
+        self.ctl.send(&Reply {
+            agent: Some(format!("sendpath {}", env!("CARGO_PKG_VERSION"))),
+            ..Reply::ok()
+        })
+    }
+
     /// Reads the hello and checks the token; `false` when the session is refused or over.
+    /// The reply to an accepted hello waits for a session slot ([`Session::welcome`]).
     fn hello(&mut self) -> anyhow::Result<bool> {
         let peer = self.ctl.peer;
         if !self.ctl.next_line() {
@@ -132,10 +210,6 @@ impl Session<'_> {
             self.ctl.send(&Reply::error(reply))?;
             return Ok(false);
         }
-        self.ctl.send(&Reply {
-            agent: Some(format!("sendpath {}", env!("CARGO_PKG_VERSION"))),
-            ..Reply::ok()
-        })?;
         Ok(true)
     }
 
@@ -168,6 +242,9 @@ impl Session<'_> {
 
     /// Runs `http-load` against the client's server and replies with its report.
     fn http_load(&mut self, spec: &proto::HttpLoadSpec) -> anyhow::Result<()> {
+        if self.outlasts(spec.warmup_ms, spec.duration_ms)? {
+            return Ok(());
+        }
         let peer = self.ctl.peer;
         eprintln!(
             "agent: {peer}: http-load, {} connection(s) on {} thread(s) to port {}{}, {} ms + {} ms",
@@ -199,6 +276,9 @@ impl Session<'_> {
     /// Runs request/response clients against the client's servers and replies with the
     /// window's transactions, latency and CPU.
     fn rr_clients(&mut self, spec: &proto::RrClientSpec) -> anyhow::Result<()> {
+        if self.outlasts(spec.warmup_ms, spec.duration_ms)? {
+            return Ok(());
+        }
         let peer = self.ctl.peer;
         eprintln!(
             "agent: {peer}: rr clients, {} connection(s) to port {}, {} B requests, {} B responses, {} ms + {} ms",
@@ -220,7 +300,9 @@ impl Session<'_> {
         max_seconds: u32,
     ) -> anyhow::Result<()> {
         let peer = self.ctl.peer;
-        let limit = Duration::from_secs(u64::from(max_seconds)).min(self.cfg.max_receive);
+        let limit = Duration::from_secs(u64::from(max_seconds))
+            .min(self.cfg.max_receive)
+            .min(self.left());
         let deadline = Instant::now() + limit;
         match start_receive(
             self.local_ip,

@@ -270,6 +270,17 @@ pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
             format!("{}: the file is empty", path.display()),
         ));
     }
+    if t.len() < proto::MIN_TOKEN {
+        return Err(invalid(
+            Setting::TokenFile,
+            format!(
+                "{}: a token is at least {} bytes (make one with `head -c 32 /dev/urandom | base64 > {}`)",
+                path.display(),
+                proto::MIN_TOKEN,
+                path.display()
+            ),
+        ));
+    }
     if t.len() > proto::MAX_TOKEN {
         return Err(invalid(
             Setting::TokenFile,

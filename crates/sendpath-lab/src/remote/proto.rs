@@ -31,6 +31,11 @@ pub(crate) const MAX_SECONDS: u32 = 3600;
 pub(crate) const MAX_RECV_SIZE: u32 = 64 << 20;
 /// The longest token, bytes.
 pub(crate) const MAX_TOKEN: usize = 1024;
+/// The shortest token the agent takes, bytes.
+pub(crate) const MIN_TOKEN: usize = 16;
+/// The lowest open-loop rate a client may ask for, requests per second over all connections:
+/// below it a window would hold no request at all.
+pub(crate) const MIN_RATE: f64 = 1.0;
 /// The longest reply line, bytes (an rr reply carries a latency histogram).
 pub(crate) const MAX_REPLY: usize = 1 << 20;
 /// The largest rr request, bytes.
@@ -369,9 +374,9 @@ fn range(v: Option<u32>, lo: u32, hi: u32, what: &str) -> Result<u32, Refused> {
 /// A positive, finite rate of at most 1e8 per second, when given.
 fn rate(r: Option<f64>) -> Result<Option<f64>, Refused> {
     match r {
-        Some(x) if !(x.is_finite() && x > 0.0 && x <= 1e8) => Err(Refused(
-            "rate must be above 0 and at most 1e8 per second".into(),
-        )),
+        Some(x) if !(x.is_finite() && (MIN_RATE..=1e8).contains(&x)) => Err(Refused(format!(
+            "rate must be {MIN_RATE} to 1e8 requests per second"
+        ))),
         _ => Ok(r),
     }
 }
