@@ -18,11 +18,16 @@ pub(super) struct Window {
     pub(super) errors: BTreeMap<String, u64>,
 }
 
+/// How close to a window's edge the load may end and its CPU reading still count: the load
+/// stops by its own clock, and on a busy host the reading thread can wake after it.
+const EDGE_SLACK: Duration = Duration::from_millis(50);
+
 /// One http-load window with its warm-up in the same run, so the connections it opened carry
 /// into the window: a run of its own would open every connection again inside the window, and
 /// an open loop would charge the server for the requests that fell due while they were
 /// opening. `cpu` (the server's CPU seconds) is read at the window's edges, by a thread that
-/// sleeps until them; neither reading is taken if the load ends early.
+/// sleeps until them; neither reading is taken if the load ends more than [`EDGE_SLACK`]
+/// before an edge.
 pub(super) fn http_load_window(
     cfg: &StudyConfig,
     cpu: &(dyn Fn() -> Option<f64> + Sync),
@@ -37,12 +42,14 @@ pub(super) fn http_load_window(
     let (done, stopped) = channel::<()>();
     std::thread::scope(|s| {
         let reader = s.spawn(move || {
-            edges.map(
-                |t| match stopped.recv_timeout(t.saturating_duration_since(Instant::now())) {
+            edges.map(|t| {
+                match stopped.recv_timeout(t.saturating_duration_since(Instant::now())) {
                     Err(RecvTimeoutError::Timeout) => cpu(),
+                    // The load's own clock ended it at the edge, and this thread woke late.
+                    _ if Instant::now() + EDGE_SLACK >= t => cpu(),
                     _ => None,
-                },
-            )
+                }
+            })
         });
         let w = http_load(cfg, addr, conns, cfg.warmup, cfg.duration, rate, cancel);
         drop(done);
