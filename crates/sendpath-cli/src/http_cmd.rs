@@ -142,6 +142,10 @@ fn fallbacks_line(f: &sendpath::metrics::Fallbacks) -> String {
 }
 
 pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    // With --agent the load starts on the agent, against this host; the address gives the port.
+    if a.remote.agent.is_none() {
+        crate::cli::check_target("http-load", a.target, a.allow_remote)?;
+    }
     raise_nofile(a.connections as usize + 256)?;
     let cfg = LoadConfig {
         target: a.target,

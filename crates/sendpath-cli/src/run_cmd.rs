@@ -21,6 +21,9 @@ fn recv_size(a: &RunArgs, size: usize) -> usize {
 }
 
 pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(addr) = a.connect {
+        crate::cli::check_target("--connect", addr, a.allow_remote)?;
+    }
     let per_thread = a.connections as usize;
     let most_threads = a.threads.iter().copied().max().unwrap_or(1);
     let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();

@@ -196,3 +196,66 @@ fn a_sender_held_back_by_a_slow_link_sleeps() {
         );
     }
 }
+
+/// Load goes only where the user aimed: an address off this host is refused unless
+/// `--allow-remote` is given. Run inside an empty namespace this test creates (nothing but a
+/// loopback device that is down), so that no packet could leave even if the check failed.
+#[test]
+fn load_to_an_address_off_this_host_is_refused_without_allow_remote() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let ns = format!("sendpath-empty-{}", std::process::id());
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    let exe = assert_cmd::cargo::cargo_bin("sendpath");
+    let run = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(&exe)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // 192.0.2.1 is TEST-NET-1 (documentation only), and the namespace has no route anyway.
+    let load = run(&["http-load", "192.0.2.1:80", "-c", "2", "-d", "1s"]);
+    let stream = run(&[
+        "stream",
+        "--connect",
+        "192.0.2.1:5201",
+        "-t",
+        "200ms",
+        "-n",
+        "1",
+    ]);
+    let allowed = run(&[
+        "stream",
+        "--connect",
+        "192.0.2.1:5201",
+        "--allow-remote",
+        "-t",
+        "200ms",
+        "-n",
+        "1",
+    ]);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    for (what, out) in [("http-load", &load), ("stream --connect", &stream)] {
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what} ran: {e}");
+        assert!(
+            e.contains("is not on this host") && e.contains("--allow-remote"),
+            "{what}: {e}"
+        );
+    }
+    // With --allow-remote the check lets it try; in the empty namespace it cannot connect.
+    let e = String::from_utf8_lossy(&allowed.stderr);
+    assert!(
+        !allowed.status.success() && !e.contains("is not on this host"),
+        "{e}"
+    );
+    assert!(e.contains("cannot connect"), "{e}");
+}

@@ -71,9 +71,12 @@ pub(crate) struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct HttpLoadArgs {
-    /// The server, e.g. 127.0.0.1:8080 (loopback or a namespace address only).
+    /// The server, e.g. 127.0.0.1:8080: on this host unless --allow-remote.
     #[arg(value_name = "ADDR")]
     pub target: SocketAddr,
+    /// Load a server that is not on this host (loopback). Only aim at servers you run.
+    #[arg(long)]
+    pub allow_remote: bool,
     /// Keep-alive connections in total.
     #[arg(long, short = 'c', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub connections: u32,

@@ -271,6 +271,17 @@ pub(crate) struct ProbeArgs {
     pub json: bool,
 }
 
+/// Refuses to load an address off this host unless `--allow-remote` was given: a mistyped
+/// address would otherwise receive the whole load.
+pub(crate) fn check_target(flag: &str, addr: SocketAddr, allow_remote: bool) -> anyhow::Result<()> {
+    if allow_remote || addr.ip().to_canonical().is_loopback() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{flag} {addr} is not on this host: sendpath loads only loopback unless --allow-remote is given (for a server or receiver you run there); nothing was sent"
+    )
+}
+
 /// The flag that sets a setting the lab reports an error about.
 pub(crate) fn flag(s: sendpath_lab::setting::Setting) -> &'static str {
     use sendpath_lab::setting::Setting;

@@ -173,9 +173,14 @@ pub(crate) struct StreamArgs {
     /// the table shows bytes per connection: min, median, max).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub connections: u32,
-    /// Send to a receiver elsewhere (e.g. `sendpath sink` or `nc -l`) instead of our own.
+    /// Send to a receiver elsewhere (e.g. `sendpath sink` or `nc -l`) instead of our own; on
+    /// this host unless --allow-remote.
     #[arg(long, short = 'c', value_name = "ADDR", conflicts_with = "agent")]
     pub connect: Option<SocketAddr>,
+    /// Let --connect send to a receiver that is not on this host (loopback). Only aim at
+    /// receivers you run.
+    #[arg(long, requires = "connect")]
+    pub allow_remote: bool,
     /// Pin every sender to CPU S and every receiver to CPU R.
     #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
     pub cpu: Option<(usize, usize)>,
