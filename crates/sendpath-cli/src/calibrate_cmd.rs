@@ -16,6 +16,10 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         Some(p) => p,
         None => bail!("no place for the profile: give --out FILE, or set SENDPATH_PROFILE or HOME"),
     };
+    crate::cli::check_outputs([
+        ("--out", Some(out.as_path())),
+        ("--json", a.json.as_deref()),
+    ])?;
     let points = calibrate::points(&a.sizes, a.duration, a.warmup);
     let schedule = Schedule {
         rounds: a.repeat,

@@ -67,6 +67,7 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
             _ => None,
         },
     };
+    crate::cli::check_outputs([("--json", a.json.as_deref())])?;
     let listeners = serve::bind_listeners(a.listen, workers)
         .with_context(|| format!("listening on {}", a.listen))?;
     let at = listeners
@@ -82,10 +83,11 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         a.duration
     );
     let report = serve::serve(&cfg, listeners, cancel);
+    // The summary first: a --json that cannot be written then loses nothing.
+    print_serve(&report);
     if let Some(path) = &a.json {
         write_json(path, &report)?;
     }
-    print_serve(&report);
     Ok(if report.worker_errors.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -146,6 +148,7 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
     if a.remote.agent.is_none() {
         crate::cli::check_target("http-load", a.target, a.allow_remote)?;
     }
+    crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     raise_nofile(a.connections as usize + 256)?;
     let cfg = LoadConfig {
         target: a.target,
@@ -256,6 +259,7 @@ pub(crate) fn study(
     cancel: &Cancel,
 ) -> anyhow::Result<ExitCode> {
     use sendpath_lab::study::http::{self as study, Host, LoadTool, PlanError, StudyRequest};
+    crate::cli::check_outputs([("--out", Some(dir.join("http-results.json").as_path()))])?;
     let agent = a.remote.target()?;
     let host = Host::detect(agent.as_ref())?;
     let req = StudyRequest {

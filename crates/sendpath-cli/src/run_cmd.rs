@@ -130,6 +130,7 @@ fn run_matrix(
     (topology, agent): (Option<TopologyInfo>, Option<String>),
     cancel: &Cancel,
 ) -> anyhow::Result<std::process::ExitCode> {
+    crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let schedule = Schedule {
         rounds: a.repeat,
         seed: a.seed.unwrap_or_else(fresh_seed),
@@ -148,8 +149,12 @@ fn run_matrix(
         ));
     }
     let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
-    rec.run_rounds(points, file, &mut meter, &|| {})?;
-    rec.print_table();
+    let ran = rec.run_rounds(points, file, &mut meter, &|| {});
+    // A failed round still shows the windows that finished before it.
+    if ran.is_ok() || !rec.results.results.is_empty() {
+        rec.print_table();
+    }
+    ran?;
     rec.finish()
 }
 

@@ -70,6 +70,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         return crate::transfer_cmd::preset(a, &dir, cancel);
     }
     let (dir, mut rec, mut plan) = open_plan(a)?;
+    crate::cli::check_outputs([("--out", Some(dir.join("results.json").as_path()))])?;
     rec.cancel = cancel.clone();
     attach_receiver(a, &mut rec, &mut plan)?;
     eprintln!(

@@ -35,6 +35,7 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         agent: a.remote.target()?,
         netns: a.topology.create(a.remote.agent.is_some())?,
     };
+    crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
         crate::http_cmd::write_json(p, &r.0)?;
@@ -65,6 +66,7 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
         a.remote.target()?,
         a.topology.create(a.remote.agent.is_some())?,
     )?;
+    crate::cli::check_outputs([("--out", Some(dir.join("transfer-results.json").as_path()))])?;
     let r = measure(&cfg, cancel)?;
     crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;
     transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;

@@ -562,3 +562,78 @@ fn many_connections_need_an_io_uring_path() {
         &["--connections"],
     );
 }
+
+/// An output file that cannot be written is refused before the first window, so nothing
+/// measured is lost to it (before, stream, sweep and calibrate found out after measuring).
+#[test]
+fn unwritable_outputs_are_refused_before_anything_is_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("no-such-dir/out.json");
+    let bad = bad.to_str().unwrap();
+    for (args, flag) in [
+        (
+            vec![
+                "stream", "-t", "5s", "--warmup", "0", "-n", "1", "--json", bad,
+            ],
+            "--json",
+        ),
+        (
+            vec![
+                "stream", "-t", "5s", "--warmup", "0", "-n", "1", "--csv", bad,
+            ],
+            "--csv",
+        ),
+        (
+            vec!["rr", "-t", "5s", "--warmup", "0", "-n", "1", "--json", bad],
+            "--json",
+        ),
+        (vec!["calibrate", "-t", "5s", "--out", bad], "--out"),
+        (
+            vec![
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "-t",
+                "5s",
+                "--json",
+                bad,
+            ],
+            "--json",
+        ),
+        (
+            vec!["http-load", "127.0.0.1:9", "-d", "5s", "--json", bad],
+            "--json",
+        ),
+        (
+            vec!["transfer", "-l", "1M", "-n", "1", "--json", bad],
+            "--json",
+        ),
+    ] {
+        let t0 = std::time::Instant::now();
+        let a = sendpath().args(&args).assert().failure();
+        let e = stderr_of(&a);
+        assert!(
+            e.contains(flag) && e.contains("cannot write"),
+            "{args:?}: {e}"
+        );
+        // Refused at once: no 5 s window ran.
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "{args:?} took {:?}",
+            t0.elapsed()
+        );
+    }
+    // A directory as the output is refused too.
+    fails_with(
+        &[
+            "stream",
+            "-t",
+            "5s",
+            "-n",
+            "1",
+            "--json",
+            dir.path().to_str().unwrap(),
+        ],
+        &["--json", "is a directory"],
+    );
+}

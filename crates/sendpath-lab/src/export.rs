@@ -92,6 +92,29 @@ pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Checks, before anything is measured, that [`write_text`] will be able to write `path`:
+/// creates and removes the file it writes first (`PATH.partial`). `-` (standard output) is
+/// always writable.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        return Ok(());
+    }
+    if path.is_dir() {
+        anyhow::bail!("cannot write {}: it is a directory", path.display());
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::remove_file(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
 pub(crate) const CSV_HEADER: [&str; 62] = [

@@ -9,6 +9,7 @@ pub(crate) use run::{
     check_memory, load_profile, Metrics, RrArgs, RunArgs, SinkArgs, StreamArgs, TopologyArgs,
 };
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use parse::*;
 use sendpath_lab::units::parse_duration;
@@ -280,6 +281,20 @@ pub(crate) fn check_target(flag: &str, addr: SocketAddr, allow_remote: bool) -> 
     anyhow::bail!(
         "{flag} {addr} is not on this host: sendpath loads only loopback unless --allow-remote is given (for a server or receiver you run there); nothing was sent"
     )
+}
+
+/// Checks every output file of a command before the first window, so that nothing measured is
+/// lost to a path that cannot be written: `(flag, path)` pairs.
+pub(crate) fn check_outputs<'a>(
+    outputs: impl IntoIterator<Item = (&'a str, Option<&'a std::path::Path>)>,
+) -> anyhow::Result<()> {
+    for (flag, path) in outputs {
+        if let Some(p) = path {
+            sendpath_lab::export::check_writable(p)
+                .with_context(|| format!("{flag} {}", p.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The flag that sets a setting the lab reports an error about.
