@@ -637,3 +637,38 @@ fn unwritable_outputs_are_refused_before_anything_is_measured() {
         &["--json", "is a directory"],
     );
 }
+
+/// A sender that goes silent is named as what the sink's --timeout caught, not as an EAGAIN.
+#[test]
+fn a_sink_timeout_says_what_timed_out() {
+    let addr = common::free_loopback_addr();
+    let sink = std::process::Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args(["sink", "--listen", &addr, "--timeout", "2s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut c = loop {
+        match std::net::TcpStream::connect(&addr) {
+            Ok(c) => break c,
+            Err(_) if t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("the sink never listened: {e}"),
+        }
+    };
+    std::io::Write::write_all(&mut c, &[0u8; 100]).unwrap();
+    let out = sink.wait_with_output().unwrap();
+    drop(c);
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success());
+    assert!(
+        o.contains("no data for") && !o.contains("os error 11"),
+        "{o}"
+    );
+    assert!(e.contains("--timeout"), "{e}");
+}

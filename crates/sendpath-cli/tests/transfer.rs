@@ -150,3 +150,45 @@ fn bad_transfer_input_is_refused_with_advice() {
         "{text}"
     );
 }
+
+/// A receiver that cannot write its sink file says so: before, the sender's "connection reset
+/// by peer" was all the error said.
+#[test]
+fn a_sink_file_that_cannot_be_written_is_named_as_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    common::fails_with(
+        &[
+            "transfer",
+            "-l",
+            "1M",
+            "-s",
+            "sendfile",
+            "-n",
+            "1",
+            "--sink-file",
+            d,
+        ],
+        &["--sink-file", "the receiver failed", "cannot create it"],
+    );
+    if std::path::Path::new("/dev/full").exists() {
+        common::fails_with(
+            &[
+                "transfer",
+                "-l",
+                "1M",
+                "-s",
+                "sendfile",
+                "-n",
+                "1",
+                "--sink-file",
+                "/dev/full",
+            ],
+            &[
+                "--sink-file",
+                "is the disk full?",
+                "No space left on device",
+            ],
+        );
+    }
+}

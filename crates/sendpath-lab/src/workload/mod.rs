@@ -4,7 +4,7 @@ pub mod rr;
 pub mod sink;
 pub mod stream;
 
-use crate::setting::{About, Setting};
+use crate::setting::{invalid, About, Setting};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
@@ -47,6 +47,13 @@ pub(crate) fn receive(
             Ok(0) => return Ok(v),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if is_timeout(&e) => {
+                let waited = s.read_timeout().ok().flatten().unwrap_or_default();
+                return Err(invalid(
+                    Setting::Timeout,
+                    format!("receiver: no data for {waited:?} after {total} bytes: its time limit ran out"),
+                ));
+            }
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!("receiver: the stream broke at byte offset {total} (before a clean end of stream)")
@@ -59,6 +66,14 @@ pub(crate) fn receive(
         total += n as u64;
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// Whether a read failed because its socket's read timeout ran out.
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 /// Reads every connection in `socks` to EOF on one thread (epoll, level-triggered, one read

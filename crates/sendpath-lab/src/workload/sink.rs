@@ -55,7 +55,7 @@ pub fn run(
         ));
     }
     let mut bad = 0;
-    let mut failed = 0;
+    let (mut failed, mut timed_out) = (0, 0);
     for h in handles {
         let (peer, el, bytes, v) = h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
         let gbps = bytes as f64 * 8.0 / el.as_secs_f64() / 1e9;
@@ -78,9 +78,16 @@ pub fn run(
             }
             Err(e) => {
                 failed += 1;
+                timed_out += usize::from(crate::setting::of(&e) == Some(Setting::Timeout));
                 println!("{peer}: {bytes} bytes, then error: {e:#}");
             }
         }
+    }
+    if timed_out > 0 {
+        return Err(invalid(
+            Setting::Timeout,
+            format!("{timed_out} connection(s) sent nothing for the rest of the {timeout:?} the sink waits (see above)"),
+        ));
     }
     if failed > 0 {
         bail!("{failed} connection(s) ended with an error (see above)");

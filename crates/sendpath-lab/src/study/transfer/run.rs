@@ -201,9 +201,17 @@ fn transfer_once(
         Far::Done(r) => (Ok(r), true),
         Far::Agent(_) => (Err(anyhow::anyhow!("the agent did not report")), true),
     };
-    let note =
-        sent.with_context(|| format!("{} of {}", method.label(), fmt_size(file.len as usize)))?;
-    let got = got?;
+    let what = || format!("{} of {}", method.label(), fmt_size(file.len as usize));
+    let (note, got) = match (sent, got) {
+        // The receiver's own error is the cause; what the sender saw (a reset) follows from it.
+        (Err(tx), Err(rx)) => {
+            return Err(rx.context(format!(
+                "{}: the receiver failed (the sender saw: {tx:#})",
+                what()
+            )))
+        }
+        (sent, got) => (sent.with_context(what)?, got?),
+    };
     if got.bytes != file.len {
         bail!(
             "{}: the receiver got {} bytes of a {}-byte file",
