@@ -337,3 +337,14 @@ fn report_redraws_results_written_by_the_previous_layout() {
         assert!(page.matches("<svg").count() >= 2, "{name}: no plots");
     }
 }
+
+/// `--resume` keeps what the sweep was started with; a flag that would change it is refused,
+/// not silently ignored.
+#[test]
+fn resume_refuses_flags_that_would_change_the_sweep() {
+    for flag in [["-p", "pa02"], ["-n", "3"], ["-t", "1s"], ["--seed", "7"]] {
+        let mut args = vec!["sweep", "--resume", "sendpath-results/latest"];
+        args.extend(flag);
+        fails_with(&args, &["cannot be used with", flag[0].trim_start_matches('-')]);
+    }
+}

@@ -208,8 +208,10 @@ pub(crate) struct SweepArgs {
     /// Output directory (default: sendpath-results/PRESET-TIME, linked as sendpath-results/latest).
     #[arg(long, value_name = "DIR", conflicts_with = "resume")]
     pub out: Option<PathBuf>,
-    /// Continue an interrupted sweep in DIR, measuring only the points it lacks.
-    #[arg(long, value_name = "DIR")]
+    /// Continue an interrupted sweep in DIR, measuring only the points it lacks. It keeps the
+    /// preset, windows, warmup, rounds and seed the sweep was started with: the flags that set
+    /// those are refused with it.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "duration", "warmup", "repeat", "seed"])]
     pub resume: Option<PathBuf>,
     /// Measured time per repeat (overrides the preset).
     #[arg(long, short = 't', value_parser = positive_duration, conflicts_with = "resume")]
