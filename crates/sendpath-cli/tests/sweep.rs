@@ -342,9 +342,13 @@ fn report_redraws_results_written_by_the_previous_layout() {
 /// not silently ignored.
 #[test]
 fn resume_refuses_flags_that_would_change_the_sweep() {
-    for flag in [["-p", "pa02"], ["-n", "3"], ["-t", "1s"], ["--seed", "7"]] {
-        let mut args = vec!["sweep", "--resume", "sendpath-results/latest"];
-        args.extend(flag);
-        fails_with(&args, &["cannot be used with", flag[0].trim_start_matches('-')]);
+    for (flag, value, long) in [
+        ("-p", "pa02", "'--preset <PRESET>'"),
+        ("-n", "3", "'--repeat <REPEAT>'"),
+        ("-t", "1s", "'--duration <DURATION>'"),
+        ("--seed", "7", "'--seed <SEED>'"),
+    ] {
+        let args = ["sweep", "--resume", "sendpath-results/latest", flag, value];
+        fails_with(&args, &["cannot be used with", long]);
     }
 }
