@@ -621,6 +621,10 @@ pub struct Row {
     /// filled per message).
     #[serde(default)]
     pub alloc: crate::traffic::mix::Alloc,
+    /// The window each repeat was asked to measure, seconds; null in files written before it
+    /// was recorded.
+    #[serde(default)]
+    pub window_s: Option<f64>,
 }
 
 fn one() -> usize {
@@ -747,6 +751,8 @@ impl Row {
                 t.rwnd_stalled_windows, t.windows
             ));
         }
+        self.warnings.extend(self.fallback_warning());
+        self.warnings.extend(self.window_warnings());
         if self.repeats.len() == 1 {
             self.warnings
                 .push("a single repeat: no spread is known (use --repeat 3 or more)".into());
@@ -772,6 +778,62 @@ impl Row {
                 self.integrity.mismatches
             ));
         }
+    }
+
+    /// When most of a zero-copy path's sends went by copy: how many, why, and what to do.
+    fn fallback_warning(&self) -> Option<String> {
+        let f = self.zerocopy.fallbacks;
+        let fell = f.total();
+        let sends = self.zerocopy.attempts + fell;
+        if fell == 0 || fell * 2 <= sends {
+            return None;
+        }
+        let reasons: Vec<String> = [
+            ("ENOBUFS", f.enobufs),
+            ("ENOMEM", f.enomem),
+            ("in-flight cap", f.inflight_cap),
+            ("unsupported", f.unsupported),
+        ]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect();
+        let advice = if f.enobufs + f.enomem > 0 {
+            "the memory the kernel may pin for this user ran out: raise `ulimit -l` (and optmem_max) or run as root"
+        } else if f.inflight_cap > 0 {
+            "the in-flight cap was full: raise --inflight"
+        } else {
+            "the socket or kernel does not take zero-copy sends here"
+        };
+        Some(format!(
+            "{:.0}% of {} sends went by copy ({}): {advice}; this row measures copy, not zero-copy",
+            fell as f64 * 100.0 / sends as f64,
+            self.strategy,
+            reasons.join(", ")
+        ))
+    }
+
+    /// Windows that ran much longer than asked, or moved less than one message.
+    fn window_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let longest = self.repeats.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
+        if let Some(asked) = self.window_s.filter(|a| longest > a * 1.5 + 0.5) {
+            out.push(format!(
+                "a window lasted {longest:.1} s against the {asked:.1} s asked: the senders could not stop sooner (a slow receiver, many connections or large messages); the figures cover the whole {longest:.1} s"
+            ));
+        }
+        let short = self
+            .repeats
+            .iter()
+            .filter(|r| r.bytes < self.size_bytes as u64)
+            .count();
+        if short > 0 && self.workload == Workload::Stream && self.size_mix.is_none() {
+            out.push(format!(
+                "{short} window(s) moved less than one {} message, so their throughput reads near 0 though the bytes arrived: raise --duration",
+                crate::units::fmt_size(self.size_bytes)
+            ));
+        }
+        out
     }
 
     fn summarise_latency(&mut self) {
@@ -947,5 +1009,51 @@ mod tests {
         }
         ok.summarise();
         assert!(ok.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_row_says_when_zero_copy_went_by_copy_and_when_windows_misled() {
+        let mut r = Row {
+            strategy: sendpath::Strategy::MsgZerocopy,
+            size_bytes: 1 << 30,
+            window_s: Some(0.5),
+            ..Row::default()
+        };
+        for round in 0..2 {
+            let mut rep = Repeat {
+                round,
+                elapsed_s: if round == 0 { 11.0 } else { 0.5 },
+                bytes: 0,
+                ..Default::default()
+            };
+            rep.zerocopy.attempts = 1;
+            rep.zerocopy.fallbacks.enobufs = 171;
+            r.repeats.push(rep);
+        }
+        r.summarise();
+        let all = r.warnings.join("\n");
+        assert!(
+            all.contains("99% of msg-zerocopy sends went by copy (ENOBUFS x342)")
+                && all.contains("ulimit -l"),
+            "{all}"
+        );
+        assert!(
+            all.contains("lasted 11.0 s against the 0.5 s asked"),
+            "{all}"
+        );
+        assert!(
+            all.contains("2 window(s) moved less than one 1GiB message"),
+            "{all}"
+        );
+        // A row whose sends mostly went zero-copy says nothing of it.
+        r.repeats
+            .iter_mut()
+            .for_each(|p| p.zerocopy.attempts = 1000);
+        r.summarise();
+        assert!(
+            !r.warnings.join("\n").contains("went by copy"),
+            "{:?}",
+            r.warnings
+        );
     }
 }

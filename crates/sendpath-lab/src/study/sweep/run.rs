@@ -103,6 +103,7 @@ impl Point {
                     }),
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
+                window_s: Some(p.duration.as_secs_f64()),
                 ..Default::default()
             },
             Point::Rr(p) => Row {
@@ -118,6 +119,7 @@ impl Point {
                 rate_per_s: p.rate,
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
+                window_s: Some(p.duration.as_secs_f64()),
                 ..Default::default()
             },
         }
