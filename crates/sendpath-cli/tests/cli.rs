@@ -672,3 +672,86 @@ fn a_sink_timeout_says_what_timed_out() {
     );
     assert!(e.contains("--timeout"), "{e}");
 }
+
+/// As a normal user, zero-copy sends run into the locked-memory limit (`ulimit -l`, 8 MiB
+/// here; root is exempt): they must fall back to copy, counted by reason, and the run must end
+/// on time. Before, uring-zc resent a chain the kernel refused for ever and never ended.
+#[test]
+fn zero_copy_past_the_locked_memory_limit_falls_back_and_ends_as_a_normal_user() {
+    use std::os::unix::fs::PermissionsExt;
+    if sendpath::host::euid() != 0 {
+        common::skip("needs root to run the binary as another (unprivileged) user");
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        common::skip("no setpriv (util-linux)");
+        return;
+    }
+    // The binary and the output where user 65534 can reach them.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe = dir.path().join("sendpath");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("sendpath"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let json = dir.path().join("out.json");
+    let t0 = std::time::Instant::now();
+    let out = std::process::Command::new("timeout")
+        .args([
+            "-s",
+            "KILL",
+            "120",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .arg(&exe)
+        .args([
+            "stream",
+            "-s",
+            "uring-zc,msg-zerocopy",
+            "-l",
+            "1M,16M",
+            "-t",
+            "1s",
+            "-n",
+            "1",
+        ])
+        .args(["--warmup", "0", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{:?}\n{o}\n{e}", out.status);
+    // Four 1 s windows and their setup: far from the timeout.
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        let f = &r["zerocopy"]["fallbacks"];
+        let fell = f["enobufs"].as_u64().unwrap() + f["enomem"].as_u64().unwrap();
+        let name = format!("{} {}", r["strategy"], r["size_bytes"]);
+        assert!(
+            r["throughput_gbps"]["median"].as_f64().unwrap() > 0.0,
+            "{name}: {r}"
+        );
+        // 16 MiB pinned at once is past the 8 MiB limit: every such send went by copy.
+        if r["size_bytes"] == 16 << 20 {
+            assert!(fell > 0, "{name}: no fallback counted: {f}");
+            let warned = r["warnings"].as_array().unwrap().iter().any(|w| {
+                let w = w.as_str().unwrap();
+                w.contains("sends went by copy") && w.contains("ulimit -l")
+            });
+            assert!(warned, "{name}: {:?}", r["warnings"]);
+        }
+    }
+    assert!(o.contains("sends went by copy"), "{o}");
+}

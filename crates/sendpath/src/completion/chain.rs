@@ -72,6 +72,12 @@ pub fn settle_chain(chain: &[ChainEntry], results: &[i32]) -> Settled {
                     }
                 }
             }
+        } else if res == -libc::ENOMEM && e.zc {
+            // A SEND_ZC that failed to be prepared (its pages could not be charged to the
+            // locked-memory limit) fails the links before it with ECANCELED: it goes by copy
+            // on the resend, or the chain would fail the same way for ever.
+            s.enomem += 1;
+            s.resend.push(ChainEntry { zc: false, ..*e });
         } else if res == -libc::ECANCELED {
             s.resend.push(*e);
         } else if res >= 0 && res as usize == want {
@@ -88,6 +94,22 @@ pub fn settle_chain(chain: &[ChainEntry], results: &[i32]) -> Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_send_zc_that_failed_after_cancelled_links_goes_by_copy() {
+        // io_uring fails a chain whose later link could not be prepared (ENOMEM past the
+        // locked-memory limit) by cancelling the links before it.
+        let c = [e(0, 10, true), e(1, 10, true), e(2, 10, true)];
+        let s = settle_chain(&c, &[-libc::ECANCELED, -libc::ECANCELED, -libc::ENOMEM]);
+        assert_eq!(s.enomem, 1);
+        assert_eq!(s.error, None);
+        assert_eq!(s.resend.len(), 3);
+        assert!(
+            s.resend[0].zc && s.resend[1].zc && !s.resend[2].zc,
+            "{:?}",
+            s.resend
+        );
+    }
 
     fn e(slot: u32, len: usize, zc: bool) -> ChainEntry {
         ChainEntry {
