@@ -13,16 +13,29 @@ use clap::Parser;
 use sendpath_lab::cancel::Cancel;
 use std::process::ExitCode;
 
+/// Exits with 130 after undoing what the run set up (namespaces, child processes).
+fn exit_now() -> ! {
+    sendpath_lab::cancel::run_cleanups();
+    std::process::exit(130)
+}
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    // Ctrl-C cancels the run: the current window is dropped, finished ones are written. A
-    // second Ctrl-C exits at once.
+    // Ctrl-C or SIGTERM cancels the run: the current window is dropped, finished ones are
+    // written (after every window). Whatever the run is waiting for, the process exits within
+    // a second, removing the namespaces and stopping the servers it started; a second signal
+    // exits at once.
     let cancel = Cancel::new();
     let on_signal = cancel.clone();
     let _ = ctrlc::set_handler(move || {
         if on_signal.cancel() {
-            std::process::exit(130);
+            exit_now();
         }
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            eprintln!("interrupted: the run did not stop within 1 s; finished windows are written");
+            exit_now();
+        });
     });
     let result = match &args.command {
         cli::Command::Probe(a) => probe_cmd::run(a),

@@ -755,3 +755,51 @@ fn zero_copy_past_the_locked_memory_limit_falls_back_and_ends_as_a_normal_user()
     }
     assert!(o.contains("sends went by copy"), "{o}");
 }
+
+/// The first Ctrl-C stops a run within about a second, whatever it waits for: here an io_uring
+/// sender whose receiver stopped reading (before, the run hung in its sends for ever).
+#[test]
+fn the_first_interrupt_stops_a_run_stuck_on_a_stalled_receiver() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    // Accepts and never reads.
+    let held = std::thread::spawn(move || {
+        let c = l.accept().map(|(c, _)| c);
+        std::thread::sleep(Duration::from_secs(15));
+        drop(c);
+    });
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args([
+            "stream",
+            "-s",
+            "uring",
+            "--connect",
+            &addr,
+            "-t",
+            "30s",
+            "-n",
+            "1",
+        ])
+        .args(["--warmup", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(8) {
+            let _ = child.kill();
+            panic!("still running 8 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(130));
+    drop(held);
+}

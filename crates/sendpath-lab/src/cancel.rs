@@ -45,6 +45,49 @@ impl Cancel {
     }
 }
 
+/// What must be undone if the process is made to exit before the code that made it can undo
+/// it: namespaces created, child processes started. Each entry removes itself when its owner
+/// cleans up normally ([`Cleanup`] on drop); [`run_cleanups`] runs the rest.
+type Undo = Box<dyn FnOnce() + Send>;
+
+static CLEANUPS: std::sync::Mutex<Vec<(u64, Undo)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_CLEANUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A registered undo, withdrawn when dropped (its owner undid the thing itself).
+#[derive(Debug)]
+pub struct Cleanup(u64);
+
+impl Cleanup {
+    /// Registers `undo` to run if the process exits through [`run_cleanups`] first.
+    pub fn register(undo: impl FnOnce() + Send + 'static) -> Cleanup {
+        let id = NEXT_CLEANUP.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut c) = CLEANUPS.lock() {
+            c.push((id, Box::new(undo)));
+        }
+        Cleanup(id)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Ok(mut c) = CLEANUPS.lock() {
+            c.retain(|(id, _)| *id != self.0);
+        }
+    }
+}
+
+/// Runs every undo still registered (namespaces removed, child processes stopped), once: for
+/// a process about to exit without unwinding.
+pub fn run_cleanups() {
+    let undos = CLEANUPS
+        .lock()
+        .map(|mut c| std::mem::take(&mut *c))
+        .unwrap_or_default();
+    for (_, undo) in undos {
+        undo();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +106,21 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(!t.join().unwrap(), "first cancel");
         assert!(c.cancel(), "second cancel reports the first");
+    }
+
+    #[test]
+    fn cleanups_run_once_unless_their_owner_undid_them() {
+        let ran = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (a, b) = (ran.clone(), ran.clone());
+        let kept = Cleanup::register(move || {
+            a.fetch_add(1, Ordering::Relaxed);
+        });
+        drop(Cleanup::register(move || {
+            b.fetch_add(10, Ordering::Relaxed);
+        }));
+        run_cleanups();
+        run_cleanups();
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        drop(kept);
     }
 }

@@ -50,6 +50,8 @@ pub struct NetnsSpec {
 #[derive(Debug)]
 pub struct Netns {
     info: TopologyInfo,
+    /// Removes the namespace if the process exits before this is dropped.
+    _at_exit: crate::cancel::Cleanup,
 }
 
 /// Runs a command, failing with its stderr.
@@ -146,7 +148,11 @@ impl Netns {
             bail!("interface name {h} is too long");
         }
         run("ip", &["netns", "add", &name])?;
+        let gone = name.clone();
         let ns = Netns {
+            _at_exit: crate::cancel::Cleanup::register(move || {
+                let _ = run("ip", &["netns", "del", &gone]);
+            }),
             info: TopologyInfo {
                 kind: "netns".into(),
                 namespace: name.clone(),

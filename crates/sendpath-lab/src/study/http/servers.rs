@@ -104,6 +104,8 @@ pub(super) struct Running {
     child: Child,
     server: Server,
     report: Option<PathBuf>,
+    /// Kills the server if the process exits before it is stopped.
+    _at_exit: crate::cancel::Cleanup,
 }
 
 impl Running {
@@ -187,7 +189,13 @@ pub(super) fn start(
         }
         Server::Nginx => (spawn_nginx(cfg, addr, body, conns)?, None),
     };
+    let pid = child.id();
     let running = Running {
+        _at_exit: crate::cancel::Cleanup::register(move || {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+            }
+        }),
         child,
         server,
         report,

@@ -269,6 +269,15 @@ pub(crate) fn run_once(
     }
 }
 
+/// What a repeat may run past its warmup and window before a send that makes no progress is
+/// abandoned.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// How long one blocking send may make no progress: the whole repeat and its grace.
+fn stall_limit(pt: &StreamPoint) -> Duration {
+    pt.warmup + pt.duration + GRACE
+}
+
 /// Connects sender thread `i`'s connections (accepting them when the receiver is ours) and
 /// starts its receiver and sender threads.
 fn start_thread(
@@ -293,6 +302,9 @@ fn start_thread(
             None => tx.with_context(what)?,
         };
         tx.set_nodelay(false).ok();
+        // A send that makes no progress for the whole repeat and the grace after it ends with
+        // EAGAIN (blocking paths), so a stalled receiver cannot hold the run for ever.
+        tx.set_write_timeout(Some(stall_limit(pt))).ok();
         // Duplicates of both ends, to read TCP's counters around the window.
         if probe {
             threads.probes.0.extend(tx.try_clone().ok());

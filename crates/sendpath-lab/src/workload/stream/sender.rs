@@ -128,6 +128,8 @@ impl Multiplexed<'_> {
 
 /// One sender thread's settings, moved into it.
 pub(super) struct Sender {
+    /// How long one send may make no progress (its socket's send timeout).
+    stall: Duration,
     strategy: Strategy,
     size: usize,
     sizes: Option<MixSizes>,
@@ -141,12 +143,14 @@ pub(super) struct Sender {
 
 impl Sender {
     pub(super) fn new(pt: &StreamPoint, i: usize, file: Option<&PatternFile>) -> Sender {
+        let stall = super::stall_limit(pt);
         let mut opts = pt.opts.clone();
         opts.file = file.map(|f| f.file.clone());
         let file_len = file.map_or(0, |f| f.len);
         let cold = pt.cold && file.is_some();
         let (first, limit) = file_part(file_len, i, pt.threads, cold);
         Sender {
+            stall,
             strategy: pt.strategy,
             size: pt.size,
             sizes: pt.mix.as_ref().map(|m| m.sizes(i as u64)),
@@ -194,7 +198,9 @@ impl Sender {
         let result = self.pump(p.as_mut(), stop, sent);
         finished.fetch_add(1, Ordering::Relaxed);
         let _ = p.socket().shutdown(std::net::Shutdown::Write);
-        result.with_context(|| format!("{strategy} sender"))?;
+        result
+            .map_err(|e| stalled(e, self.stall))
+            .with_context(|| format!("{strategy} sender"))?;
         Ok((p.stats().clone(), p.note().map(String::from)))
     }
 
@@ -221,6 +227,20 @@ impl Sender {
         p.finish(Duration::from_secs(2))?;
         Ok(())
     }
+}
+
+/// A send that timed out (`EAGAIN` after the socket's send timeout) named as what it means.
+fn stalled(e: anyhow::Error, limit: Duration) -> anyhow::Error {
+    let timed_out = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(crate::workload::is_timeout)
+    });
+    if !timed_out {
+        return e;
+    }
+    e.context(format!(
+        "no progress for {limit:?}: the receiver stopped taking bytes, or the link carries less than one message in the window; the window was abandoned"
+    ))
 }
 
 #[cfg(test)]
