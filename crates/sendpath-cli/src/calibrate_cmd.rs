@@ -16,8 +16,20 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         Some(p) => p,
         None => bail!("no place for the profile: give --out FILE, or set SENDPATH_PROFILE or HOME"),
     };
+    // The profile's directory is made as saving it would (~/.config/sendpath, say).
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| {
+            format!(
+                "{} {}: cannot create {}",
+                out_flag_name(a),
+                out.display(),
+                dir.display()
+            )
+        })?;
+    }
+    let out_flag = out_flag_name(a);
     crate::cli::check_outputs([
-        ("--out", Some(out.as_path())),
+        (out_flag, Some(out.as_path())),
         ("--json", a.json.as_deref()),
     ])?;
     let points = calibrate::points(&a.sizes, a.duration, a.warmup);
@@ -141,4 +153,13 @@ fn measure(
         rec.run_rounds(&more, None, &mut meter, &|| {})?;
     }
     Ok(rec)
+}
+
+/// What the profile's path is called in errors: the flag that gave it, or what it is.
+fn out_flag_name(a: &CalibrateArgs) -> &'static str {
+    if a.out.is_some() {
+        "--out"
+    } else {
+        "the profile"
+    }
 }
