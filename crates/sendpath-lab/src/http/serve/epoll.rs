@@ -61,7 +61,7 @@ pub(super) fn epoll_worker(
     ready: &AtomicUsize,
 ) -> WorkerResult {
     let base = Base::new(cfg, ready)?;
-    let mut w = Epoll::open(cfg, listener, base).map_err(|b| Box::new((b.0.c, b.1)))?;
+    let mut w = Epoll::open(cfg, listener, base).map_err(Base::failed_setup)?;
     w.base.ready.mark();
     let mut events = Vec::with_capacity(512);
     while !cancel.is_cancelled() && Instant::now() < w.base.end {

@@ -79,7 +79,7 @@ pub(super) fn ring_worker(
     ready: &AtomicUsize,
 ) -> WorkerResult {
     let base = Base::new(cfg, ready)?;
-    let mut ring = Ring::open(cfg, listener, base).map_err(|b| Box::new((b.0.c, b.1)))?;
+    let mut ring = Ring::open(cfg, listener, base).map_err(Base::failed_setup)?;
     ring.base.ready.mark();
     if let Err(e) = ring.run(cancel, open) {
         ring.base.c.send = Some(ring.d.total_stats());

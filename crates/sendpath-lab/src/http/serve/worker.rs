@@ -252,6 +252,12 @@ impl<'a> Base<'a> {
         })
     }
 
+    /// A setup that failed after the base was made: what it counted, and why.
+    pub(super) fn failed_setup(b: Box<(Base<'a>, String)>) -> Box<(Counts, String)> {
+        let (base, why) = *b;
+        Box::new((base.c, why))
+    }
+
     /// The worker gives up with `why`, keeping what it counted.
     pub(super) fn fail(self, why: String) -> WorkerResult {
         Err(Box::new((self.c, why)))
