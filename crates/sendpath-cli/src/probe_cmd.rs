@@ -183,10 +183,13 @@ fn host_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
         ("RLIMIT_MEMLOCK hard", bytes(r.memlock.hard_bytes)),
         (
             "memlock exempt",
-            if r.memlock.exempt {
-                "yes (CAP_IPC_LOCK)".into()
-            } else {
-                "no: pinned pages are charged to RLIMIT_MEMLOCK".into()
+            match (r.memlock.exempt, r.memlock.soft_bytes) {
+                (true, _) => "yes (CAP_IPC_LOCK): zero-copy sends pin as much as they like".into(),
+                (false, None) => "no, but the limit is unlimited".into(),
+                (false, Some(b)) => format!(
+                    "no: zero-copy sends in flight may pin about {} MiB of pages at once (all of this user's sockets); past it they go by copy (ENOBUFS, ENOMEM). Raise `ulimit -l` or run as root for more",
+                    b >> 20
+                ),
             },
         ),
         (
