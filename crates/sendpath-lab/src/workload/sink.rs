@@ -54,6 +54,23 @@ pub fn run(
             format!("no sender connected within {timeout:?}"),
         ));
     }
+    report(handles, mode, timeout)
+}
+
+type Received = (
+    SocketAddr,
+    Duration,
+    u64,
+    anyhow::Result<sendpath::pattern::Verifier>,
+);
+
+/// Prints a line per connection, then the run's error: connections that timed out (naming
+/// the timeout), that failed, or bytes that did not match.
+fn report(
+    handles: Vec<std::thread::JoinHandle<Received>>,
+    mode: RecvMode,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let mut bad = 0;
     let (mut failed, mut timed_out) = (0, 0);
     for h in handles {

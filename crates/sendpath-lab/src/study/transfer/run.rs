@@ -192,26 +192,8 @@ fn transfer_once(
         // Our receiver waits in accept(): a connection that closes at once releases it.
         let _ = TcpStream::connect(addr);
     }
-    let (got, remote) = match far {
-        Far::Local(h) => (
-            h.join()
-                .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))?,
-            false,
-        ),
-        Far::Done(r) => (Ok(r), true),
-        Far::Agent(_) => (Err(anyhow::anyhow!("the agent did not report")), true),
-    };
     let what = || format!("{} of {}", method.label(), fmt_size(file.len as usize));
-    let (note, got) = match (sent, got) {
-        // The receiver's own error is the cause; what the sender saw (a reset) follows from it.
-        (Err(tx), Err(rx)) => {
-            return Err(rx.context(format!(
-                "{}: the receiver failed (the sender saw: {tx:#})",
-                what()
-            )))
-        }
-        (sent, got) => (sent.with_context(what)?, got?),
-    };
+    let (note, got, remote) = settle(far, sent, what)?;
     if got.bytes != file.len {
         bail!(
             "{}: the receiver got {} bytes of a {}-byte file",
@@ -234,6 +216,32 @@ fn transfer_once(
         },
         note,
     ))
+}
+
+/// The far end's side of a transfer once the sender is done: what the sender noted, what the
+/// receiver got, and whether the receiver was remote. When both ends failed, the receiver's
+/// error is the cause (the sender saw its effect, a reset).
+fn settle(
+    far: Far,
+    sent: anyhow::Result<Option<String>>,
+    what: impl Fn() -> String,
+) -> anyhow::Result<(Option<String>, Received, bool)> {
+    let (got, remote) = match far {
+        Far::Local(h) => (
+            h.join()
+                .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))?,
+            false,
+        ),
+        Far::Done(r) => (Ok(r), true),
+        Far::Agent(_) => (Err(anyhow::anyhow!("the agent did not report")), true),
+    };
+    match (sent, got) {
+        (Err(tx), Err(rx)) => Err(rx.context(format!(
+            "{}: the receiver failed (the sender saw: {tx:#})",
+            what()
+        ))),
+        (sent, got) => Ok((sent.with_context(&what)?, got?, remote)),
+    }
 }
 
 /// Creates the source files (one per size) where cold runs can drop them from the cache.
