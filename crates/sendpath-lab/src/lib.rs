@@ -32,3 +32,8 @@ pub mod topology;
 pub mod traffic;
 pub mod units;
 pub mod workload;
+
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod sys;

@@ -563,50 +563,50 @@ mod tests {
     }
 
     #[test]
-    fn a_million_generated_lines_never_panic() {
-        // Mutations of valid lines and random bytes: each parses or is refused, and the
-        // parser never holds more than the line it was given.
+    fn a_million_generated_lines_parse_or_are_refused_in_bounded_memory_and_round_trip() {
+        // Mutations of valid lines and random bytes: each parses or is refused; the parser
+        // holds at most a small multiple of the line; what it accepts reads back the same.
         let seeds: [&[u8]; 6] = [
             br#"{"v":1,"op":"http-load","connections":100,"threads":2,"port":8080,"path":"/x","rate":500,"warmup_ms":100,"duration_ms":1000}"#,
-            br#"{"v":1,"op":"hello","token":"s3cret"}"#,
+            br#"{"v":1,"op":"hello","token":"s3cret-and-longer-than-16"}"#,
             br#"{"v":1,"op":"rr-client","connections":8,"port":40999,"request":64,"response":64,"recv":"copy","size_mix":"88:70,4K:30","rate":1000.5,"warmup_ms":500,"duration_ms":2000}"#,
             br#"{"v":1,"op":"receive","connections":2,"recv":"copy","recv_size":65536,"max_seconds":10}"#,
             br#"{"v":1,"op":"sample"}"#,
-            br#"{"v":1,"op":"finish"}"#,
+            br#"{"v":1,"ok":true,"bytes":1234,"cpu_user_ns":5,"cpu_system_ns":6}"#,
         ];
-        let alphabet = b"{}[]\":,0123456789-+.eEtrufalsn \\u\x00\xff\n";
         let mut rng = fastrand::Rng::with_seed(12);
-        let (mut ok, mut refused) = (0u32, 0u32);
+        let (mut ok, mut refused, mut replies) = (0u32, 0u32, 0u32);
         let mut buf = Vec::with_capacity(MAX_LINE * 2);
         for i in 0..1_000_000u32 {
-            buf.clear();
-            if i % 4 == 3 {
-                let n = rng.usize(0..64);
-                buf.extend((0..n).map(|_| rng.u8(..)));
-            } else {
-                buf.extend_from_slice(seeds[rng.usize(0..seeds.len())]);
-                for _ in 0..rng.usize(1..4) {
-                    let at = rng.usize(0..=buf.len());
-                    match rng.u8(0..4) {
-                        0 if at < buf.len() => {
-                            buf.remove(at);
-                        }
-                        1 => buf.insert(at, alphabet[rng.usize(0..alphabet.len())]),
-                        2 if at < buf.len() => buf[at] = alphabet[rng.usize(0..alphabet.len())],
-                        _ => {
-                            let n = rng.usize(0..3000);
-                            buf.splice(at..at, std::iter::repeat_n(b'9', n));
-                        }
-                    }
+            crate::fuzz::input(&mut rng, i, &seeds, &mut buf);
+            let (parsed, peak) = crate::sys::peak_during(|| parse_request(&buf));
+            assert!(
+                peak <= 16 * buf.len().min(MAX_LINE + 1) + (16 << 10),
+                "{peak} bytes held to parse {} bytes: {:?}",
+                buf.len(),
+                String::from_utf8_lossy(&buf)
+            );
+            match parsed {
+                Ok(req) => {
+                    ok += 1;
+                    let line: RequestLine = serde_json::from_slice(&buf).unwrap();
+                    let again = parse_request(serde_json::to_string(&line).unwrap().as_bytes());
+                    assert_eq!(again.as_ref().ok(), Some(&req), "{line:?}");
                 }
-            }
-            match parse_request(&buf) {
-                Ok(_) => ok += 1,
                 Err(_) => refused += 1,
             }
-            let _ = parse_reply(&buf);
+            if let Ok(r) = parse_reply(&buf) {
+                replies += 1;
+                let again = parse_reply(r.line().as_bytes()).unwrap();
+                assert_eq!(
+                    serde_json::to_value(&again).unwrap(),
+                    serde_json::to_value(&r).unwrap()
+                );
+            }
         }
-        println!("agent protocol fuzz: 1000000 lines, {ok} parsed, {refused} refused");
-        assert!(ok > 0 && refused > 0);
+        println!(
+            "agent protocol: 1000000 lines, {ok} parsed, {refused} refused, {replies} replies"
+        );
+        assert!(ok > 0 && refused > 0 && replies > 0);
     }
 }
