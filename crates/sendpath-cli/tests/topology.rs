@@ -259,3 +259,44 @@ fn load_to_an_address_off_this_host_is_refused_without_allow_remote() {
     );
     assert!(e.contains("cannot connect"), "{e}");
 }
+
+/// A link far slower than one message per window: the run stops by itself, says why, and
+/// removes its namespace (before, it had to be killed and left the namespace behind).
+#[test]
+fn a_link_too_slow_for_the_window_ends_the_run_with_the_reason() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let child = Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args([
+            "stream",
+            "--topology",
+            "netns",
+            "--rate",
+            "8kbit",
+            "-l",
+            "64K",
+        ])
+        .args(["-t", "1s", "-n", "1", "--warmup", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its namespace is named after its process id (other tests run their own meanwhile).
+    let ours = format!("sendpath-t-{}-", child.id());
+    let out = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    // The window, the stall limit (window + 2 s) and the receivers' grace: well under 30 s.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(
+        !out.status.success() && e.contains("no progress for"),
+        "{e}"
+    );
+    assert!(!namespaces().contains(&ours), "{}", namespaces());
+}

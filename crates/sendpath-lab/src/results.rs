@@ -156,6 +156,10 @@ pub struct Repeat {
     pub zerocopy: ZerocopyCounts,
     /// Bytes sent, received and verified over the whole repeat (warmup included).
     pub integrity: Integrity,
+    /// Why the repeat was cut short after its window (its receivers stopped before every byte
+    /// arrived, so the arrival check was skipped); null when it ran to its end.
+    #[serde(default)]
+    pub cut_short: Option<String>,
     /// Bytes each connection moved in the window (min, median, max over connections), with
     /// several connections per sender thread (`--connections`); null otherwise.
     #[serde(default)]
@@ -750,6 +754,15 @@ impl Row {
                 "{} of {} windows stalled: the receiver's advertised window held the sender back for half the window or more (rwnd_limited in TCP_INFO) and it moved less than half the median; those windows measure a TCP stall, not the path; a longer --warmup lets the window open first",
                 t.rwnd_stalled_windows, t.windows
             ));
+        }
+        let cut: Vec<&str> = self
+            .repeats
+            .iter()
+            .filter_map(|r| r.cut_short.as_deref())
+            .collect();
+        if let Some(why) = cut.first() {
+            self.warnings
+                .push(format!("{} window(s) cut short: {why}", cut.len()));
         }
         self.warnings.extend(self.fallback_warning());
         self.warnings.extend(self.window_warnings());
