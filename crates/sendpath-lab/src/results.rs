@@ -1068,5 +1068,14 @@ mod tests {
             "{:?}",
             r.warnings
         );
+        r.repeats[1].cut_short = Some("the receivers were still reading".into());
+        r.summarise();
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("1 window(s) cut short: the receivers")),
+            "{:?}",
+            r.warnings
+        );
     }
 }
