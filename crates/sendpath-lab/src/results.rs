@@ -727,6 +727,18 @@ impl Row {
             k(a).total_cmp(&k(b))
         });
         self.connection_bytes = fair.get(fair.len().saturating_sub(1) / 2).copied();
+        if let Some(fc) = &mut self.file_cache {
+            fc.resident_fraction = self
+                .repeats
+                .iter()
+                .filter_map(|r| r.file_resident_fraction)
+                .reduce(f64::max);
+        }
+        self.summarise_warnings();
+    }
+
+    /// The row's warnings, from its summaries and repeats.
+    fn summarise_warnings(&mut self) {
         self.warnings = self.zerocopy.note.iter().cloned().collect();
         if let Some(f) = self.zerocopy.copied_fraction.filter(|f| *f > 0.5) {
             self.warnings.push(format!(
@@ -769,13 +781,6 @@ impl Row {
         if self.repeats.len() == 1 {
             self.warnings
                 .push("a single repeat: no spread is known (use --repeat 3 or more)".into());
-        }
-        if let Some(fc) = &mut self.file_cache {
-            fc.resident_fraction = self
-                .repeats
-                .iter()
-                .filter_map(|r| r.file_resident_fraction)
-                .reduce(f64::max);
         }
         if let Some(fc) = &self.file_cache {
             if fc.cold && fc.resident_fraction.is_some_and(|f| f > 0.05) {
