@@ -810,3 +810,53 @@ fn the_first_interrupt_stops_a_run_stuck_on_a_stalled_receiver() {
     assert_eq!(status.code(), Some(130));
     drop(held);
 }
+
+/// Without a signal too: a run whose receiver stops reading ends by itself a few seconds after
+/// its window, with the reason, for a blocking path (its send timeout) and for io_uring (its
+/// connections shut down).
+#[test]
+fn a_stalled_receiver_cannot_hold_a_run() {
+    for path in ["copy", "uring"] {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let held = std::thread::spawn(move || {
+            let c = l.accept().map(|(c, _)| c);
+            std::thread::sleep(Duration::from_secs(20));
+            drop(c);
+        });
+        let t0 = std::time::Instant::now();
+        let out = std::process::Command::new("timeout")
+            .args(["-s", "KILL", "25"])
+            .arg(assert_cmd::cargo::cargo_bin("sendpath"))
+            .args([
+                "stream",
+                "-s",
+                path,
+                "--connect",
+                &addr,
+                "-t",
+                "1s",
+                "-n",
+                "1",
+            ])
+            .args(["--warmup", "0"])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        // The window, then at most the stall limit and the senders' grace.
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{path}: {:?}",
+            t0.elapsed()
+        );
+        assert_ne!(
+            out.status.code(),
+            Some(137),
+            "{path}: killed by the timeout: {e}"
+        );
+        if !out.status.success() {
+            assert!(e.contains("no progress"), "{path}: {e}");
+        }
+        drop(held);
+    }
+}

@@ -418,7 +418,16 @@ fn join(
     threads: Threads,
 ) -> anyhow::Result<Ended> {
     let mut first_err = None;
+    let abandoned = stop_stalled_senders(&threads.senders, &threads.probes.0);
     let (stats, note) = super::join_senders(threads.senders, "a sender thread", &mut first_err)?;
+    if abandoned {
+        first_err = first_err.map(|e| {
+            e.context(format!(
+                "no progress {:?} after the window: the receiver stopped taking bytes; the senders' connections were shut down",
+                2 * GRACE
+            ))
+        });
+    }
     let lifetime_retrans = TcpCounts::read(&threads.probes, false)
         .senders
         .map(|c| c.retrans_segs);
@@ -460,6 +469,24 @@ fn join(
         lifetime_retrans,
         cut_short,
     })
+}
+
+/// Waits twice [`GRACE`] (a sender's last sends and its final wait for completions) for the
+/// senders to end after the window; past it (a send waiting on a receiver that stopped
+/// reading; io_uring's sends take no send timeout) shuts their connections down, through the
+/// duplicates, so the waiting sends fail and the threads end. Whether it had to.
+fn stop_stalled_senders(senders: &[JoinHandle<super::Sent>], tx_dups: &[TcpStream]) -> bool {
+    let end = std::time::Instant::now() + 2 * GRACE;
+    while senders.iter().any(|s| !s.is_finished()) {
+        if std::time::Instant::now() >= end {
+            for s in tx_dups {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            return !tx_dups.is_empty();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 /// Waits [`GRACE`] for the receivers to read to the end; past it (a link slower than what the
