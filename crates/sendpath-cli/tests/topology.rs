@@ -288,15 +288,13 @@ fn a_link_too_slow_for_the_window_ends_the_run_with_the_reason() {
     let ours = format!("sendpath-t-{}-", child.id());
     let out = child.wait_with_output().unwrap();
     let e = String::from_utf8_lossy(&out.stderr);
-    // The window, the stall limit (window + 2 s) and the receivers' grace: well under 30 s.
+    // The window, then the stall limit or the senders' grace (whichever ends the stalled
+    // send first) and the receivers' grace: well under 30 s.
     assert!(
         t0.elapsed() < std::time::Duration::from_secs(30),
         "{:?}",
         t0.elapsed()
     );
-    assert!(
-        !out.status.success() && e.contains("no progress for"),
-        "{e}"
-    );
+    assert!(!out.status.success() && e.contains("no progress"), "{e}");
     assert!(!namespaces().contains(&ours), "{}", namespaces());
 }
