@@ -16,18 +16,17 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         Some(p) => p,
         None => bail!("no place for the profile: give --out FILE, or set SENDPATH_PROFILE or HOME"),
     };
+    let out_flag = out_flag_name(a);
     // The profile's directory is made as saving it would (~/.config/sendpath, say).
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| {
             format!(
-                "{} {}: cannot create {}",
-                out_flag_name(a),
+                "{out_flag} {}: cannot create {}",
                 out.display(),
                 dir.display()
             )
         })?;
     }
-    let out_flag = out_flag_name(a);
     crate::cli::check_outputs([
         (out_flag, Some(out.as_path())),
         ("--json", a.json.as_deref()),

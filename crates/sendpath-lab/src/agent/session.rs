@@ -23,18 +23,6 @@ fn linger(r: &mut BufReader<TcpStream>) {
     let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
 }
 
-/// Whether `e` is a read that timed out.
-fn timed_out(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            matches!(
-                io.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            )
-        })
-    })
-}
-
 /// The agent's end of one control connection.
 struct Control {
     r: BufReader<TcpStream>,
@@ -57,7 +45,7 @@ impl Control {
             Ok(Some(())) => true,
             Ok(None) => false,
             Err(e) => {
-                let why = match timed_out(&e) {
+                let why = match crate::workload::timed_out(&e) {
                     true => format!(
                         "nothing received for {:?}",
                         self.r

@@ -471,22 +471,30 @@ fn join(
     })
 }
 
+/// Whether every thread of `handles` ended within `d`.
+fn all_end_within<T>(handles: &[JoinHandle<T>], d: Duration) -> bool {
+    let end = std::time::Instant::now() + d;
+    while handles.iter().any(|h| !h.is_finished()) {
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 /// Waits twice [`GRACE`] (a sender's last sends and its final wait for completions) for the
 /// senders to end after the window; past it (a send waiting on a receiver that stopped
 /// reading; io_uring's sends take no send timeout) shuts their connections down, through the
 /// duplicates, so the waiting sends fail and the threads end. Whether it had to.
 fn stop_stalled_senders(senders: &[JoinHandle<super::Sent>], tx_dups: &[TcpStream]) -> bool {
-    let end = std::time::Instant::now() + 2 * GRACE;
-    while senders.iter().any(|s| !s.is_finished()) {
-        if std::time::Instant::now() >= end {
-            for s in tx_dups {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
-            return !tx_dups.is_empty();
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if all_end_within(senders, 2 * GRACE) {
+        return false;
     }
-    false
+    for s in tx_dups {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    !tx_dups.is_empty()
 }
 
 /// Waits [`GRACE`] for the receivers to read to the end; past it (a link slower than what the
@@ -496,22 +504,15 @@ fn stop_draining(
     receivers: &[JoinHandle<anyhow::Result<Vec<Verifier>>>],
     rx_dups: &[TcpStream],
 ) -> Option<String> {
-    let end = std::time::Instant::now() + GRACE;
-    while receivers.iter().any(|r| !r.is_finished()) {
-        if std::time::Instant::now() >= end {
-            if rx_dups.is_empty() {
-                return None;
-            }
-            for s in rx_dups {
-                let _ = s.shutdown(std::net::Shutdown::Read);
-            }
-            return Some(format!(
-                "the receivers were still reading {GRACE:?} after the senders stopped (a link slower than the bytes left in the socket buffers): their reads were ended, so not every byte sent was received"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if all_end_within(receivers, GRACE) || rx_dups.is_empty() {
+        return None;
     }
-    None
+    for s in rx_dups {
+        let _ = s.shutdown(std::net::Shutdown::Read);
+    }
+    Some(format!(
+        "the receivers were still reading {GRACE:?} after the senders stopped (a link slower than the bytes left in the socket buffers): their reads were ended, so not every byte sent was received"
+    ))
 }
 
 /// Fills in the bytes received (from the agent or our receivers) and refuses a run where

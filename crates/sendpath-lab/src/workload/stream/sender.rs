@@ -231,11 +231,7 @@ impl Sender {
 
 /// A send that timed out (`EAGAIN` after the socket's send timeout) named as what it means.
 fn stalled(e: anyhow::Error, limit: Duration) -> anyhow::Error {
-    let timed_out = e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(crate::workload::is_timeout)
-    });
-    if !timed_out {
+    if !crate::workload::timed_out(&e) {
         return e;
     }
     e.context(format!(
