@@ -99,6 +99,15 @@ pub mod tcp {
     pub use crate::sys::socket::{socket_drops, tcp_counters, TcpCounters};
 }
 
+/// Connected UDP sockets: segmentation offload and the receiving socket's drops.
+pub mod udp {
+    pub use crate::sys::socket::{set_udp_segment, socket_drops};
+
+    /// The largest UDP payload over IPv4 (65535 minus the IP and UDP headers); a send above
+    /// it fails with `EMSGSIZE`, with or without segmentation.
+    pub const MAX_PAYLOAD: usize = 65_507;
+}
+
 /// Files and the page cache.
 pub mod file {
     pub use crate::sys::file::{drop_page_cache, fs_is_memory_backed, fs_type};

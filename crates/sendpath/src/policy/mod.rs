@@ -74,6 +74,23 @@ pub fn admit(
     }
 }
 
+/// Whether to read completions before taking a buffer for the next send: only when no
+/// released buffer is free and `every` sends (or half the byte cap) await completion. Below
+/// that a new buffer is cheaper than the system calls that would find one, and the kernel
+/// merges the completions that wait on the queue into ranges, so one read releases many (the
+/// MSG_ZEROCOPY paper's batching). `every` of 1 reads the queue whenever the pool is empty.
+pub fn reap_before_take(
+    free_bufs: usize,
+    outstanding_sends: usize,
+    outstanding_bytes: usize,
+    every: usize,
+    limits: InflightLimits,
+) -> bool {
+    free_bufs == 0
+        && outstanding_sends > 0
+        && (outstanding_sends >= every.max(1) || outstanding_bytes >= limits.max_bytes / 2)
+}
+
 /// What to do after `ENOBUFS` from a zero-copy send: drain completions and retry once; on a
 /// second `ENOBUFS` for the same send, copy it.
 pub fn on_enobufs(retries_so_far: u32) -> ZcDecision {
@@ -115,6 +132,21 @@ mod tests {
     fn cap_on_bytes_but_one_big_send_always_fits() {
         assert_eq!(admit(true, L, 1, 95, 10, false), ZcDecision::ReapThenRetry);
         assert_eq!(admit(true, L, 0, 0, 1000, false), ZcDecision::ZeroCopy);
+    }
+
+    #[test]
+    fn completions_are_read_in_batches_of_sends_or_bytes() {
+        // A free buffer: never read the queue for one.
+        assert!(!reap_before_take(1, 100, 0, 32, L));
+        // Nothing outstanding: nothing to read.
+        assert!(!reap_before_take(0, 0, 0, 32, L));
+        assert!(!reap_before_take(0, 31, 31, 32, L));
+        assert!(reap_before_take(0, 32, 32, 32, L));
+        // Half the byte cap (100 here) outstanding reads the queue below `every` sends.
+        assert!(reap_before_take(0, 2, 50, 32, L));
+        // Every 1 (and 0, taken as 1): whenever the pool is empty.
+        assert!(reap_before_take(0, 1, 1, 1, L));
+        assert!(reap_before_take(0, 1, 1, 0, L));
     }
 
     #[test]

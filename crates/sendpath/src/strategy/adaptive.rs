@@ -100,7 +100,7 @@ impl AdaptivePath {
             .unwrap_or_else(crate::profile::Profile::defaults);
         let decide = Adaptive::new(profile, opts.adaptive);
         let mut p = AdaptivePath {
-            blocking: MsgZerocopy::new(sock, opts.inflight),
+            blocking: MsgZerocopy::new(sock, opts.inflight, opts.zc_reap_every),
             blocking_seen: Seen::default(),
             ring: None,
             note: None,
@@ -208,8 +208,11 @@ impl AdaptivePath {
                 }
             }
         }
+        // As `uring` does: a full batch goes in now, without waiting for the queue to fill.
+        r.driver.submit_ready()?;
+        let queued = r.driver.conn_error(r.id);
         self.on_ring = true;
-        Ok(())
+        queued
     }
 }
 

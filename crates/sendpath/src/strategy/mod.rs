@@ -255,6 +255,10 @@ impl std::str::FromStr for Strategy {
 pub struct Options {
     /// Cap on zero-copy sends awaiting completion (msg-zerocopy, uring-zc).
     pub inflight: InflightLimits,
+    /// msg-zerocopy: read the error queue once this many sends await completion and no
+    /// released buffer is free (or half of `inflight.max_bytes` awaits), so that one read
+    /// collects many merged completions; 1 reads it whenever the pool is empty.
+    pub zc_reap_every: usize,
     /// io_uring requests in flight per socket, as one linked chain (uring, uring-zc).
     pub uring_depth: usize,
     /// Ask SEND_ZC for usage reporting (`IORING_SEND_ZC_REPORT_USAGE`) so copies are seen.
@@ -276,6 +280,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             inflight: InflightLimits::default(),
+            zc_reap_every: 32,
             uring_depth: 8,
             uring_report_usage: true,
             uring_fixed_buffers: false,
@@ -343,11 +348,17 @@ fn sendmsg_all(
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let mut done = 0usize;
     let mut calls = 0;
-    let mut scratch: Vec<&[u8]> = Vec::with_capacity(bufs.len());
+    let mut scratch: Vec<&[u8]> = Vec::new();
     while done < total {
-        scratch.clear();
-        scratch.extend(rest(bufs, done));
-        match sys::socket::sendmsg(fd, &scratch, flags | SendFlags::NOSIGNAL) {
+        // The first call sends the fields as given; only what a short send left is gathered.
+        let parts: &[&[u8]] = if done == 0 {
+            bufs
+        } else {
+            scratch.clear();
+            scratch.extend(rest(bufs, done));
+            &scratch
+        };
+        match sys::socket::sendmsg(fd, parts, flags | SendFlags::NOSIGNAL) {
             Ok(n) => {
                 done += n;
                 calls += 1;

@@ -21,6 +21,8 @@ pub(super) struct MsgZerocopy {
     sock: Socket,
     stats: SendStats,
     limits: InflightLimits,
+    /// Read the error queue once this many sends await completion (and no buffer is free).
+    reap_every: usize,
     supported: bool,
     note: Option<String>,
     held: HeldMessages<Vec<Buf>>,
@@ -30,7 +32,7 @@ pub(super) struct MsgZerocopy {
 }
 
 impl MsgZerocopy {
-    pub(super) fn new(sock: Socket, limits: InflightLimits) -> MsgZerocopy {
+    pub(super) fn new(sock: Socket, limits: InflightLimits, reap_every: usize) -> MsgZerocopy {
         let (supported, note) = match sys::socket::enable_zerocopy(sock.as_fd()) {
             Ok(()) => (true, None),
             Err(e) => (
@@ -44,6 +46,7 @@ impl MsgZerocopy {
             sock,
             stats: SendStats::default(),
             limits,
+            reap_every,
             supported,
             note,
             held: HeldMessages::new(),
@@ -166,14 +169,19 @@ impl SendPath for MsgZerocopy {
             );
             match decision {
                 ZcDecision::ZeroCopy => {
-                    let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-                    let (calls, sent) = sendmsg_all(
-                        self.sock.as_fd(),
-                        &iov,
-                        crate::sys::SendFlags::ZEROCOPY,
-                        &mut self.stats,
-                    );
-                    drop(iov);
+                    let (calls, sent) = match f.as_slice() {
+                        [one] => sendmsg_all(
+                            self.sock.as_fd(),
+                            &[one.as_slice()],
+                            crate::sys::SendFlags::ZEROCOPY,
+                            &mut self.stats,
+                        ),
+                        _ => {
+                            let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+                            let flags = crate::sys::SendFlags::ZEROCOPY;
+                            sendmsg_all(self.sock.as_fd(), &iov, flags, &mut self.stats)
+                        }
+                    };
                     self.stats.zc_attempts += calls as u64;
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to
                     // report: the buffers are held until they are (or come back if none).
@@ -227,9 +235,16 @@ impl SendPath for MsgZerocopy {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        if self.pool.free_len() == 0 && self.held.outstanding() > 0 {
-            // Completions usually wait on the error queue by now; reading them keeps the pool
-            // from growing. An error here resurfaces on the next send.
+        let reap = policy::reap_before_take(
+            self.pool.free_len(),
+            self.held.outstanding(),
+            self.held.outstanding_bytes(),
+            self.reap_every,
+            self.limits,
+        );
+        if reap {
+            // Completions usually wait on the error queue by now, merged into ranges; reading
+            // them keeps the pool from growing. An error here resurfaces on the next send.
             let _ = self.reap(0);
         }
         self.pool.take(len)
@@ -259,5 +274,11 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: true,
     uses_fields: true,
-    open: |sock, opts| Ok(Box::new(MsgZerocopy::new(sock, opts.inflight))),
+    open: |sock, opts| {
+        Ok(Box::new(MsgZerocopy::new(
+            sock,
+            opts.inflight,
+            opts.zc_reap_every,
+        )))
+    },
 };

@@ -177,3 +177,54 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
     assert_eq!(stats.zc_completions, stats.zc_attempts);
     assert_eq!(stats.copied_fraction, Some(0.0));
 }
+
+#[test]
+fn uring_zc_out_of_a_dead_veth_completes_without_copy() {
+    use crate::{open, Msg, Options, Strategy};
+    let ns = match Netns::create("uringzc") {
+        Ok(ns) => ns,
+        Err(reason) => {
+            crate::test_support::skip(&reason);
+            return;
+        }
+    };
+    let path = format!("/run/netns/{}", ns.0);
+    let stats = std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).expect("open netns");
+        sys::host::enter_netns(f.as_fd()).expect("setns");
+        let s = UdpSocket::bind("192.0.2.1:0").unwrap();
+        s.connect("192.0.2.2:9").unwrap();
+        let mut out = Vec::new();
+        for fixed in [false, true] {
+            let opts = Options {
+                uring_fixed_buffers: fixed,
+                ..Options::default()
+            };
+            let mut p = open(Strategy::UringZc, s.try_clone().unwrap(), &opts).unwrap();
+            for _ in 0..500 {
+                let mut b = p.take_buf(1400);
+                b.as_mut_slice().fill(0x5a);
+                p.send(Msg::one(b)).unwrap();
+            }
+            p.finish(Duration::from_secs(5)).unwrap();
+            out.push((fixed, p.stats().summary()));
+        }
+        out
+    })
+    .join()
+    .unwrap();
+    for (fixed, s) in stats {
+        println!(
+            "uring-zc via dead veth (fixed buffers {fixed}): {} sends, {} completions, {} copied, {} registered",
+            s.zc_attempts, s.zc_completions, s.zc_copied, s.registered_sends
+        );
+        assert_eq!(s.zc_attempts, 500);
+        assert_eq!(s.zc_completions, 500, "every SEND_ZC notification arrives");
+        assert_eq!(
+            s.copied_fraction,
+            Some(0.0),
+            "nothing is copied on a dead veth"
+        );
+        assert_eq!(s.registered_sends > 0, fixed);
+    }
+}

@@ -27,6 +27,16 @@ pub(crate) fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32)
     cvt(ret).map(drop)
 }
 
+/// `UDP_SEGMENT` from `<linux/udp.h>` (glibc's headers lack it).
+const UDP_SEGMENT: i32 = 103;
+
+/// `setsockopt(fd, SOL_UDP, UDP_SEGMENT, seg)`: every send on this UDP socket is cut by the
+/// kernel (or the NIC) into datagrams of `seg` payload bytes, the last one shorter (UDP GSO);
+/// 0 turns it off. See udp(7).
+pub fn set_udp_segment(fd: BorrowedFd<'_>, seg: u16) -> io::Result<()> {
+    set_int_opt(fd, libc::SOL_UDP, UDP_SEGMENT, i32::from(seg))
+}
+
 /// `shutdown(fd, how)`. See shutdown(2).
 pub(crate) fn shutdown(fd: BorrowedFd<'_>, how: std::net::Shutdown) -> io::Result<()> {
     let how = match how {
@@ -66,12 +76,26 @@ pub(crate) fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Resu
 /// reuse them until the matching completion arrives on the error queue ([`recv_zc_notifications`]).
 /// See sendmsg(2), msg_zerocopy.rst.
 pub(crate) fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: SendFlags) -> io::Result<usize> {
-    const MAX_IOV: usize = 64;
-    let n = bufs.len().min(MAX_IOV);
+    // Most messages have a few fields: their iovecs live on the stack (a send of one field
+    // should not pay for clearing 64 of them).
+    if bufs.len() <= 4 {
+        sendmsg_iov::<4>(fd, bufs, flags)
+    } else {
+        sendmsg_iov::<64>(fd, bufs, flags)
+    }
+}
+
+/// [`sendmsg`] with room for `N` iovecs; fields past the `N`th are left for the next call.
+fn sendmsg_iov<const N: usize>(
+    fd: BorrowedFd<'_>,
+    bufs: &[&[u8]],
+    flags: SendFlags,
+) -> io::Result<usize> {
+    let n = bufs.len().min(N);
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; MAX_IOV];
+    }; N];
     for (slot, b) in iov.iter_mut().zip(bufs) {
         slot.iov_base = b.as_ptr() as *mut libc::c_void;
         slot.iov_len = b.len();
