@@ -31,7 +31,8 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         (out_flag, Some(out.as_path())),
         ("--json", a.json.as_deref()),
     ])?;
-    let points = calibrate::points(&a.sizes, a.duration, a.warmup);
+    let route = route(a)?;
+    let points = calibrate::points(&a.sizes, a.duration, a.warmup, &route);
     let schedule = Schedule {
         rounds: a.repeat,
         seed: a.seed.unwrap_or_else(fresh_seed),
@@ -50,12 +51,12 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     if a.repeat < 5 {
         eprintln!("note: fewer than 5 rounds: the tiers rest on very few paired windows");
     }
-    let rec = measure(a, &points, schedule, cancel)?;
+    let rec = measure(a, &points, schedule, &route, cancel)?;
     if cancel.is_cancelled() {
         rec.write(true)?;
         bail!("interrupted: no profile written (a profile needs every round)");
     }
-    let profile = calibrate::profile(&rec.results);
+    let profile = calibrate::profile(&rec.results, &route);
     print_profile(&profile);
     profile
         .save(&out)
@@ -132,6 +133,7 @@ fn measure(
     a: &CalibrateArgs,
     points: &[Point],
     schedule: Schedule,
+    route: &calibrate::Route,
     cancel: &Cancel,
 ) -> anyhow::Result<Recorder> {
     let mut rec = Recorder::new(a.json.clone(), None, schedule);
@@ -146,12 +148,31 @@ fn measure(
             sizes.join(", "),
             a.tiebreak_rounds
         );
-        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup);
+        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup, route);
         // Rounds already measured are skipped: only the new ones run, at these sizes.
         rec.results.schedule.rounds = a.repeat + a.tiebreak_rounds;
         rec.run_rounds(&more, None, &mut meter, &|| {})?;
     }
     Ok(rec)
+}
+
+/// The route the flags name (`--proto`, `--topology`, `--fixed-buffers`), its namespace made.
+fn route(a: &CalibrateArgs) -> anyhow::Result<calibrate::Route> {
+    use sendpath_lab::traffic::datagram::Protocol;
+    let udp = a.proto == Protocol::Udp;
+    let fits = sendpath_lab::traffic::datagram::HEADER..=sendpath::udp::MAX_PAYLOAD;
+    if let Some(s) = a.sizes.iter().find(|s| udp && !fits.contains(s)) {
+        bail!(
+            "--sizes {s}: a UDP datagram here carries {}..{} bytes",
+            fits.start(),
+            fits.end()
+        );
+    }
+    Ok(calibrate::Route {
+        proto: a.proto,
+        netns: a.topology.create(false, udp)?,
+        fixed_buffers: a.fixed_buffers,
+    })
 }
 
 /// What the profile's path is called in errors: the flag that gave it, or what it is.

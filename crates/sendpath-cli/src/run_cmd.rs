@@ -9,6 +9,7 @@ use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
 use sendpath_lab::study::sweep::{fresh_seed, source_file, stream_matrix, Point, Recorder};
 use sendpath_lab::topology::TopologyInfo;
+use sendpath_lab::traffic::datagram::Protocol;
 use sendpath_lab::traffic::mix::Alloc;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
@@ -29,14 +30,15 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();
     let sizes: Vec<usize> = match &a.size_mix {
         Some(m) => vec![m.mean().round() as usize],
-        None => a.size.clone(),
+        None => a.sizes(),
     };
     let largest: Vec<usize> = match &a.size_mix {
         Some(m) => vec![m.max()],
-        None => a.size.clone(),
+        None => a.sizes(),
     };
     crate::cli::check_memory(&largest, &conns, &a.run)?;
     check_connections(a, per_thread, most_threads)?;
+    check_udp(a)?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -47,9 +49,10 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         None
     };
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
-    let netns = a
-        .topology
-        .create(a.connect.is_some() || a.remote.agent.is_some())?;
+    let netns = a.topology.create(
+        a.connect.is_some() || a.remote.agent.is_some(),
+        a.proto == Protocol::Udp,
+    )?;
     let agent = a.remote.target()?;
     let mut points = Vec::new();
     for &alloc in &a.run.alloc {
@@ -75,6 +78,8 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 alloc,
                 netns: netns.clone(),
                 agent: agent.clone(),
+                proto: a.proto,
+                gso: a.gso,
             },
         ));
     }
@@ -88,6 +93,57 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         (topology, agent),
         cancel,
     )
+}
+
+/// Refuses what a UDP stream cannot do, and `--gso` without it.
+fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
+    use sendpath_lab::traffic::datagram::HEADER;
+    if a.proto == Protocol::Tcp {
+        if a.gso.is_some() {
+            bail!("--gso cuts UDP sends into datagrams: add --proto udp");
+        }
+        return Ok(());
+    }
+    let other: Vec<&str> = a
+        .run
+        .strategy
+        .iter()
+        .filter(|s| !sendpath_lab::workload::stream::udp::sends_datagrams(**s))
+        .map(|s| s.name())
+        .collect();
+    if !other.is_empty() {
+        bail!(
+            "--proto udp sends datagrams from memory (copy, serialize, gather, msg-zerocopy, uring, uring-zc, adaptive): drop {}",
+            other.join(", ")
+        );
+    }
+    let refused = [
+        (a.size_mix.is_some(), "--size-mix"),
+        (a.connections > 1, "--connections"),
+        (a.run.alloc.contains(&Alloc::Fresh), "--alloc fresh"),
+        (a.run.fields > 1, "--fields"),
+        (a.remote.agent.is_some(), "--agent"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+        bail!("--proto udp runs one datagram size from pooled buffers, one socket per sender thread, with our own receiver or none: drop {flag}");
+    }
+    for size in a.sizes() {
+        let seg = a.gso.map_or(size, usize::from);
+        if size > sendpath::udp::MAX_PAYLOAD {
+            bail!(
+                "--size {size}: a UDP send carries at most {} bytes (with or without --gso)",
+                sendpath::udp::MAX_PAYLOAD
+            );
+        }
+        let last = match size % seg {
+            0 => seg.min(size),
+            r => r,
+        };
+        if last < HEADER {
+            bail!("--size {size} with datagrams of {seg} bytes leaves a datagram of {last} bytes: each must hold its {HEADER}-byte sequence number");
+        }
+    }
+    Ok(())
 }
 
 /// Refuses `--connections` above 1 with what cannot share a ring (a size mix, fresh buffers,

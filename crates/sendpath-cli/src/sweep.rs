@@ -150,7 +150,16 @@ fn attach_receiver(
                 .map_or("no --agent".into(), |x| format!("--agent {x}"))
         );
     }
-    let netns = a.topology.create(agent.is_some())?;
+    let udp = plan.preset.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
+    let netns = match (udp, a.topology.topology.as_str()) {
+        // A UDP preset runs on the black-hole route unless another is asked for.
+        (true, "loopback") => {
+            let mut t = a.topology.clone();
+            t.topology = "blackhole".into();
+            t.create(agent.is_some(), true)?
+        }
+        _ => a.topology.create(agent.is_some(), udp)?,
+    };
     let topology = netns.as_ref().map(|n| n.info().clone());
     if a.resume.is_some() && env.topology.is_some() != topology.is_some() {
         bail!("resume a sweep with the --topology it was started with");

@@ -33,7 +33,7 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         cpus: a.cpu,
         timeout: a.timeout,
         agent: a.remote.target()?,
-        netns: a.topology.create(a.remote.agent.is_some())?,
+        netns: a.topology.create(a.remote.agent.is_some(), false)?,
     };
     crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let r = measure(&cfg, cancel)?;
@@ -64,7 +64,7 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
         a.repeat,
         a.seed.unwrap_or_else(fresh_seed),
         a.remote.target()?,
-        a.topology.create(a.remote.agent.is_some())?,
+        a.topology.create(a.remote.agent.is_some(), false)?,
     )?;
     crate::cli::check_outputs([("--out", Some(dir.join("transfer-results.json").as_path()))])?;
     let r = measure(&cfg, cancel)?;

@@ -254,6 +254,13 @@ pub(crate) fn route(r: &Results) -> String {
     if let Some(a) = &env.agent {
         return format!("received by `sendpath agent` at {a}");
     }
+    if let Some(t) = env.topology.as_ref().filter(|t| t.kind == "blackhole") {
+        return format!(
+            "UDP into a black hole in network namespace {} (a veth whose peer is down, MTU {}): send side only, frames dropped by the device, an upper bound of what a NIC with offloads allows",
+            t.namespace,
+            t.mtu.unwrap_or(65_535)
+        );
+    }
     if let Some(t) = &env.topology {
         return format!(
             "through a veth pair into network namespace {} on this host{}{}",
@@ -325,7 +332,8 @@ fn copied_notice(r: &Results, route: &str) -> Option<String> {
              The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
              So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
              say nothing about the gain on a real NIC: run `sendpath agent` on a remote host and `sendpath sweep --agent HOST` \
-             for that. sendfile, splice and vmsplice do avoid the send-side copy here.",
+             for that, or `sendpath sweep --preset udp-zerocopy` (root) for UDP zero-copy that this host does not copy. \
+             sendfile, splice and vmsplice do avoid the send-side copy here.",
             max * 100.0
         )
     } else {

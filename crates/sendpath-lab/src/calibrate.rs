@@ -23,8 +23,39 @@ use std::time::Duration;
 /// The margin by which zero-copy must win to get a tier: 3%.
 pub const MARGIN: f64 = 0.03;
 
-/// The points of a calibration: every tier path at every size.
-pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Point> {
+/// Where and how a calibration sends: TCP on loopback by default; UDP (`--proto udp`) on the
+/// black-hole route measures zero-copy that the kernel does not copy.
+#[derive(Debug, Clone, Default)]
+pub struct Route {
+    /// The transport.
+    pub proto: crate::traffic::datagram::Protocol,
+    /// The namespace (`--topology netns` or `blackhole`); loopback when `None`.
+    pub netns: Option<std::sync::Arc<crate::topology::Netns>>,
+    /// SEND_ZC from registered buffers (`--fixed-buffers`).
+    pub fixed_buffers: bool,
+}
+
+impl Route {
+    /// In words, as the profile records it: `loopback`, `udp blackhole fixed-buffers`.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if self.proto == crate::traffic::datagram::Protocol::Udp {
+            v.push("udp");
+        }
+        v.push(
+            self.netns
+                .as_ref()
+                .map_or("loopback", |n| n.info().kind.as_str()),
+        );
+        if self.fixed_buffers {
+            v.push("fixed-buffers");
+        }
+        v.join(" ")
+    }
+}
+
+/// The points of a calibration: every tier path at every size, on `route`.
+pub fn points(sizes: &[usize], duration: Duration, warmup: Duration, route: &Route) -> Vec<Point> {
     let mut v = Vec::new();
     for &size in sizes {
         for strategy in TIER_PATHS {
@@ -41,11 +72,16 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration) -> Vec<Poin
                 connect: None,
                 cpus: None,
                 cold: false,
-                opts: sendpath::Options::default(),
+                opts: sendpath::Options {
+                    uring_fixed_buffers: route.fixed_buffers,
+                    ..Default::default()
+                },
                 mix: None,
                 alloc: Alloc::Pool,
-                netns: None,
+                netns: route.netns.clone(),
                 agent: None,
+                proto: route.proto,
+                gso: None,
             }));
         }
     }
@@ -57,7 +93,7 @@ pub fn measurements(r: &Results) -> Vec<Measurement> {
     let row = |s: Strategy, size: usize| {
         r.results
             .iter()
-            .find(|x| x.strategy == s && x.size_bytes == size && x.is_plain() && x.threads == 1)
+            .find(|x| x.strategy == s && x.size_bytes == size && one_size(x) && x.threads == 1)
     };
     let mut sizes: Vec<usize> = r.results.iter().map(|x| x.size_bytes).collect();
     sizes.sort_unstable();
@@ -117,7 +153,7 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
         .filter_map(|&s| {
             r.results
                 .iter()
-                .find(|x| x.strategy == s && x.size_bytes == size && x.is_plain() && x.threads == 1)
+                .find(|x| x.strategy == s && x.size_bytes == size && one_size(x) && x.threads == 1)
         })
         .collect();
     let mut out = Vec::new();
@@ -135,6 +171,12 @@ fn head_to_head(r: &Results, size: usize) -> Vec<HeadToHead> {
         }
     }
     out
+}
+
+/// A row of one message size, one datagram per send (registered buffers or not: a
+/// calibration uses them for every zero-copy send or for none).
+fn one_size(x: &crate::results::Row) -> bool {
+    x.size_mix.is_none() && x.alloc == Alloc::Pool && x.gso_segment_bytes.is_none()
 }
 
 /// The sizes whose winner is in doubt, which `sendpath calibrate` gives extra rounds:
@@ -170,7 +212,7 @@ pub fn contested(measurements: &[Measurement]) -> Vec<usize> {
 }
 
 /// The profile of a finished calibration.
-pub fn profile(r: &Results) -> Profile {
+pub fn profile(r: &Results, route: &Route) -> Profile {
     let env = &r.environment;
     Profile::from_measurements(
         measurements(r),
@@ -179,7 +221,7 @@ pub fn profile(r: &Results) -> Profile {
             kernel: env.kernel.clone(),
             cpu: env.cpu.clone(),
             cpus: env.probe.cpus,
-            route: "loopback".into(),
+            route: route.describe(),
             paths: TIER_PATHS
                 .iter()
                 .map(|s| s.name())
@@ -268,7 +310,7 @@ mod tests {
             "the two zero-copy paths paired with each other"
         );
         assert!(contested(&m).is_empty(), "6 of 6 tells them apart");
-        let p = profile(&r);
+        let p = profile(&r, &Route::default());
         assert_eq!(p.tier(4096), Strategy::Copy);
         assert_eq!(p.tier(65536), Strategy::UringZc);
         assert_eq!(p.crossover_bytes, Some(16384), "between 4 and 64 KiB");

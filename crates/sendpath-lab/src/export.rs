@@ -117,7 +117,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 62] = [
+pub(crate) const CSV_HEADER: [&str; 71] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -180,6 +180,15 @@ pub(crate) const CSV_HEADER: [&str; 62] = [
     "tcp_receiver_drops",
     "tcp_windows",
     "tcp_rwnd_stalled_windows",
+    "protocol",
+    "gso_segment_bytes",
+    "fixed_buffers",
+    "send_side_only",
+    "datagrams_sent",
+    "datagrams_received",
+    "datagrams_lost",
+    "datagrams_reordered",
+    "datagram_receiver_drops",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -195,6 +204,7 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
         record.extend(cpu_columns(row));
         record.extend(zerocopy_columns(row));
         record.extend(tail_columns(row));
+        record.extend(datagram_columns(row));
         w.write_record(record)?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
@@ -305,6 +315,42 @@ fn tail_columns(row: &Row) -> Vec<String> {
         tcp.map_or(String::new(), |t| t.windows.to_string()),
         tcp.map_or(String::new(), |t| t.rwnd_stalled_windows.to_string()),
     ]
+}
+
+/// The protocol and, for UDP, the datagrams summed over the row's repeats.
+fn datagram_columns(row: &Row) -> Vec<String> {
+    let d = row.datagram_totals();
+    let o = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
+    vec![
+        row.protocol.name().to_string(),
+        row.gso_segment_bytes
+            .map_or(String::new(), |g| g.to_string()),
+        row.fixed_buffers.to_string(),
+        row.send_side_only.to_string(),
+        o(d.map(|d| d.sent)),
+        o(d.and_then(|d| d.received)),
+        o(d.and_then(|d| d.lost)),
+        o(d.and_then(|d| d.reordered)),
+        o(d.and_then(|d| d.receiver_drops)),
+    ]
+}
+
+/// The datagram line of a UDP row: sent, and what our receiver saw of them.
+pub(crate) fn datagram_line(row: &Row) -> Option<String> {
+    let d = row.datagram_totals()?;
+    let received = match (d.received, d.lost, d.reordered) {
+        (Some(r), Some(l), Some(o)) => format!(
+            ", received {r}, lost {l} ({:.2}%), reordered {o}, dropped by the receiving socket {}",
+            l as f64 * 100.0 / d.sent.max(1) as f64,
+            d.receiver_drops.map_or("?".into(), |x| x.to_string())
+        ),
+        _ => ", none received (no receiver of ours)".into(),
+    };
+    Some(format!(
+        "    datagrams over {} repeat(s): sent {}{received}",
+        row.repeats.len(),
+        d.sent
+    ))
 }
 
 /// One table line for a row.

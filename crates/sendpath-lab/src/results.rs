@@ -168,6 +168,27 @@ pub struct Repeat {
     /// start and end; null where it was not read.
     #[serde(default)]
     pub tcp: Option<TcpWindow>,
+    /// A UDP stream's datagrams over the whole repeat; null for TCP.
+    #[serde(default)]
+    pub datagrams: Option<Datagrams>,
+}
+
+/// A UDP stream's datagrams over a whole repeat (warmup, window and the drain after it); each
+/// GSO segment counts as one datagram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Datagrams {
+    /// Datagrams the senders put on their sockets.
+    pub sent: u64,
+    /// Datagrams our receivers read; null when no receiver of ours read them (the black-hole
+    /// route, `--connect`).
+    pub received: Option<u64>,
+    /// Sent but not read: `sent - received`.
+    pub lost: Option<u64>,
+    /// Datagrams that arrived after one with a higher sequence number.
+    pub reordered: Option<u64>,
+    /// Datagrams the receiving sockets dropped, mostly for a full receive buffer
+    /// (`SK_MEMINFO_DROPS`).
+    pub receiver_drops: Option<u64>,
 }
 
 /// TCP over a row's repeats.
@@ -629,6 +650,20 @@ pub struct Row {
     /// was recorded.
     #[serde(default)]
     pub window_s: Option<f64>,
+    /// `tcp`, or `udp` (`stream --proto udp`).
+    #[serde(default)]
+    pub protocol: crate::traffic::datagram::Protocol,
+    /// UDP: the GSO segment size (`--gso`): each send of `size_bytes` left as datagrams of
+    /// this many bytes; null for one datagram per send.
+    #[serde(default)]
+    pub gso_segment_bytes: Option<usize>,
+    /// The route had no receiver (`--topology blackhole`): the device freed every frame, so
+    /// the figures are of the send side only.
+    #[serde(default)]
+    pub send_side_only: bool,
+    /// SEND_ZC sent from registered buffers (`--fixed-buffers`).
+    #[serde(default)]
+    pub fixed_buffers: bool,
 }
 
 fn one() -> usize {
@@ -642,16 +677,54 @@ impl Row {
             || crate::units::fmt_size(self.size_bytes),
             |m| format!("mix {m}"),
         );
+        let size = match self.variant().as_str() {
+            "" => size,
+            v => format!("{size} {v}"),
+        };
         match self.alloc {
             crate::traffic::mix::Alloc::Pool => size,
             crate::traffic::mix::Alloc::Fresh => format!("{size} fresh"),
         }
     }
 
+    /// What tells this row from others of its path and size: `udp`, `udp gso 1400`, `fixed`
+    /// (registered buffers); empty for a TCP row from normal buffers.
+    pub fn variant(&self) -> String {
+        let mut v = Vec::new();
+        if self.protocol == crate::traffic::datagram::Protocol::Udp {
+            v.push("udp".to_string());
+        }
+        if let Some(g) = self.gso_segment_bytes {
+            v.push(format!("gso {g}"));
+        }
+        if self.fixed_buffers {
+            v.push("fixed".into());
+        }
+        v.join(" ")
+    }
+
+    /// A UDP row's datagrams summed over its repeats; `None` for TCP.
+    pub fn datagram_totals(&self) -> Option<Datagrams> {
+        let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a + b);
+        self.repeats
+            .iter()
+            .filter_map(|r| r.datagrams)
+            .reduce(|a, b| Datagrams {
+                sent: a.sent + b.sent,
+                received: sum(a.received, b.received),
+                lost: sum(a.lost, b.lost),
+                reordered: sum(a.reordered, b.reordered),
+                receiver_drops: sum(a.receiver_drops, b.receiver_drops),
+            })
+    }
+
     /// One size from pooled buffers: the rows the crossover and recommendation analysis
     /// compares (a mix or fresh buffers are other questions, shown in the table).
     pub(crate) fn is_plain(&self) -> bool {
-        self.size_mix.is_none() && self.alloc == crate::traffic::mix::Alloc::Pool
+        self.size_mix.is_none()
+            && self.alloc == crate::traffic::mix::Alloc::Pool
+            && self.gso_segment_bytes.is_none()
+            && !self.fixed_buffers
     }
 
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.
@@ -776,6 +849,7 @@ impl Row {
             self.warnings
                 .push(format!("{} window(s) cut short: {why}", cut.len()));
         }
+        self.warnings.extend(self.datagram_warnings());
         self.warnings.extend(self.fallback_warning());
         self.warnings.extend(self.window_warnings());
         if self.repeats.len() == 1 {
@@ -796,6 +870,27 @@ impl Row {
                 self.integrity.mismatches
             ));
         }
+    }
+
+    /// What a UDP row's figures are: the send side only on the black-hole route; what was
+    /// lost or reordered on the way to our receiver.
+    fn datagram_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.send_side_only {
+            out.push("send side only: no receiver; frames dropped by the device; an upper bound of what a NIC with offloads allows".into());
+        }
+        let Some(d) = self.datagram_totals() else {
+            return out;
+        };
+        if let Some(lost) = d.lost.filter(|l| *l * 100 > d.sent) {
+            out.push(format!(
+                "{:.1}% of {} datagrams were lost ({} dropped by the receiving socket): the receiver did not keep up, and the throughput counts only what arrived",
+                lost as f64 * 100.0 / d.sent as f64,
+                d.sent,
+                d.receiver_drops.map_or("?".into(), |x| x.to_string())
+            ));
+        }
+        out
     }
 
     /// When most of a zero-copy path's sends went by copy: how many, why, and what to do.

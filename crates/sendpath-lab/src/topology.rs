@@ -3,12 +3,16 @@
 //! sending side's veth) and MTU. Traffic crosses a real device and qdisc instead of loopback,
 //! and stays inside the host.
 //!
+//! `--topology blackhole`: a namespace whose veth peer is down, where UDP datagrams go through
+//! the whole transmit path and are freed by the device (no local receiver, so zero-copy pages
+//! are never copied): the send side only, an upper bound of what a NIC with offloads allows.
+//!
 //! Each namespace is named `sendpath-t-PID-N`; one whose process is gone (a run killed before
 //! it could clean up) is removed by the next run.
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -123,46 +127,68 @@ pub(crate) fn remove_stale() {
     }
 }
 
-impl Netns {
-    /// Creates the namespace, the veth pair and their addresses (a /30 of 10.211.0.0/16 chosen
-    /// from the process id, so parallel runs do not collide), the MTU and the rate limit.
-    pub fn create(spec: NetnsSpec) -> anyhow::Result<Netns> {
-        if sendpath::host::euid() != 0 {
-            return Err(crate::setting::invalid(
-                crate::setting::Setting::Topology,
-                "a network namespace and a veth pair need root: run as root",
-            ));
-        }
-        remove_stale();
+/// A namespace's name, its two interface names and the two addresses of its /30 of
+/// 10.211.0.0/16 (chosen from the process id, so parallel runs do not collide).
+struct Names {
+    namespace: String,
+    host_if: String,
+    peer_if: String,
+    host: Ipv4Addr,
+    peer: Ipv4Addr,
+}
+
+impl Names {
+    fn next() -> anyhow::Result<Names> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        let name = format!("{PREFIX}{pid}-{n}");
         let slot = (pid.wrapping_mul(7).wrapping_add(n)) % 16_384;
-        let base = Ipv4Addr::new(10, 211, (slot / 64) as u8, ((slot % 64) * 4) as u8);
-        let o = base.octets();
-        let host = Ipv4Addr::new(o[0], o[1], o[2], o[3] + 1);
-        let peer = Ipv4Addr::new(o[0], o[1], o[2], o[3] + 2);
-        let (h, p) = (format!("sp{pid}h{n}"), format!("sp{pid}n{n}"));
-        if h.len() > 15 {
-            bail!("interface name {h} is too long");
-        }
-        run("ip", &["netns", "add", &name])?;
-        let gone = name.clone();
-        let ns = Netns {
-            _at_exit: crate::cancel::Cleanup::register(move || {
-                let _ = run("ip", &["netns", "del", &gone]);
-            }),
-            info: TopologyInfo {
-                kind: "netns".into(),
-                namespace: name.clone(),
-                sender_addr: host.into(),
-                receiver_addr: peer.into(),
-                rate_bits_per_s: spec.rate_bits_per_s,
-                burst_bytes: spec.rate_bits_per_s.map(burst_bytes),
-                mtu: spec.mtu,
-            },
+        let o = [10, 211, (slot / 64) as u8, ((slot % 64) * 4) as u8];
+        let names = Names {
+            namespace: format!("{PREFIX}{pid}-{n}"),
+            host_if: format!("sp{pid}h{n}"),
+            peer_if: format!("sp{pid}n{n}"),
+            host: Ipv4Addr::new(o[0], o[1], o[2], o[3] + 1),
+            peer: Ipv4Addr::new(o[0], o[1], o[2], o[3] + 2),
         };
+        if names.host_if.len() > 15 {
+            bail!("interface name {} is too long", names.host_if);
+        }
+        Ok(names)
+    }
+}
+
+/// The error for a topology asked of a user who is not root.
+fn needs_root(kind: &str) -> anyhow::Error {
+    crate::setting::invalid(
+        crate::setting::Setting::Topology,
+        format!("--topology {kind} creates a network namespace and a veth pair, which needs root: run as root, or use --topology loopback"),
+    )
+}
+
+impl Netns {
+    /// Creates the namespace, the veth pair and their addresses, the MTU and the rate limit.
+    pub fn create(spec: NetnsSpec) -> anyhow::Result<Netns> {
+        if sendpath::host::euid() != 0 {
+            return Err(needs_root("netns"));
+        }
+        remove_stale();
+        let Names {
+            namespace: name,
+            host_if: h,
+            peer_if: p,
+            host,
+            peer,
+        } = Names::next()?;
+        let ns = Netns::add(TopologyInfo {
+            kind: "netns".into(),
+            namespace: name.clone(),
+            sender_addr: host.into(),
+            receiver_addr: peer.into(),
+            rate_bits_per_s: spec.rate_bits_per_s,
+            burst_bytes: spec.rate_bits_per_s.map(burst_bytes),
+            mtu: spec.mtu,
+        })?;
         // From here on, dropping `ns` removes the namespace (and the veth pair with it).
         run(
             "ip",
@@ -201,25 +227,122 @@ impl Netns {
         Ok(ns)
     }
 
+    /// `ip netns add` for `info`, whose namespace is removed when the result is dropped (or
+    /// at a forced exit).
+    fn add(info: TopologyInfo) -> anyhow::Result<Netns> {
+        run("ip", &["netns", "add", &info.namespace])?;
+        let gone = info.namespace.clone();
+        Ok(Netns {
+            _at_exit: crate::cancel::Cleanup::register(move || {
+                let _ = run("ip", &["netns", "del", &gone]);
+            }),
+            info,
+        })
+    }
+
+    /// `--topology blackhole`: a namespace holding a veth pair whose peer end stays down, with
+    /// MTU `mtu` (65535 when `None`), an address on the live end and a permanent neighbour
+    /// entry for the other address, so that nothing waits for ARP. A UDP datagram sent there
+    /// goes through the whole transmit path, then the device frees it: no local receiver, so
+    /// the kernel never copies zero-copy pages. The senders' sockets live in the namespace
+    /// ([`Netns::udp_sender`]).
+    pub fn blackhole(mtu: Option<u32>) -> anyhow::Result<Netns> {
+        if sendpath::host::euid() != 0 {
+            return Err(needs_root("blackhole"));
+        }
+        remove_stale();
+        let n = Names::next()?;
+        let mtu = mtu.unwrap_or(65_535);
+        let ns = Netns::add(TopologyInfo {
+            kind: "blackhole".into(),
+            namespace: n.namespace.clone(),
+            sender_addr: n.host.into(),
+            receiver_addr: n.peer.into(),
+            rate_bits_per_s: None,
+            burst_bytes: None,
+            mtu: Some(mtu),
+        })?;
+        let ip = |args: &[&str]| {
+            let mut all = vec!["-n", n.namespace.as_str()];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        let (h, p, m) = (n.host_if.as_str(), n.peer_if.as_str(), mtu.to_string());
+        ip(&[
+            "link", "add", h, "mtu", &m, "type", "veth", "peer", "name", p, "mtu", &m,
+        ])?;
+        ip(&["addr", "add", &format!("{}/30", n.host), "dev", h])?;
+        ip(&["link", "set", h, "up"])?;
+        let (peer, mac) = (n.peer.to_string(), "02:00:00:00:00:02");
+        ip(&[
+            "neigh",
+            "add",
+            &peer,
+            "lladdr",
+            mac,
+            "dev",
+            h,
+            "nud",
+            "permanent",
+        ])?;
+        Ok(ns)
+    }
+
+    /// Whether this is the black-hole route (no receiver; frames freed by the device).
+    pub fn is_blackhole(&self) -> bool {
+        self.info.kind == "blackhole"
+    }
+
     /// What results record.
     pub fn info(&self) -> &TopologyInfo {
         &self.info
     }
 
-    /// A listener on the receiver's address in the namespace (port chosen by the kernel):
-    /// made by a thread that enters the namespace, so the sockets it accepts live there.
-    pub(crate) fn listen(&self) -> anyhow::Result<TcpListener> {
+    /// Runs `f` on a thread that has entered the namespace, so the sockets it makes live
+    /// there (a socket keeps its namespace when the thread that made it leaves).
+    fn inside<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
         let path = format!("/run/netns/{}", self.info.namespace);
-        let addr = self.info.receiver_addr;
-        std::thread::spawn(move || -> anyhow::Result<TcpListener> {
-            let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-            sendpath::host::enter_netns(f.as_fd())
-                .context("setns into the receiver's namespace")?;
-            TcpListener::bind((addr, 0))
-                .with_context(|| format!("binding {addr} in the receiver's namespace"))
+        std::thread::spawn(move || -> anyhow::Result<T> {
+            let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+            sendpath::host::enter_netns(ns.as_fd()).context("setns into the namespace")?;
+            f()
         })
         .join()
         .map_err(|_| anyhow::anyhow!("the namespace thread panicked"))?
+    }
+
+    /// A listener on the receiver's address in the namespace (port chosen by the kernel).
+    pub(crate) fn listen(&self) -> anyhow::Result<TcpListener> {
+        let addr = self.info.receiver_addr;
+        self.inside(move || {
+            TcpListener::bind((addr, 0))
+                .with_context(|| format!("binding {addr} in the receiver's namespace"))
+        })
+    }
+
+    /// A UDP socket bound to the receiver's address in the namespace (port chosen by the
+    /// kernel).
+    pub(crate) fn udp_receiver(&self) -> anyhow::Result<UdpSocket> {
+        let addr = self.info.receiver_addr;
+        self.inside(move || {
+            UdpSocket::bind((addr, 0))
+                .with_context(|| format!("binding UDP {addr} in the receiver's namespace"))
+        })
+    }
+
+    /// A UDP socket in the black-hole namespace, connected to the neighbour that never
+    /// answers (port 9, discard).
+    pub(crate) fn udp_sender(&self) -> anyhow::Result<UdpSocket> {
+        let (from, to) = (self.info.sender_addr, self.info.receiver_addr);
+        self.inside(move || {
+            let s = UdpSocket::bind((from, 0)).with_context(|| format!("binding UDP {from}"))?;
+            s.connect((to, 9))
+                .with_context(|| format!("connecting UDP to {to}:9"))?;
+            Ok(s)
+        })
     }
 }
 

@@ -195,6 +195,15 @@ pub(crate) struct CalibrateArgs {
     /// Seed for the shuffled order of each round (default: random).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// The transport measured: tcp, or udp (with --topology blackhole: zero-copy the kernel
+    /// does not copy, so the zero-copy tiers come from non-copied sends).
+    #[arg(long, default_value = "tcp", value_parser = parse::protocol)]
+    pub proto: sendpath_lab::traffic::datagram::Protocol,
+    /// Send SEND_ZC from registered (fixed) buffers, as adaptive will with --fixed-buffers.
+    #[arg(long)]
+    pub fixed_buffers: bool,
+    #[command(flatten)]
+    pub topology: TopologyArgs,
 }
 
 #[derive(Debug, Args)]
@@ -309,7 +318,7 @@ pub(crate) fn flag(s: sendpath_lab::setting::Setting) -> &'static str {
         Setting::Connect => "--connect",
         Setting::Connections => "--connections",
         Setting::SizeMix => "--size-mix/--alloc fresh",
-        Setting::Topology => "--topology netns",
+        Setting::Topology => "--topology",
         Setting::SinkFile => "--sink-file",
         Setting::Cache => "--cache",
         Setting::FileSize => "--file-size",

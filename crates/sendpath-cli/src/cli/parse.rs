@@ -188,3 +188,8 @@ pub(super) fn one_cpu(x: &str, allowed: &[usize]) -> Result<usize, String> {
     }
     Ok(c)
 }
+
+/// `--proto`: tcp or udp.
+pub(crate) fn protocol(s: &str) -> Result<sendpath_lab::traffic::datagram::Protocol, String> {
+    s.parse()
+}

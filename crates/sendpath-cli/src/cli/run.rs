@@ -75,6 +75,11 @@ pub(crate) struct RunArgs {
     /// Zero-copy sends awaiting completion per connection before falling back to copy.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub inflight: u32,
+    /// msg-zerocopy: read the error queue once N sends await completion and no released
+    /// buffer is free (1: whenever the pool is empty), so one read collects many merged
+    /// completions.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub zc_reap_every: u32,
     /// Send SEND_ZC from registered (fixed) buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
@@ -138,6 +143,7 @@ impl RunArgs {
                 max_sends: self.inflight as usize,
                 ..Default::default()
             },
+            zc_reap_every: self.zc_reap_every as usize,
             uring_depth: self.uring_depth as usize,
             uring_fixed_buffers: self.fixed_buffers,
             pipe_size: self.pipe_size,
@@ -157,9 +163,10 @@ impl RunArgs {
 pub(crate) struct StreamArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G).
-    #[arg(long, short = 'l', default_value = "64K", value_parser = message_sizes)]
-    pub size: std::vec::Vec<usize>,
+    /// Message sizes, comma-separated, with units (64, 4K, 64KiB, 1M; at most 1G; UDP at
+    /// most 65507) [default: 64K, or 64000 with --proto udp].
+    #[arg(long, short = 'l', value_parser = message_sizes)]
+    pub size: Option<std::vec::Vec<usize>>,
     /// Draw each message's size from a mix instead, SIZE:WEIGHT comma-separated (e.g.
     /// 88:70,4K:20,1M:10), optionally /BURST to send each drawn size that many times in a row
     /// (4K:90,64K:10/32); every path sends the same sequence of sizes.
@@ -194,6 +201,15 @@ pub(crate) struct StreamArgs {
     /// megabyte, as `iperf3 -Z` does.
     #[arg(long, value_parser = file_size)]
     pub file_size: Option<usize>,
+    /// The transport: tcp, or udp (one connected UDP socket per sender thread, each send one
+    /// datagram, or one GSO super-datagram with --gso; memory paths only). Our UDP receiver
+    /// counts datagrams lost and reordered from a sequence number in each.
+    #[arg(long, default_value = "tcp", value_parser = protocol)]
+    pub proto: sendpath_lab::traffic::datagram::Protocol,
+    /// UDP: cut each send of --size bytes into datagrams of SEG bytes (segmentation offload,
+    /// UDP_SEGMENT), as QUIC servers send.
+    #[arg(long, value_name = "SEG", value_parser = clap::value_parser!(u16).range(1..=65507))]
+    pub gso: Option<u16>,
     #[command(flatten)]
     pub topology: TopologyArgs,
     #[command(flatten)]
@@ -203,25 +219,44 @@ pub(crate) struct StreamArgs {
 /// Where the receiver runs (`--topology`, `--rate`, `--mtu`).
 #[derive(Debug, Args, Clone)]
 pub(crate) struct TopologyArgs {
-    /// Where the receiver runs: loopback, or netns (a network namespace sendpath creates and
-    /// removes, joined by a veth pair; needs root and iproute2).
-    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
+    /// Where the receiver runs: loopback; netns (a network namespace sendpath creates and
+    /// removes, joined by a veth pair; needs root and iproute2); or blackhole (UDP only: a
+    /// namespace whose veth peer is down, where the device frees every frame, so zero-copy is
+    /// never copied; the send side only, an upper bound of what a NIC with offloads allows).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns", "blackhole"])]
     pub topology: String,
     /// With --topology netns: limit the sender's veth to this rate (htb), e.g. 1gbit, 10gbit.
     #[arg(long, value_name = "RATE", value_parser = sendpath_lab::topology::parse_rate)]
     pub rate: Option<u64>,
-    /// With --topology netns: the MTU of both veth ends.
+    /// With --topology netns or blackhole: the MTU of the veth ends (blackhole: 65535 unless
+    /// given).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: Option<u32>,
 }
 
+impl StreamArgs {
+    /// The message sizes: `--size`, else 64 KiB (64000 B for UDP, which carries at most 65507
+    /// bytes per send).
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        let udp = self.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
+        self.size
+            .clone()
+            .unwrap_or_else(|| vec![if udp { 64_000 } else { 64 << 10 }])
+    }
+}
+
 impl TopologyArgs {
     /// The namespace to receive in, created (and announced) when `--topology netns`.
+    /// `udp`: the run sends UDP (the black-hole route takes nothing else).
     pub(crate) fn create(
         &self,
         elsewhere: bool,
+        udp: bool,
     ) -> anyhow::Result<Option<std::sync::Arc<sendpath_lab::topology::Netns>>> {
         use sendpath_lab::topology::{Netns, NetnsSpec};
+        if self.topology == "blackhole" {
+            return self.blackhole(elsewhere, udp).map(Some);
+        }
         if self.topology != "netns" {
             if self.rate.is_some() || self.mtu.is_some() {
                 anyhow::bail!(
@@ -251,6 +286,33 @@ impl TopologyArgs {
             i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
         );
         Ok(Some(std::sync::Arc::new(ns)))
+    }
+
+    /// The black-hole route, for UDP only, announced with what its figures are.
+    fn blackhole(
+        &self,
+        elsewhere: bool,
+        udp: bool,
+    ) -> anyhow::Result<std::sync::Arc<sendpath_lab::topology::Netns>> {
+        if !udp {
+            anyhow::bail!("--topology blackhole has no receiver, so TCP cannot run there (no peer answers its handshake): use `stream --proto udp`, or `sweep --preset udp-zerocopy`; for TCP use --topology netns (where zero-copy is copied at the receiver)");
+        }
+        if elsewhere {
+            anyhow::bail!("--topology blackhole sends into a namespace with no receiver: it cannot go with --connect or --agent");
+        }
+        if self.rate.is_some() {
+            anyhow::bail!("--rate shapes the veth pair of --topology netns; the black-hole route is not limited: drop --rate");
+        }
+        let ns = sendpath_lab::topology::Netns::blackhole(self.mtu)?;
+        let i = ns.info();
+        eprintln!(
+            "topology: black hole in namespace {}: UDP from {} to {}, whose veth peer is down (MTU {}); send side only: no receiver; frames dropped by the device; an upper bound of what a NIC with offloads allows",
+            i.namespace,
+            i.sender_addr,
+            i.receiver_addr,
+            i.mtu.unwrap_or(65_535)
+        );
+        Ok(std::sync::Arc::new(ns))
     }
 }
 

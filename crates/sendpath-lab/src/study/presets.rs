@@ -1,12 +1,13 @@
 //! Sweep presets, several of them shaped after published studies of this question so results
 //! can be set beside the published ones.
 
+use crate::traffic::datagram::Protocol;
 use crate::traffic::mix::Alloc;
 use sendpath::Strategy;
 use std::time::Duration;
 
 /// One sweep: a matrix of strategies x sizes x threads, and its timing.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Preset {
     pub name: &'static str,
     pub about: &'static str,
@@ -21,6 +22,12 @@ pub struct Preset {
     pub allocs: Vec<Alloc>,
     /// Size mixes measured as points of their own, after the single sizes.
     pub mixes: Vec<&'static str>,
+    /// The transport; UDP presets run on the black-hole route (`--topology blackhole`).
+    pub proto: Protocol,
+    /// Paths measured a second time from registered buffers (`--fixed-buffers`).
+    pub fixed_also: Vec<Strategy>,
+    /// UDP: GSO points (size, segment) for every path, after the single sizes.
+    pub gso: Vec<(usize, u16)>,
 }
 
 const K: usize = 1024;
@@ -39,7 +46,29 @@ pub(crate) fn all() -> Vec<Preset> {
         message_sizes(),
         mixed(),
         file_paths(),
+        udp_zerocopy(),
     ]
+}
+
+/// The `udp-zerocopy` preset.
+fn udp_zerocopy() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "udp-zerocopy",
+        about: "UDP on the black-hole route (root; the device frees every frame, so zero-copy is never copied): copy, msg-zerocopy, uring, uring-zc, uring-zc from registered buffers x 1400 B..64000 B and GSO 64000/1400, beside the SEND_ZC and UDP GSO authors' figures",
+        strategies: vec![Copy, MsgZerocopy, Uring, UringZc],
+        sizes: vec![1400, 4 * K, 16 * K, 64_000],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(2000),
+        warmup: ms(500),
+        repeat: 5,
+        allocs: vec![Alloc::Pool],
+        mixes: vec![],
+        proto: Protocol::Udp,
+        fixed_also: vec![UringZc],
+        gso: vec![(64_000, 1400)],
+    }
 }
 
 /// The `quick` preset.
@@ -59,6 +88,7 @@ fn quick() -> Preset {
         repeat: 8,
         allocs: vec![Alloc::Pool],
         mixes: vec![],
+        ..Default::default()
     }
 }
 
@@ -77,6 +107,7 @@ fn pa02() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool],
         mixes: vec![],
+        ..Default::default()
     }
 }
 
@@ -95,6 +126,7 @@ fn zerocopy_paper() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool],
         mixes: vec![],
+        ..Default::default()
     }
 }
 
@@ -115,6 +147,7 @@ fn message_sizes() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool, Alloc::Fresh],
         mixes: vec![],
+        ..Default::default()
     }
 }
 
@@ -139,6 +172,7 @@ fn mixed() -> Preset {
             "4K:90,64K:10/1024",
             "64K:16,1M:1/256",
         ],
+        ..Default::default()
     }
 }
 
@@ -157,6 +191,7 @@ fn file_paths() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool],
         mixes: vec![],
+        ..Default::default()
     }
 }
 
@@ -172,7 +207,7 @@ pub(crate) fn find(name: &str) -> Result<Preset, String> {
 #[derive(Debug, Clone)]
 pub enum Study {
     /// Rows of stream or rr points ([`crate::study::sweep`]).
-    Rows(Preset),
+    Rows(Box<Preset>),
     /// The server study ([`crate::study::http`]).
     Http,
     /// The file-transfer study ([`crate::study::transfer`]).
@@ -200,7 +235,7 @@ pub fn table() -> Vec<Entry> {
             name: p.name,
             about: p.about,
             points: crate::study::sweep::points(&p).len(),
-            study: Study::Rows(p),
+            study: Study::Rows(Box::new(p)),
         })
         .collect();
     t.push(Entry {

@@ -2,6 +2,7 @@
 //! the message sizes and their mix, how buffers are allocated, how the receiver treats bytes.
 //! Plain data: nothing here opens a socket.
 
+pub mod datagram;
 pub mod mix;
 
 /// How the receiver treats bytes.

@@ -4,6 +4,7 @@ mod plan;
 mod results;
 mod run;
 mod summary;
+mod udp;
 
 pub use plan::*;
 pub use results::*;

@@ -147,7 +147,13 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             alloc,
             netns: None,
             agent: None,
+            proto: preset.proto,
+            gso: None,
         }
+    };
+    let fixed = |mut p: StreamPoint| {
+        p.opts.uring_fixed_buffers = true;
+        p
     };
     let mut v = Vec::new();
     for &alloc in &preset.allocs {
@@ -167,6 +173,26 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             &preset.threads,
             |s, size, t| point(s, size, t, Some(&mix), Alloc::Pool),
         ));
+    }
+    // The paths measured again from registered buffers, then the GSO points of every path.
+    for &size in &preset.sizes {
+        for &s in &preset.fixed_also {
+            v.push(Point::Stream(fixed(point(s, size, 1, None, Alloc::Pool))));
+        }
+    }
+    for &(size, seg) in &preset.gso {
+        let plain = preset
+            .strategies
+            .iter()
+            .map(|&s| point(s, size, 1, None, Alloc::Pool));
+        let registered = preset
+            .fixed_also
+            .iter()
+            .map(|&s| fixed(point(s, size, 1, None, Alloc::Pool)));
+        v.extend(plain.chain(registered).map(|mut p| {
+            p.gso = Some(seg);
+            Point::Stream(p)
+        }));
     }
     v
 }

@@ -65,6 +65,18 @@ pub(crate) fn round_order<B: Ord + Clone>(blocks: &[B], seed: u64, round: u32) -
     order
 }
 
+/// What identifies a point's row (see [`Point::key`]).
+type Key = (
+    Workload,
+    Strategy,
+    usize,
+    usize,
+    usize,
+    Option<String>,
+    Alloc,
+    String,
+);
+
 /// One point to measure.
 #[derive(Debug, Clone)]
 pub enum Point {
@@ -104,6 +116,12 @@ impl Point {
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
                 window_s: Some(p.duration.as_secs_f64()),
+                protocol: p.proto,
+                gso_segment_bytes: p.gso.map(usize::from),
+                send_side_only: p.netns.as_ref().is_some_and(|n| n.is_blackhole()),
+                // Registered buffers change only what sends SEND_ZC.
+                fixed_buffers: p.opts.uring_fixed_buffers
+                    && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 ..Default::default()
             },
             Point::Rr(p) => Row {
@@ -126,18 +144,12 @@ impl Point {
     }
 
     /// What identifies the point's row: workload, strategy, size, threads, connections per
-    /// thread, then the size mix and the allocation mode.
-    fn key(
-        &self,
-    ) -> (
-        Workload,
-        Strategy,
-        usize,
-        usize,
-        usize,
-        Option<String>,
-        Alloc,
-    ) {
+    /// thread, the size mix, the allocation mode, then the variant (`udp gso 1400`, `fixed`).
+    fn key(&self) -> Key {
+        let variant = match self {
+            Point::Stream(_) => self.row(None).variant(),
+            Point::Rr(_) => String::new(),
+        };
         match self {
             Point::Stream(p) => (
                 Workload::Stream,
@@ -147,6 +159,7 @@ impl Point {
                 p.connections,
                 p.mix.as_ref().map(|m| m.name()),
                 p.alloc,
+                variant,
             ),
             Point::Rr(p) => (
                 Workload::Rr,
@@ -156,6 +169,7 @@ impl Point {
                 1,
                 p.mix.as_ref().map(|m| m.name()),
                 p.alloc,
+                variant,
             ),
         }
     }
@@ -171,22 +185,24 @@ impl Point {
                 row.connections_per_thread,
                 row.size_mix.clone(),
                 row.alloc,
+                row.variant(),
             )
     }
 
     /// The points this one is compared with share its block: everything in its key but the
     /// strategy.
-    fn block(&self) -> (Workload, usize, usize, usize, Option<String>, Alloc) {
-        let (workload, _, size, threads, per_thread, mix, alloc) = self.key();
-        (workload, size, threads, per_thread, mix, alloc)
+    fn block(&self) -> (Workload, usize, usize, usize, Option<String>, Alloc, String) {
+        let (workload, _, size, threads, per_thread, mix, alloc, variant) = self.key();
+        (workload, size, threads, per_thread, mix, alloc, variant)
     }
 
     fn label(&self) -> String {
-        let (_, strategy, size, threads, per_thread, mix, alloc) = self.key();
+        let (_, strategy, size, threads, per_thread, mix, alloc, variant) = self.key();
         let size = mix.map_or_else(|| fmt_size(size), |m| format!("mix {m}"));
-        let alloc = match alloc {
-            Alloc::Pool => "",
-            Alloc::Fresh => " fresh",
+        let alloc = match (alloc, variant.as_str()) {
+            (Alloc::Pool, "") => String::new(),
+            (Alloc::Pool, v) => format!(" {v}"),
+            (Alloc::Fresh, _) => " fresh".into(),
         };
         match per_thread {
             1 => format!("{strategy} {size}{alloc} x{threads}"),
@@ -343,6 +359,9 @@ impl Recorder {
         for row in &self.results.results {
             self.say(&export::table_line(row));
             if let Some(line) = export::fairness_line(row) {
+                self.say(&line);
+            }
+            if let Some(line) = export::datagram_line(row) {
                 self.say(&line);
             }
             for w in &row.warnings {

@@ -2,6 +2,7 @@
 
 mod sender;
 mod tcp;
+pub mod udp;
 
 use super::{receive, receive_many, PatternFile, RecvCounters, RecvMode};
 use crate::cancel::Cancel;
@@ -53,6 +54,10 @@ pub struct StreamPoint {
     pub netns: Option<Arc<crate::topology::Netns>>,
     /// Have `sendpath agent` there receive (its bytes, verification and CPU come back).
     pub agent: Option<crate::remote::AgentTarget>,
+    /// TCP, or UDP datagrams (`--proto udp`).
+    pub proto: crate::traffic::datagram::Protocol,
+    /// UDP: cut each send into datagrams of this many bytes (`--gso`, `UDP_SEGMENT`).
+    pub gso: Option<u16>,
 }
 
 /// What one repeat produced.
@@ -227,6 +232,9 @@ pub(crate) fn run_once(
     cpu_mhz: Option<f64>,
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
+    if pt.proto == crate::traffic::datagram::Protocol::Udp {
+        return udp::run_once(pt, hw, cpu_mhz, cancel);
+    }
     let mut peer = Peer::open(pt)?;
     let cold = pt.cold && file.is_some();
     if let (Some(f), true) = (file, cold) {
