@@ -96,9 +96,11 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
 pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     let r = sendpath::probe::run();
     let active = active_profile();
+    let routes = sendpath_lab::workload::routes::zero_copy_by_route();
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         v["active_profile"] = serde_json::to_value(&active)?;
+        v["zero_copy_by_route"] = serde_json::to_value(&routes)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -107,6 +109,10 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         println!("{k:<w$}  {v}");
+    }
+    println!("\nZero-copy by route (UDP, 256 datagrams of 1400 B each):");
+    for l in route_lines(&routes) {
+        println!("  {l}");
     }
     println!("\nWhat to expect here:");
     for p in &r.predictions {
@@ -149,6 +155,41 @@ fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
         ),
         ("  batched waits (MIN_TIMEOUT)", yes(u.min_wait).into()),
     ]
+}
+
+/// One line per route: each zero-copy path's completions and how many came back copied.
+fn route_lines(routes: &[sendpath_lab::workload::routes::RouteZeroCopy]) -> Vec<String> {
+    let about = |route: &str| match route {
+        "loopback" => "a socket on this host",
+        "netns" => "a veth pair into a namespace",
+        _ => "a veth whose peer is down: frames freed by the device",
+    };
+    let mut out = Vec::new();
+    for pair in routes.chunks(2) {
+        let cells: Vec<String> = pair
+            .iter()
+            .map(|r| match (&r.error, r.copied_fraction) {
+                (Some(e), _) => format!("{}: not tried ({e})", r.path),
+                (None, Some(f)) => format!(
+                    "{}: {:.0}% of {} completions copied",
+                    r.path,
+                    f * 100.0,
+                    r.completions
+                ),
+                (None, None) => format!(
+                    "{}: {} completions, copies not reported",
+                    r.path, r.completions
+                ),
+            })
+            .collect();
+        let route = pair[0].route;
+        out.push(format!(
+            "{route:<10} ({}): {}",
+            about(route),
+            cells.join("; ")
+        ));
+    }
+    out
 }
 
 /// Whether a zero-copy send to a local receiver came back copied.

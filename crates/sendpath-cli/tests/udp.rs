@@ -424,3 +424,42 @@ fn a_calibration_on_the_black_hole_records_non_copied_zero_copy() {
         }
     }
 }
+
+#[test]
+fn probe_shows_which_routes_copy_zero_copy_sends() {
+    let out = sendpath().args(["probe", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let routes = v["zero_copy_by_route"].as_array().unwrap();
+    assert_eq!(routes.len(), 6, "3 routes x 2 paths");
+    let copied = |route: &str| -> Vec<Value> {
+        routes
+            .iter()
+            .filter(|r| r["route"] == route)
+            .map(|r| r["copied_fraction"].clone())
+            .collect()
+    };
+    // A local socket always gets a copy.
+    assert_eq!(
+        copied("loopback"),
+        vec![Value::from(1.0), Value::from(1.0)],
+        "{routes:?}"
+    );
+    if let Err(reason) = can_create_netns() {
+        assert!(routes
+            .iter()
+            .any(|r| r["route"] == "blackhole" && r["error"].is_string()));
+        common::skip(&reason);
+        return;
+    }
+    assert_eq!(
+        copied("netns"),
+        vec![Value::from(1.0), Value::from(1.0)],
+        "{routes:?}"
+    );
+    assert_eq!(
+        copied("blackhole"),
+        vec![Value::from(0.0), Value::from(0.0)],
+        "{routes:?}"
+    );
+}
