@@ -52,6 +52,11 @@ pub struct StateConfig {
     /// SEND_ZC settings; `None` when the kernel has no SEND_ZC (a zero-copy choice is then an
     /// `unsupported` fallback).
     pub zc: Option<ZcConfig>,
+    /// Link each request of a chain to the next (`IOSQE_IO_LINK`), so a stream's bytes go in
+    /// order. A datagram socket needs no order between sends: each is a message of its own and
+    /// goes whole or not at all, so its requests go unlinked (the kernel then issues each
+    /// without waiting for the one before).
+    pub linked: bool,
 }
 
 /// The buffer of a request to submit.
@@ -183,6 +188,11 @@ impl ConnState {
         self.flushing = true;
     }
 
+    /// Sends on a datagram socket: requests go unlinked (see [`StateConfig::linked`]).
+    pub fn set_datagrams(&mut self) {
+        self.cfg.linked = false;
+    }
+
     /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
     /// something to resend, a full queue, or a flush asked for.
     pub fn ready(&self) -> bool {
@@ -259,7 +269,7 @@ impl ConnState {
         }
         let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
         for i in 0..n {
-            let link = i + 1 < n;
+            let link = self.cfg.linked && i + 1 < n;
             let (payload, range, zc) = if i < self.resend.len() {
                 let e = self.resend[i];
                 (Payload::Held(e.slot), e.start..e.end, e.zc)
@@ -478,6 +488,7 @@ mod tests {
                     },
                     report_usage: true,
                 }),
+                linked: true,
             },
             Box::new(Fixed(choice)),
         )
@@ -536,6 +547,7 @@ mod tests {
                 StateConfig {
                     depth: 2,
                     zc: Some(zc),
+                    linked: true,
                 },
                 Box::new(chooser),
             )
@@ -569,6 +581,38 @@ mod tests {
         let d = st.stats().decisions.unwrap();
         assert_eq!((d.cap_halvings, d.cap), (1, cfg.cap_max / 2));
         assert_eq!(st.stats().fallbacks.enomem, 1);
+    }
+
+    #[test]
+    fn a_datagram_socket_s_requests_go_unlinked() {
+        let mut st = state(3, false, Choice::Copy);
+        let links = |st: &mut ConnState| {
+            let mut l = Vec::new();
+            st.submit_chain(|s: Submit| -> Result<Pushed, ()> {
+                l.push(s.link);
+                Ok(Pushed {
+                    slot: l.len() as u32,
+                    req: l.len() as u64,
+                    registered: false,
+                })
+            })
+            .unwrap();
+            l
+        };
+        for _ in 0..3 {
+            st.push(Buf::from(vec![0u8; 10]), true).unwrap();
+        }
+        assert_eq!(
+            links(&mut st),
+            [true, true, false],
+            "a stream's chain is linked"
+        );
+        let mut dg = state(3, false, Choice::Copy);
+        dg.set_datagrams();
+        for _ in 0..3 {
+            dg.push(Buf::from(vec![0u8; 10]), true).unwrap();
+        }
+        assert_eq!(links(&mut dg), [false, false, false]);
     }
 
     #[test]

@@ -339,6 +339,7 @@ impl UringDriver {
                 limits: self.cfg.inflight,
                 report_usage: report_usage && self.usage_reporting,
             }),
+            linked: true,
         }
     }
 
@@ -356,10 +357,13 @@ impl UringDriver {
 
     /// Adds a connection with a state of the caller's making (its own chooser). Ids of
     /// connections that are gone ([`Event::Closed`]) are handed out again.
-    pub fn add_with(&mut self, sock: impl Into<Socket>, state: ConnState) -> Result<ConnId> {
+    pub fn add_with(&mut self, sock: impl Into<Socket>, mut state: ConnState) -> Result<ConnId> {
         let sock: Socket = sock.into();
         sock.set_blocking()
             .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
+        if crate::sys::socket::is_datagram(sock.as_fd()) {
+            state.set_datagrams();
+        }
         let conn = Conn {
             sock,
             state,

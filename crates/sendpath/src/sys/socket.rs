@@ -231,6 +231,12 @@ pub fn tcp_counters(fd: BorrowedFd<'_>) -> io::Result<TcpCounters> {
     })
 }
 
+/// Whether the socket carries datagrams (`SO_TYPE` is `SOCK_DGRAM`): each send is a message
+/// of its own, so no send waits on the one before it. See socket(7).
+pub(crate) fn is_datagram(fd: BorrowedFd<'_>) -> bool {
+    get_opt::<i32>(fd, libc::SOL_SOCKET, libc::SO_TYPE).is_ok_and(|t| t == libc::SOCK_DGRAM)
+}
+
 /// `SO_MEMINFO` from `<linux/sock_diag.h>`, and the index of the drop counter in its array.
 const SO_MEMINFO: i32 = 55;
 const SK_MEMINFO_DROPS: usize = 8;
