@@ -162,7 +162,7 @@ fn route_lines(routes: &[sendpath_lab::workload::routes::RouteZeroCopy]) -> Vec<
     let about = |route: &str| match route {
         "loopback" => "a socket on this host",
         "netns" => "a veth pair into a namespace",
-        _ => "a veth whose peer is down: frames freed by the device",
+        _ => "a veth whose peer is down: frames dropped at its queue",
     };
     let mut out = Vec::new();
     for pair in routes.chunks(2) {

@@ -256,7 +256,7 @@ pub(crate) fn route(r: &Results) -> String {
     }
     if let Some(t) = env.topology.as_ref().filter(|t| t.kind == "blackhole") {
         return format!(
-            "UDP into a black hole in network namespace {} (a veth whose peer is down, MTU {}): send side only, frames dropped by the device, an upper bound of what a NIC with offloads allows",
+            "UDP into a black hole in network namespace {} (a veth whose peer is down, MTU {}): send side only, frames dropped at the device's queue (no carrier) before the driver, an upper bound of what a NIC with offloads allows",
             t.namespace,
             t.mtu.unwrap_or(65_535)
         );

@@ -877,7 +877,7 @@ impl Row {
     fn datagram_warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.send_side_only {
-            out.push("send side only: no receiver; frames dropped by the device; an upper bound of what a NIC with offloads allows".into());
+            out.push("send side only: no receiver; frames dropped at the device's queue (no carrier), before the driver; an upper bound of what a NIC with offloads allows".into());
         }
         let Some(d) = self.datagram_totals() else {
             return out;

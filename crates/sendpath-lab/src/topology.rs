@@ -4,7 +4,8 @@
 //! and stays inside the host.
 //!
 //! `--topology blackhole`: a namespace whose veth peer is down, where UDP datagrams go through
-//! the whole transmit path and are freed by the device (no local receiver, so zero-copy pages
+//! UDP, IP and the neighbour table to the device, whose queue drops them for want of a carrier
+//! (no local receiver, so zero-copy pages
 //! are never copied): the send side only, an upper bound of what a NIC with offloads allows.
 //!
 //! Each namespace is named `sendpath-t-PID-N`; one whose process is gone (a run killed before
@@ -243,7 +244,8 @@ impl Netns {
     /// `--topology blackhole`: a namespace holding a veth pair whose peer end stays down, with
     /// MTU `mtu` (65535 when `None`), an address on the live end and a permanent neighbour
     /// entry for the other address, so that nothing waits for ARP. A UDP datagram sent there
-    /// goes through the whole transmit path, then the device frees it: no local receiver, so
+    /// goes through UDP, IP and the neighbour table to the device, whose queue drops it (no
+    /// carrier) before the driver: no local receiver, so
     /// the kernel never copies zero-copy pages. The senders' sockets live in the namespace
     /// ([`Netns::udp_sender`]).
     pub fn blackhole(mtu: Option<u32>) -> anyhow::Result<Netns> {
@@ -288,7 +290,7 @@ impl Netns {
         Ok(ns)
     }
 
-    /// Whether this is the black-hole route (no receiver; frames freed by the device).
+    /// Whether this is the black-hole route (no receiver; frames dropped at the device's queue).
     pub fn is_blackhole(&self) -> bool {
         self.info.kind == "blackhole"
     }

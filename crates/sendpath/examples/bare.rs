@@ -8,7 +8,7 @@
 //! ```
 //!
 //! It makes its own namespace (a veth whose peer is down, a permanent neighbour: the device
-//! frees every frame, so nothing copies zero-copy pages; root), sends from one buffer for
+//! drops every frame at its queue, so nothing copies zero-copy pages; root), sends from one buffer for
 //! `--seconds`, and prints one line: bytes per second, sends per second, completions and how
 //! many came back copied. Paths: `copy` (`send`), `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the
 //! error queue read every `--reap-every` sends), `uring` (`IORING_OP_SEND`, `--depth` in

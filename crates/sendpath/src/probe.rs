@@ -205,78 +205,15 @@ struct UringZcCheck {
     local_copied: Option<bool>,
 }
 
-fn check_uring_zc() -> UringZcCheck {
-    let run = || -> io::Result<UringZcCheck> {
-        let (tx, _rx) = local_pair()?;
-        let mut ring = SendRing::new(8, 16)?;
-        let buf = Buf::from(vec![7u8; 16 * 1024]);
-        let len = buf.len();
-        ring.push(
-            tx.as_fd(),
-            buf,
-            0..len,
-            Op::SendZc { report_usage: true },
-            false,
-            0,
-        )?;
-        let mut cqes = Vec::new();
-        let mut result = None;
-        let mut notif = None;
-        let n = ring.drain(Duration::from_secs(1), &mut cqes);
-        for c in &cqes {
-            if c.notif {
-                notif = Some(c.res);
-            } else {
-                result = Some(c.res);
-            }
-        }
-        if n > 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no SEND_ZC completion",
-            ));
-        }
-        Ok(match result {
-            Some(r) if r == -libc::EINVAL => UringZcCheck {
-                report_usage: false,
-                local_copied: None,
-            },
-            Some(r) if r >= 0 => UringZcCheck {
-                report_usage: true,
-                local_copied: notif.map(|v| (v as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0),
-            },
-            _ => UringZcCheck {
-                report_usage: false,
-                local_copied: None,
-            },
-        })
-    };
-    // Without a loopback connection (a thread in a namespace whose `lo` is down), the flag is
-    // still tested: SEND_ZC checks it when the request is prepared, before the socket is used.
-    run()
-        .or_else(|_| report_usage_accepted())
-        .unwrap_or(UringZcCheck {
-            report_usage: false,
-            local_copied: None,
-        })
-}
-
-/// Whether SEND_ZC accepts `IORING_SEND_ZC_REPORT_USAGE`, tested on a UDP socket with no
-/// destination: an unknown flag fails with `EINVAL` at preparation, a known one gets as far
-/// as the send (`EDESTADDRREQ`). Says nothing of whether local sends are copied.
-fn report_usage_accepted() -> io::Result<UringZcCheck> {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+/// One SEND_ZC of `len` bytes with usage reporting on `fd`: its result and its
+/// notification's `res`, each when it came within a second.
+fn send_zc_once(
+    fd: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> io::Result<(Option<i32>, Option<i32>)> {
     let mut ring = SendRing::new(8, 16)?;
-    let buf = Buf::from(vec![7u8; 64]);
-    let len = buf.len();
-    ring.push(
-        s.as_fd(),
-        buf,
-        0..len,
-        Op::SendZc { report_usage: true },
-        false,
-        0,
-    )?;
+    let buf = Buf::from(vec![7u8; len]);
+    ring.push(fd, buf, 0..len, Op::SendZc { report_usage: true }, false, 0)?;
     let mut cqes = Vec::new();
     if ring.drain(Duration::from_secs(1), &mut cqes) > 0 {
         return Err(io::Error::new(
@@ -284,11 +221,38 @@ fn report_usage_accepted() -> io::Result<UringZcCheck> {
             "no SEND_ZC completion",
         ));
     }
-    let result = cqes.iter().find(|c| !c.notif).map(|c| c.res);
-    Ok(UringZcCheck {
-        report_usage: result.is_some_and(|r| r != -libc::EINVAL),
+    let res = |notif: bool| cqes.iter().find(|c| c.notif == notif).map(|c| c.res);
+    Ok((res(false), res(true)))
+}
+
+fn check_uring_zc() -> UringZcCheck {
+    let unknown = UringZcCheck {
+        report_usage: false,
         local_copied: None,
-    })
+    };
+    // To a local listener: whether the flag is taken, and whether the kernel copied.
+    let local = || -> io::Result<UringZcCheck> {
+        let (tx, _rx) = local_pair()?;
+        Ok(match send_zc_once(tx.as_fd(), 16 * 1024)? {
+            (Some(r), notif) if r >= 0 => UringZcCheck {
+                report_usage: true,
+                local_copied: notif.map(|v| (v as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0),
+            },
+            _ => unknown,
+        })
+    };
+    // Without a loopback connection (a thread in a namespace whose `lo` is down), the flag is
+    // still tested on a UDP socket with no destination: an unknown flag fails with EINVAL when
+    // the request is prepared, a known one gets as far as the send (EDESTADDRREQ).
+    let flag_only = || -> io::Result<UringZcCheck> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        let (result, _) = send_zc_once(s.as_fd(), 64)?;
+        Ok(UringZcCheck {
+            report_usage: result.is_some_and(|r| r != -libc::EINVAL),
+            local_copied: None,
+        })
+    };
+    local().or_else(|_| flag_only()).unwrap_or(unknown)
 }
 
 fn uring_zc_check() -> UringZcCheck {

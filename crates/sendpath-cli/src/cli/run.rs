@@ -221,7 +221,7 @@ pub(crate) struct StreamArgs {
 pub(crate) struct TopologyArgs {
     /// Where the receiver runs: loopback; netns (a network namespace sendpath creates and
     /// removes, joined by a veth pair; needs root and iproute2); or blackhole (UDP only: a
-    /// namespace whose veth peer is down, where the device frees every frame, so zero-copy is
+    /// namespace whose veth peer is down, whose queue drops every frame, so zero-copy is
     /// never copied; the send side only, an upper bound of what a NIC with offloads allows).
     #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns", "blackhole"])]
     pub topology: String,
@@ -306,7 +306,7 @@ impl TopologyArgs {
         let ns = sendpath_lab::topology::Netns::blackhole(self.mtu)?;
         let i = ns.info();
         eprintln!(
-            "topology: black hole in namespace {}: UDP from {} to {}, whose veth peer is down (MTU {}); send side only: no receiver; frames dropped by the device; an upper bound of what a NIC with offloads allows",
+            "topology: black hole in namespace {}: UDP from {} to {}, whose veth peer is down (MTU {}); send side only: no receiver; frames dropped at the device's queue (no carrier), before the driver; an upper bound of what a NIC with offloads allows",
             i.namespace,
             i.sender_addr,
             i.receiver_addr,

@@ -55,7 +55,7 @@ fn udp_zerocopy() -> Preset {
     use Strategy::*;
     Preset {
         name: "udp-zerocopy",
-        about: "UDP on the black-hole route (root; the device frees every frame, so zero-copy is never copied): copy, msg-zerocopy, uring, uring-zc, uring-zc from registered buffers x 1400 B..64000 B and GSO 64000/1400, beside the SEND_ZC and UDP GSO authors' figures",
+        about: "UDP on the black-hole route (root; the device's queue drops every frame, so zero-copy is never copied): copy, msg-zerocopy, uring, uring-zc, uring-zc from registered buffers x 1400 B..64000 B and GSO 64000/1400, beside the SEND_ZC and UDP GSO authors' figures",
         strategies: vec![Copy, MsgZerocopy, Uring, UringZc],
         sizes: vec![1400, 4 * K, 16 * K, 64_000],
         threads: vec![1],
@@ -321,5 +321,7 @@ mod tests {
         let transfer = lookup("file-transfer").unwrap();
         assert_eq!(transfer.points, 8 * 2 * 7);
         assert_eq!(lookup("pa02").unwrap().points, 48);
+        // 4 paths x 4 sizes, uring-zc from registered buffers at each size, and the 5 at GSO.
+        assert_eq!(lookup("udp-zerocopy").unwrap().points, 16 + 4 + 5);
     }
 }

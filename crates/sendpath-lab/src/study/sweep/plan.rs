@@ -208,8 +208,17 @@ mod tests {
             let plan = new_sweep(p.name, &Overrides::default(), 9).unwrap();
             let n = p.strategies.len()
                 * (p.sizes.len() * p.allocs.len() + p.mixes.len())
-                * p.threads.len();
+                * p.threads.len()
+                + p.fixed_also.len() * p.sizes.len()
+                + p.gso.len() * (p.strategies.len() + p.fixed_also.len());
             assert_eq!(plan.points.len(), n, "{}", p.name);
+            // Every point has a row of its own (a resumed sweep finds each by its key).
+            let rows: std::collections::BTreeSet<String> = plan
+                .points
+                .iter()
+                .map(|pt| format!("{:?}", pt.row_key()))
+                .collect();
+            assert_eq!(rows.len(), n, "{}: two points share a row", p.name);
             assert_eq!(plan.windows_total, n * p.repeat as usize);
             assert_eq!(plan.windows_left(), plan.windows_total);
             assert_eq!(plan.schedule.seed, 9, "the fresh seed when none is given");

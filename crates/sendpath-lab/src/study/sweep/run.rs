@@ -174,6 +174,12 @@ impl Point {
         }
     }
 
+    /// What identifies the point's row (for tests of plans).
+    #[cfg(test)]
+    pub(crate) fn row_key(&self) -> Key {
+        self.key()
+    }
+
     /// Whether `row` is this point's row.
     fn matches(&self, row: &Row) -> bool {
         self.key()

@@ -54,7 +54,7 @@ fn paths_table(r: &Results, sizes: &BTreeSet<usize>) -> Table {
     let title = format!(
         "UDP, one datagram per send{}: Gbit/s (median over rounds) and ratios (median of the per-round ratios, rounds the first was faster / rounds)",
         if send_side {
-            " on the black-hole route (send side only: frames dropped by the device; an upper bound of what a NIC with offloads allows)"
+            " on the black-hole route (send side only: frames dropped at the device's queue, before the driver; an upper bound of what a NIC with offloads allows)"
         } else {
             ""
         }
@@ -146,7 +146,7 @@ fn published_table(r: &Results) -> Table {
         "UDP GSO against one datagram per send, at equal CPU (UDP GSO patches, de Bruijn, 2018: 876 MB/s without, 2139 MB/s with, 11.2 G cycles each)".into(),
         "2.44x the bytes per CPU cycle".into(),
         format!(
-            "bytes per sender CPU second, GSO over one datagram of the segment size: {} (the black hole's veth takes a GSO packet whole, as a NIC with UDP segmentation offload would; their NIC segmented in software)",
+            "bytes per sender CPU second, GSO over one datagram of the segment size: {} (on the black hole a GSO packet is dropped whole before the driver, so no segmentation is paid, as with a NIC's UDP segmentation offload; their NIC segmented in software)",
             gso_line(r)
         ),
     ]);
