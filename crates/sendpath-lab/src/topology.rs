@@ -245,9 +245,8 @@ impl Netns {
     /// MTU `mtu` (65535 when `None`), an address on the live end and a permanent neighbour
     /// entry for the other address, so that nothing waits for ARP. A UDP datagram sent there
     /// goes through UDP, IP and the neighbour table to the device, whose queue drops it (no
-    /// carrier) before the driver: no local receiver, so
-    /// the kernel never copies zero-copy pages. The senders' sockets live in the namespace
-    /// ([`Netns::udp_sender`]).
+    /// carrier) before the driver: no local receiver, so the kernel never copies zero-copy
+    /// pages. The senders' sockets are made inside the namespace.
     pub fn blackhole(mtu: Option<u32>) -> anyhow::Result<Netns> {
         if sendpath::host::euid() != 0 {
             return Err(needs_root("blackhole"));
