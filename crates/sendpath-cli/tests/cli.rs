@@ -812,8 +812,8 @@ fn the_first_interrupt_stops_a_run_stuck_on_a_stalled_receiver() {
 }
 
 /// Without a signal too: a run whose receiver stops reading ends by itself a few seconds after
-/// its window, with the reason, for a blocking path (its send timeout) and for io_uring (its
-/// connections shut down).
+/// its window, the repeat recorded as cut short with the reason, for a blocking path (its send
+/// timeout) and for io_uring (its connections shut down).
 #[test]
 fn a_stalled_receiver_cannot_hold_a_run() {
     for path in ["copy", "uring"] {
@@ -854,8 +854,17 @@ fn a_stalled_receiver_cannot_hold_a_run() {
             Some(137),
             "{path}: killed by the timeout: {e}"
         );
-        if !out.status.success() {
-            assert!(e.contains("no progress"), "{path}: {e}");
+        // The window was measured and the run ends normally. io_uring's sends take no send
+        // timeout: its repeat is cut short, with the reason. A blocking send's timeout may
+        // find the kernel took a last part of the message (a short send), and end cleanly.
+        let o = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{path}: {o}\n{e}");
+        let all = format!("{o}{e}");
+        if path == "uring" || all.contains("cut short") {
+            assert!(
+                all.contains("cut short") && all.contains("no progress"),
+                "{path}: {all}"
+            );
         }
         drop(held);
     }

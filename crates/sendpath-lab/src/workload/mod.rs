@@ -27,9 +27,10 @@ pub(crate) struct RecvCounters {
 
 /// Reads from `s` until EOF, counting bytes into `c`, `read_size` bytes per call (as iperf3
 /// reads its `-l` size); returns the verifier (meaningful in verify mode). A reset or any other
-/// error before EOF is an error that names the stream offset it happened at.
+/// error before EOF is an error that names the stream offset it happened at. The socket is
+/// borrowed, so whoever shares it can end the reads (`shutdown(SHUT_RD)` makes them see EOF).
 pub(crate) fn receive(
-    mut s: TcpStream,
+    mut s: &TcpStream,
     mode: RecvMode,
     c: &RecvCounters,
     read_size: usize,
@@ -39,7 +40,7 @@ pub(crate) fn receive(
     let mut total = 0u64;
     loop {
         let n = match mode {
-            RecvMode::Discard => rustix::net::recv(&s, &mut buf[..], rustix::net::RecvFlags::TRUNC)
+            RecvMode::Discard => rustix::net::recv(s, &mut buf[..], rustix::net::RecvFlags::TRUNC)
                 .map(|(_, n)| n)
                 .map_err(std::io::Error::from),
             _ => s.read(&mut buf),
@@ -88,7 +89,7 @@ pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
 /// `per_conn[i]` (zero at the start) counts connection `i`'s bytes and `c` their sum. Returns one verifier per
 /// connection. An error on any connection is an error naming it and its offset.
 pub(crate) fn receive_many(
-    socks: Vec<TcpStream>,
+    socks: &[Arc<TcpStream>],
     mode: RecvMode,
     c: &RecvCounters,
     per_conn: &[AtomicU64],
@@ -100,7 +101,7 @@ pub(crate) fn receive_many(
         s.set_nonblocking(true).context("fcntl(O_NONBLOCK)")?;
         epoll::add(
             &ep,
-            s,
+            &**s,
             epoll::EventData::new_u64(i as u64),
             epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
         )
@@ -123,9 +124,9 @@ pub(crate) fn receive_many(
         }
         for ev in &events {
             let i = ev.data.u64() as usize;
-            let n = match rustix::net::recv(&socks[i], &mut buf[..], flags) {
+            let n = match rustix::net::recv(&*socks[i], &mut buf[..], flags) {
                 Ok((_, 0)) => {
-                    epoll::delete(&ep, &socks[i]).context("epoll_ctl(DEL)")?;
+                    epoll::delete(&ep, &*socks[i]).context("epoll_ctl(DEL)")?;
                     open -= 1;
                     continue;
                 }

@@ -69,7 +69,7 @@ fn receive_one(
         }
         Sink::Discard | Sink::Copy => {
             let c = crate::workload::RecvCounters::default();
-            crate::workload::receive(conn.try_clone()?, sink.recv_mode(), &c, recv_size)?;
+            crate::workload::receive(&conn, sink.recv_mode(), &c, recv_size)?;
             c.bytes.load(std::sync::atomic::Ordering::Relaxed)
         }
     };

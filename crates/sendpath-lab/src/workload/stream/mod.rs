@@ -197,15 +197,19 @@ impl Shared {
     }
 }
 
-/// A run's threads and the duplicated sockets that read TCP's counters.
+/// A run's threads, and its handles on their sockets.
 #[derive(Default)]
 struct Threads {
     senders: Vec<JoinHandle<super::Sent>>,
     receivers: Vec<JoinHandle<anyhow::Result<Vec<Verifier>>>>,
-    /// Whether to duplicate both ends of every connection to read TCP's counters.
+    /// Whether to duplicate the senders' ends (to read TCP's counters and shut down stalled
+    /// sends): only where the open-files limit has room.
     probe: bool,
-    /// Duplicates of the senders' (`.0`) and receivers' (`.1`) ends.
-    probes: (Vec<TcpStream>, Vec<TcpStream>),
+    /// Duplicates of the senders' ends (the send paths own the sockets themselves).
+    tx_dups: Vec<TcpStream>,
+    /// Our receivers' sockets, shared with the receiver threads: read for their drops, and
+    /// their reads ended when the link cannot drain in time, with no descriptor of their own.
+    rx: Vec<Arc<TcpStream>>,
 }
 
 /// One measured window of a stream run.
@@ -242,10 +246,11 @@ pub(crate) fn run_once(
     }
     let shared = Shared::new(pt.threads, pt.connections.max(1));
     let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
-    // The probes duplicate both ends of every connection: only where the open-files limit
-    // has room for them, so that they never cost a run its connections.
+    // The duplicates of the senders' ends: only where the open-files limit has room for them
+    // (both ends of every connection, the duplicates, a margin), so that they never cost a run
+    // its connections.
     let mut threads = Threads {
-        probe: room_for_fds(4 * pt.threads * pt.connections.max(1) + 64),
+        probe: room_for_fds(3 * pt.threads * pt.connections.max(1) + 64),
         ..Threads::default()
     };
     for i in 0..pt.threads {
@@ -313,16 +318,14 @@ fn start_thread(
         // A send that makes no progress for the whole repeat and the grace after it ends with
         // EAGAIN (blocking paths), so a stalled receiver cannot hold the run for ever.
         tx.set_write_timeout(Some(stall_limit(pt))).ok();
-        // Duplicates of both ends, to read TCP's counters around the window.
+        // A duplicate of the sender's end, to read TCP's counters around the window.
         if probe {
-            threads.probes.0.extend(tx.try_clone().ok());
+            threads.tx_dups.extend(tx.try_clone().ok());
         }
         txs.push(tx);
         if let Some(l) = &peer.listener {
-            let rx = l.accept().context("accepting the loopback connection")?.0;
-            if probe {
-                threads.probes.1.extend(rx.try_clone().ok());
-            }
+            let rx = Arc::new(l.accept().context("accepting the loopback connection")?.0);
+            threads.rx.push(rx.clone());
             rxs.push(rx);
         }
     }
@@ -335,9 +338,9 @@ fn start_thread(
         threads.receivers.push(std::thread::spawn(move || {
             pin(cpu);
             let _ = tids.send((false, sendpath::host::gettid()));
-            match rxs.len() {
-                1 => receive(rxs.remove(0), mode, &c, size).map(|v| vec![v]),
-                _ => receive_many(rxs, mode, &c, &per_conn, size),
+            match rxs.as_slice() {
+                [one] => receive(one, mode, &c, size).map(|v| vec![v]),
+                many => receive_many(many, mode, &c, &per_conn, size),
             }
         }));
     }
@@ -367,10 +370,10 @@ fn measure_window(
 ) -> anyhow::Result<(Window, bool)> {
     let per_thread = pt.connections.max(1);
     let ours = peer.ours();
-    let probes = &threads.probes;
+    let (tx_dups, rx) = (&threads.tx_dups, &threads.rx);
     let remote0 = peer.sample()?;
-    let complete = probes.0.len() == pt.threads * per_thread;
-    let t0 = TcpCounts::read(probes, ours);
+    let complete = tx_dups.len() == pt.threads * per_thread;
+    let t0 = TcpCounts::read(tx_dups, rx, ours);
     let (s0, b0, c0) = (
         Snapshot::take(hw, roles),
         shared.bytes_now(ours),
@@ -383,7 +386,9 @@ fn measure_window(
         shared.bytes_now(ours),
         shared.per_conn_now(),
     );
-    let tcp = TcpCounts::read(probes, ours).since(t0).filter(|_| complete);
+    let tcp = TcpCounts::read(tx_dups, rx, ours)
+        .since(t0)
+        .filter(|_| complete);
     let remote = remote0.zip(peer.sample()?);
     // The agent counts what arrived, as our own receiver would.
     let (b0, b1) = match remote {
@@ -413,7 +418,8 @@ struct Ended {
     integrity: Integrity,
     /// The senders' retransmissions over the connections' lifetime.
     lifetime_retrans: Option<u64>,
-    /// Why the receivers were stopped before every byte arrived, if they were.
+    /// Why the repeat ended before every byte arrived (senders that stalled after the window,
+    /// receivers stopped), if it did.
     cut_short: Option<String>,
 }
 
@@ -426,29 +432,25 @@ fn join(
     threads: Threads,
 ) -> anyhow::Result<Ended> {
     let mut first_err = None;
-    let abandoned = stop_stalled_senders(&threads.senders, &threads.probes.0);
+    let abandoned = stop_stalled_senders(&threads.senders, &threads.tx_dups);
     let (stats, note) = super::join_senders(threads.senders, "a sender thread", &mut first_err)?;
-    if abandoned {
-        first_err = first_err.map(|e| {
-            e.context(format!(
-                "no progress {:?} after the window: the receiver stopped taking bytes; the senders' connections were shut down",
-                2 * GRACE
-            ))
-        });
-    }
-    let lifetime_retrans = TcpCounts::read(&threads.probes, false)
+    // A send that stalled after the window (its timeout ran out, or the run shut its
+    // connection down) leaves the window measured: the repeat is recorded as cut short, and
+    // what the receivers then report (a reset, a short stream) follows from it.
+    let stalled = stalled_senders(abandoned, &mut first_err);
+    let lifetime_retrans = TcpCounts::read(&threads.tx_dups, &[], false)
         .senders
         .map(|c| c.retrans_segs);
     // The probes hold the senders' sockets open: a sender that failed before half-closing
     // its connection would leave its receiver waiting for the end.
-    for s in &threads.probes.0 {
+    for s in &threads.tx_dups {
         let _ = s.shutdown(std::net::Shutdown::Write);
     }
     let mut integrity = Integrity {
         bytes_sent: stats.bytes,
         ..Integrity::default()
     };
-    let cut_short = stop_draining(&threads.receivers, &threads.probes.1);
+    let drained = stop_draining(&threads.receivers, &threads.rx);
     for r in threads.receivers {
         match r
             .join()
@@ -461,6 +463,7 @@ fn join(
                 }
             }
             Ok(_) => {}
+            Err(_) if stalled.is_some() => {}
             Err(e) => {
                 first_err.get_or_insert(e);
             }
@@ -469,6 +472,7 @@ fn join(
     if let Some(e) = first_err {
         return Err(e);
     }
+    let cut_short = stalled.or(drained);
     check_arrival(peer, shared, &mut integrity, cut_short.is_some())?;
     Ok(Ended {
         stats,
@@ -477,6 +481,21 @@ fn join(
         lifetime_retrans,
         cut_short,
     })
+}
+
+/// Why the senders stalled after the window, when they did: the run shut their connections
+/// down (`abandoned`), or a sender's send timeout ran out (that error is taken out of
+/// `first_err`: the window was measured, and the repeat goes on as cut short).
+fn stalled_senders(abandoned: bool, first_err: &mut Option<anyhow::Error>) -> Option<String> {
+    if abandoned {
+        first_err.take();
+        return Some(format!(
+            "no progress {:?} after the window: the receiver stopped taking bytes, and the senders' connections were shut down",
+            2 * GRACE
+        ));
+    }
+    let e = first_err.take_if(|e| super::timed_out(e))?;
+    Some(format!("{e:#}"))
 }
 
 /// Whether every thread of `handles` ended within `d`.
@@ -506,16 +525,16 @@ fn stop_stalled_senders(senders: &[JoinHandle<super::Sent>], tx_dups: &[TcpStrea
 }
 
 /// Waits [`GRACE`] for the receivers to read to the end; past it (a link slower than what the
-/// senders left in the socket buffers) ends their reads (`shutdown(SHUT_RD)` on the duplicates
-/// of their sockets) and says why. Without duplicates (too few descriptors) it waits on.
+/// senders left in the socket buffers) ends their reads (`shutdown(SHUT_RD)` on the sockets
+/// they share with the run: a read then sees the end of the stream) and says why.
 fn stop_draining(
     receivers: &[JoinHandle<anyhow::Result<Vec<Verifier>>>],
-    rx_dups: &[TcpStream],
+    rx: &[Arc<TcpStream>],
 ) -> Option<String> {
-    if all_end_within(receivers, GRACE) || rx_dups.is_empty() {
+    if all_end_within(receivers, GRACE) {
         return None;
     }
-    for s in rx_dups {
+    for s in rx {
         let _ = s.shutdown(std::net::Shutdown::Read);
     }
     Some(format!(
@@ -536,7 +555,7 @@ fn check_arrival(
         integrity.bytes_received = Some(total.bytes);
         integrity.bytes_verified = verified;
         integrity.mismatches = mismatches;
-        if total.bytes != integrity.bytes_sent {
+        if total.bytes != integrity.bytes_sent && !cut_short {
             bail!(
                 "the senders put {} bytes on the sockets but the agent received {}: bytes were lost or invented",
                 integrity.bytes_sent,

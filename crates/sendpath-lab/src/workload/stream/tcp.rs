@@ -1,8 +1,10 @@
-//! TCP's own counters around a stream window, read from duplicates of the connections.
+//! TCP's own counters around a stream window, read from the senders' duplicates and the
+//! receivers' shared sockets.
 
 use crate::results::TcpWindow;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 
 /// Whether `n` more descriptors fit under the soft open-files limit, counting those open now.
 pub(super) fn room_for_fds(n: usize) -> bool {
@@ -20,11 +22,10 @@ pub(super) struct TcpCounts {
 }
 
 impl TcpCounts {
-    /// Reads the senders' (`probes.0`) and receivers' (`probes.1`) sockets; a value is `None`
-    /// when any socket could not be read.
-    pub(super) fn read(probes: &(Vec<TcpStream>, Vec<TcpStream>), ours: bool) -> TcpCounts {
-        let senders = probes
-            .0
+    /// Reads the senders' (`tx`) and receivers' (`rx`) sockets; a value is `None` when any
+    /// socket could not be read.
+    pub(super) fn read(tx: &[TcpStream], rx: &[Arc<TcpStream>], ours: bool) -> TcpCounts {
+        let senders = tx
             .iter()
             .map(|s| sendpath::tcp::tcp_counters(s.as_fd()).ok())
             .try_fold(sendpath::tcp::TcpCounters::default(), |a, c| {
@@ -35,10 +36,8 @@ impl TcpCounts {
                     rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
                 })
             });
-        let drops = if ours && !probes.1.is_empty() {
-            probes
-                .1
-                .iter()
+        let drops = if ours && !rx.is_empty() {
+            rx.iter()
                 .map(|s| sendpath::tcp::socket_drops(s.as_fd()).ok().map(u64::from))
                 .sum()
         } else {
