@@ -589,3 +589,30 @@ fn a_short_token_is_refused_with_how_to_make_one() {
         &["at least 16 bytes"],
     );
 }
+
+/// An "agent" that accepts the control connection and never answers cannot hold a run: the
+/// client gives up after its answer deadline and says so.
+#[test]
+fn an_agent_that_never_answers_is_given_up_on() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let c = l.accept();
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        drop(c);
+    });
+    let t0 = std::time::Instant::now();
+    let a = sendpath()
+        .args(["stream", "--agent", &addr, "-t", "1s", "-n", "1"])
+        .timeout(std::time::Duration::from_secs(40))
+        .assert()
+        .failure();
+    let e = common::stderr_of(&a);
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(e.contains("did not answer `hello` within 10s"), "{e}");
+    drop(held);
+}

@@ -82,6 +82,20 @@ pub fn of(e: &anyhow::Error) -> Option<Setting> {
     e.downcast_ref::<SettingError>().map(|s| s.setting)
 }
 
+/// Whether an error's chain holds an I/O call whose socket timeout ran out.
+pub(crate) fn timed_out(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(is_timeout))
+}
+
+/// Whether a read failed because its socket's read timeout ran out.
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,10 @@ use std::time::Duration;
 /// The port the agent listens on by default.
 pub const DEFAULT_PORT: u16 = 5300;
 
+/// How long the agent may take to answer a request that does no work of its own (`hello`,
+/// `receive`, `sample`): a stalled agent cannot hold a run for longer.
+const ANSWER: Duration = Duration::from_secs(10);
+
 /// Reads one line of at most `max` bytes; `Ok(None)` at end of file.
 pub(crate) fn read_line(
     r: &mut impl BufRead,
@@ -91,30 +95,39 @@ impl AgentClient {
                 )
             },
         )?;
-        // The agent answers `finish` once its receivers read to end of file, which follows
-        // the senders' last byte by little: minutes of silence mean it is gone.
-        s.set_read_timeout(Some(Duration::from_secs(300)))?;
         let w = s.try_clone()?;
         let mut c = AgentClient {
             r: BufReader::with_capacity(MAX_LINE, s),
             w,
             buf: Vec::with_capacity(MAX_LINE + 1),
         };
-        c.call(RequestLine {
-            token: t.token.clone(),
-            ..RequestLine::op("hello")
-        })
+        c.call(
+            RequestLine {
+                token: t.token.clone(),
+                ..RequestLine::op("hello")
+            },
+            ANSWER,
+        )
         .about(Setting::Agent, || format!("the agent at {}", t.addr))?;
         Ok(c)
     }
 
-    fn call(&mut self, req: RequestLine) -> anyhow::Result<Reply> {
+    /// Sends `req` and reads the agent's reply, waiting at most `wait` for it.
+    fn call(&mut self, req: RequestLine, wait: Duration) -> anyhow::Result<Reply> {
         let mut line = serde_json::to_string(&req)?;
         line.push('\n');
         self.w
             .write_all(line.as_bytes())
             .context("writing to the agent")?;
-        if read_line(&mut self.r, &mut self.buf, proto::MAX_REPLY)?.is_none() {
+        self.w.set_read_timeout(Some(wait))?;
+        let got = read_line(&mut self.r, &mut self.buf, proto::MAX_REPLY);
+        if got.as_ref().is_err_and(crate::setting::timed_out) {
+            bail!(
+                "the agent did not answer `{}` within {wait:?}: it stalled or is gone",
+                req.op
+            );
+        }
+        if got?.is_none() {
             bail!("the agent closed the control connection");
         }
         let reply = proto::parse_reply(&self.buf).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -136,13 +149,16 @@ impl AgentClient {
         recv_size: usize,
         max: Duration,
     ) -> anyhow::Result<SocketAddr> {
-        let r = self.call(RequestLine {
-            connections: Some(connections as u32),
-            recv: Some(mode.name().into()),
-            recv_size: Some(recv_size.min(proto::MAX_RECV_SIZE as usize) as u32),
-            max_seconds: Some(max.as_secs().clamp(1, u64::from(proto::MAX_SECONDS)) as u32),
-            ..RequestLine::op("receive")
-        })?;
+        let r = self.call(
+            RequestLine {
+                connections: Some(connections as u32),
+                recv: Some(mode.name().into()),
+                recv_size: Some(recv_size.min(proto::MAX_RECV_SIZE as usize) as u32),
+                max_seconds: Some(max.as_secs().clamp(1, u64::from(proto::MAX_SECONDS)) as u32),
+                ..RequestLine::op("receive")
+            },
+            ANSWER,
+        )?;
         let port = r.port.context("the agent's reply lacks the port")?;
         Ok(SocketAddr::new(agent.ip(), port))
     }
@@ -159,19 +175,21 @@ impl AgentClient {
     pub(crate) fn rr_clients(&mut self, spec: &proto::RrClientSpec) -> anyhow::Result<RrRemote> {
         let window = u64::from(spec.warmup_ms) + u64::from(spec.duration_ms);
         let wait = Duration::from_millis(window) + Duration::from_secs(60);
-        self.w.set_read_timeout(Some(wait))?;
-        let r = self.call(RequestLine {
-            connections: Some(spec.connections),
-            port: Some(spec.port),
-            request: Some(spec.request),
-            response: Some(spec.response),
-            size_mix: spec.size_mix.as_ref().map(|m| m.name()),
-            rate: spec.rate,
-            recv: Some(spec.recv.name().into()),
-            warmup_ms: Some(spec.warmup_ms),
-            duration_ms: Some(spec.duration_ms.max(1)),
-            ..RequestLine::op("rr-client")
-        })?;
+        let r = self.call(
+            RequestLine {
+                connections: Some(spec.connections),
+                port: Some(spec.port),
+                request: Some(spec.request),
+                response: Some(spec.response),
+                size_mix: spec.size_mix.as_ref().map(|m| m.name()),
+                rate: spec.rate,
+                recv: Some(spec.recv.name().into()),
+                warmup_ms: Some(spec.warmup_ms),
+                duration_ms: Some(spec.duration_ms.max(1)),
+                ..RequestLine::op("rr-client")
+            },
+            wait,
+        )?;
         Ok(RrRemote {
             transactions: r
                 .transactions
@@ -195,25 +213,27 @@ impl AgentClient {
         cfg: &crate::http::load::LoadConfig,
     ) -> anyhow::Result<crate::http::load::LoadReport> {
         let ms = |d: Duration| d.as_millis().min(u128::from(proto::MAX_WINDOW_MS)) as u32;
-        self.w
-            .set_read_timeout(Some(cfg.warmup + cfg.duration + Duration::from_secs(60)))?;
-        let r = self.call(RequestLine {
-            connections: Some(cfg.connections as u32),
-            threads: Some(cfg.threads as u32),
-            port: Some(cfg.target.port()),
-            rate: cfg.rate,
-            path: Some(cfg.path.clone()),
-            warmup_ms: Some(ms(cfg.warmup)),
-            duration_ms: Some(ms(cfg.duration).max(1)),
-            ..RequestLine::op("http-load")
-        })?;
+        let wait = cfg.warmup + cfg.duration + Duration::from_secs(60);
+        let r = self.call(
+            RequestLine {
+                connections: Some(cfg.connections as u32),
+                threads: Some(cfg.threads as u32),
+                port: Some(cfg.target.port()),
+                rate: cfg.rate,
+                path: Some(cfg.path.clone()),
+                warmup_ms: Some(ms(cfg.warmup)),
+                duration_ms: Some(ms(cfg.duration).max(1)),
+                ..RequestLine::op("http-load")
+            },
+            wait,
+        )?;
         r.http_load
             .context("the agent's reply lacks the http-load report")
     }
 
     /// Bytes and CPU so far.
     pub(crate) fn sample(&mut self) -> anyhow::Result<RemoteSample> {
-        let r = self.call(RequestLine::op("sample"))?;
+        let r = self.call(RequestLine::op("sample"), ANSWER)?;
         Ok(RemoteSample {
             bytes: r.bytes.context("the agent's sample lacks bytes")?,
             user_ns: r.cpu_user_ns.unwrap_or(0),
@@ -223,7 +243,9 @@ impl AgentClient {
 
     /// After the senders half-closed: the totals, bytes verified and mismatches.
     pub fn finish(&mut self) -> anyhow::Result<(RemoteSample, u64, u64)> {
-        let r = self.call(RequestLine::op("finish"))?;
+        // The agent answers `finish` once its receivers read to end of file, which follows the
+        // senders' last byte by little: minutes of silence mean it is gone.
+        let r = self.call(RequestLine::op("finish"), Duration::from_secs(300))?;
         Ok((
             RemoteSample {
                 bytes: r.bytes.context("the agent's reply lacks bytes")?,

@@ -70,19 +70,7 @@ pub(crate) fn receive(
     }
 }
 
-/// Whether an error's chain holds an I/O call whose socket timeout ran out.
-pub(crate) fn timed_out(e: &anyhow::Error) -> bool {
-    e.chain()
-        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(is_timeout))
-}
-
-/// Whether a read failed because its socket's read timeout ran out.
-pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    )
-}
+pub(crate) use crate::setting::{is_timeout, timed_out};
 
 /// Reads every connection in `socks` to EOF on one thread (epoll, level-triggered, one read
 /// per ready connection per pass so that none starves the others), as [`receive`] does for one.
