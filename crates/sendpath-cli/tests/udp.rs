@@ -162,6 +162,19 @@ fn zero_copy_on_the_black_hole_route_is_not_copied_and_the_route_is_removed() {
         println!("{} on the black hole: {z}", r["strategy"]);
         assert!(z["completions"].as_u64().unwrap() > 0, "{z}");
         assert_eq!(z["copied_fraction"], 0.0, "{z}");
+        // The kernel coalesces MSG_ZEROCOPY completions into ranges; SEND_ZC has one each.
+        let per = z["completions_per_notification"].as_f64().unwrap();
+        if r["strategy"] == "uring-zc" {
+            assert_eq!(per, 1.0, "{z}");
+        } else {
+            assert!(per >= 1.0, "{z}");
+        }
+        let (p50, p99, max) = (
+            z["completion_p50_us"].as_f64().unwrap(),
+            z["completion_p99_us"].as_f64().unwrap(),
+            z["completion_max_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{z}");
         assert_eq!(r["send_side_only"], true);
         assert!(r["integrity"]["bytes_received"].is_null());
         let rep = &r["repeats"][0];

@@ -117,7 +117,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 71] = [
+pub(crate) const CSV_HEADER: [&str; 76] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -189,6 +189,11 @@ pub(crate) const CSV_HEADER: [&str; 71] = [
     "datagrams_lost",
     "datagrams_reordered",
     "datagram_receiver_drops",
+    "zc_notifications",
+    "zc_completions_per_notification",
+    "zc_completion_p50_us",
+    "zc_completion_p99_us",
+    "zc_completion_max_us",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -205,6 +210,7 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
         record.extend(zerocopy_columns(row));
         record.extend(tail_columns(row));
         record.extend(datagram_columns(row));
+        record.extend(notification_columns(row));
         w.write_record(record)?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
@@ -333,6 +339,39 @@ fn datagram_columns(row: &Row) -> Vec<String> {
         o(d.and_then(|d| d.reordered)),
         o(d.and_then(|d| d.receiver_drops)),
     ]
+}
+
+/// Zero-copy notifications: how many, how coalesced, how long a send waited for its
+/// completion to be read.
+fn notification_columns(row: &Row) -> Vec<String> {
+    let z = &row.zerocopy;
+    vec![
+        z.notifications.to_string(),
+        opt(z.completions_per_notification),
+        opt(z.completion_p50_us),
+        opt(z.completion_p99_us),
+        opt(z.completion_max_us),
+    ]
+}
+
+/// The notification line of a row with zero-copy completions.
+pub(crate) fn notification_line(row: &Row) -> Option<String> {
+    let z = &row.zerocopy;
+    let per = z.completions_per_notification?;
+    let lat = match (
+        z.completion_p50_us,
+        z.completion_p99_us,
+        z.completion_max_us,
+    ) {
+        (Some(a), Some(b), Some(c)) => {
+            format!("; from send to completion read: p50 {a:.1}, p99 {b:.1}, max {c:.1} us")
+        }
+        _ => String::new(),
+    };
+    Some(format!(
+        "    zero-copy completions: {} in {} notifications ({per:.1} per notification){lat}",
+        z.completions, z.notifications
+    ))
 }
 
 /// The datagram line of a UDP row: sent, and what our receiver saw of them.

@@ -455,8 +455,20 @@ pub struct ZerocopyCounts {
     /// Zero-copy sends made from registered (fixed) buffers (`--fixed-buffers`).
     #[serde(default)]
     pub registered: u64,
-    /// Send-to-completion latency, median over the window's completions, microseconds.
+    /// Send-to-completion latency, median over the window's completions, microseconds: from
+    /// the send to when the sender read its completion (so it includes how long completions
+    /// waited to be read, `--zc-reap-every`).
     pub completion_p50_us: Option<f64>,
+    /// The same, 99th percentile.
+    #[serde(default)]
+    pub completion_p99_us: Option<f64>,
+    /// The same, the largest.
+    #[serde(default)]
+    pub completion_max_us: Option<f64>,
+    /// Notifications read: error-queue ranges (msg-zerocopy, which the kernel coalesces) or
+    /// notification CQEs (uring-zc, one per send).
+    #[serde(default)]
+    pub notifications: u64,
     /// What `adaptive` decided in the window; null for the fixed paths.
     #[serde(default)]
     pub decisions: Option<sendpath::policy::adaptive::Decisions>,
@@ -480,6 +492,19 @@ pub struct Zerocopy {
     pub registered: u64,
     /// Send-to-completion latency: median over repeats of each repeat's median, microseconds.
     pub completion_p50_us: Option<f64>,
+    /// Median over repeats of each repeat's 99th percentile, microseconds.
+    #[serde(default)]
+    pub completion_p99_us: Option<f64>,
+    /// The largest over all repeats, microseconds.
+    #[serde(default)]
+    pub completion_max_us: Option<f64>,
+    /// Notifications read, summed over repeats.
+    #[serde(default)]
+    pub notifications: u64,
+    /// Completions per notification (`completions / notifications`): how much the kernel
+    /// coalesced; null without notifications.
+    #[serde(default)]
+    pub completions_per_notification: Option<f64>,
     /// Why the path is not the one asked for, if it fell back at open time.
     pub note: Option<String>,
     /// What `adaptive` decided, summed over repeats and connections (sends per path,
@@ -974,10 +999,15 @@ impl Row {
             bytes_received: None,
             ..Integrity::default()
         };
-        let mut p50s = Vec::new();
+        let (mut p50s, mut p99s, mut max) = (Vec::new(), Vec::new(), None::<f64>);
         for r in &self.repeats {
             let c = &r.zerocopy;
             z.attempts += c.attempts;
+            z.notifications += c.notifications;
+            p99s.extend(c.completion_p99_us);
+            if let Some(m) = c.completion_max_us {
+                max = Some(max.map_or(m, |x| x.max(m)));
+            }
             z.completions += c.completions;
             z.copied += c.copied;
             z.fallbacks.add(&c.fallbacks);
@@ -1001,6 +1031,10 @@ impl Row {
         z.copied_fraction = (known && known_completions > 0)
             .then(|| known_copied as f64 / known_completions as f64);
         z.completion_p50_us = (!p50s.is_empty()).then(|| Spread::of(&p50s).median);
+        z.completion_p99_us = (!p99s.is_empty()).then(|| Spread::of(&p99s).median);
+        z.completion_max_us = max;
+        z.completions_per_notification =
+            (z.notifications > 0).then(|| z.completions as f64 / z.notifications as f64);
         self.zerocopy = z;
         self.integrity = i;
     }
@@ -1122,6 +1156,41 @@ mod tests {
         }
         ok.summarise();
         assert!(ok.warnings.is_empty());
+    }
+
+    #[test]
+    fn notifications_are_summed_and_their_latency_summarised_over_repeats() {
+        let mut r = Row::default();
+        for (round, (notifs, p99, max)) in [(10, 50.0, 400.0), (40, 70.0, 900.0), (0, 0.0, 0.0)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut rep = Repeat {
+                round: round as u32,
+                ..Default::default()
+            };
+            // A repeat without completions has no latency at all (null, never 0).
+            if notifs > 0 {
+                rep.zerocopy.completions = 5 * notifs;
+                rep.zerocopy.notifications = notifs;
+                rep.zerocopy.completion_p50_us = Some(p99 / 2.0);
+                rep.zerocopy.completion_p99_us = Some(p99);
+                rep.zerocopy.completion_max_us = Some(max);
+            }
+            r.repeats.push(rep);
+        }
+        r.summarise();
+        let z = &r.zerocopy;
+        assert_eq!((z.completions, z.notifications), (250, 50));
+        assert_eq!(z.completions_per_notification, Some(5.0));
+        assert_eq!(
+            z.completion_p99_us,
+            Some(60.0),
+            "the median of the repeats' p99"
+        );
+        assert_eq!(z.completion_max_us, Some(900.0), "the largest of all");
+        let none = Row::default();
+        assert_eq!(none.zerocopy.completions_per_notification, None);
     }
 
     #[test]

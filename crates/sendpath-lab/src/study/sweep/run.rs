@@ -370,6 +370,9 @@ impl Recorder {
             if let Some(line) = export::datagram_line(row) {
                 self.say(&line);
             }
+            if let Some(line) = export::notification_line(row) {
+                self.say(&line);
+            }
             for w in &row.warnings {
                 self.say(&format!("    warning: {w}"));
             }

@@ -79,6 +79,8 @@ fn results_table(r: &Results) -> Table {
             "copied",
             "fallbacks",
             "latency p50/p99 us",
+            "zero-copy completions per notification",
+            "send to completion read p50/p99/max us",
             "repeats",
         ],
     );
@@ -102,10 +104,27 @@ fn results_table(r: &Results) -> Table {
             x.zerocopy.fallbacks.total().to_string(),
             x.latency_us
                 .map_or("-".into(), |l| format!("{:.1}/{:.1}", l.p50, l.p99)),
+            x.zerocopy
+                .completions_per_notification
+                .map_or("-".into(), |c| format!("{c:.1}")),
+            completion_cell(&x.zerocopy),
             x.repeats.len().to_string(),
         ]);
     }
     res
+}
+
+/// `40.4/120.0/900.1`: a zero-copy row's send-to-completion latency; `-` without completions.
+fn completion_cell(z: &crate::results::Zerocopy) -> String {
+    match (
+        z.completion_p50_us,
+        z.completion_p99_us,
+        z.completion_max_us,
+    ) {
+        (Some(a), Some(b), Some(c)) => format!("{a:.1}/{b:.1}/{c:.1}"),
+        (Some(a), _, _) => format!("{a:.1}/-/-"),
+        _ => "-".into(),
+    }
 }
 
 /// A CPU-per-byte cell; "not measured" when the row has no CPU figures.

@@ -71,6 +71,8 @@ pub(crate) struct Outcome {
 /// The zero-copy counts of a repeat from its merged sender statistics.
 pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
     let s = stats.summary();
+    let measured = s.completion_latency.count > 0;
+    let us = |ns: u64| measured.then(|| ns as f64 / 1000.0);
     ZerocopyCounts {
         attempts: s.zc_attempts,
         completions: s.zc_completions,
@@ -78,8 +80,10 @@ pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
         copied_known: s.copied_fraction.is_some(),
         fallbacks: s.fallbacks,
         registered: s.registered_sends,
-        completion_p50_us: (s.completion_latency.count > 0)
-            .then(|| s.completion_latency.p50_ns as f64 / 1000.0),
+        completion_p50_us: us(s.completion_latency.p50_ns),
+        completion_p99_us: us(s.completion_latency.p99_ns),
+        completion_max_us: us(s.completion_latency.max_ns),
+        notifications: s.notifications,
         decisions: s.decisions,
     }
 }
