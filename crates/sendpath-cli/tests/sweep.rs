@@ -315,9 +315,9 @@ fn report_renders_in_headless_chromium_without_console_errors() {
 /// Results files written by the previous layout of the lab (before the studies moved into
 /// folders), with the summaries that version drew from them: `sendpath report` redraws each
 /// with the same summary, byte for byte (but for what changed on purpose since: the "Read
-/// this first" notice also points to the udp-zerocopy preset, and the results table has the
-/// zero-copy notification columns, empty for files that did not record them), and a report
-/// page with its plots.
+/// this first" notice also points to the udp-zerocopy preset, the results table has the
+/// zero-copy notification columns, empty for files that did not record them, and the
+/// MSG_ZEROCOPY paper's percentages stand beside ours), and a report page with its plots.
 #[test]
 fn report_redraws_results_written_by_the_previous_layout() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/previous-main");

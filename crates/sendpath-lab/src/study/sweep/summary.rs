@@ -135,6 +135,16 @@ fn cpu_cell(x: &Row, f: impl Fn(&crate::results::CpuNsPerByte) -> Option<f64>) -
     }
 }
 
+/// The MSG_ZEROCOPY paper's Figure 3 (netperf TCP_STREAM at 10 Gbit/s): per send size,
+/// zero-copy's process and system cycles as a percentage of copy's.
+const PAPER: [(usize, u32, u32); 5] = [
+    (4 << 10, 41, 79),
+    (16 << 10, 18, 67),
+    (64 << 10, 11, 64),
+    (256 << 10, 10, 63),
+    (1 << 20, 8, 61),
+];
+
 /// copy vs msg-zerocopy CPU per byte, as the MSG_ZEROCOPY paper laid out its table (the paper
 /// gives Mcycles of a fixed transfer; here it is ns per byte, same ratio). The paper's
 /// "process" column is the sending process: here the sender threads. Its "system" column is
@@ -156,15 +166,17 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
-        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy)",
+        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied)",
         &[
             "size",
             "process copy",
             "process zerocopy",
             "%",
+            "paper %",
             "system copy",
             "system zerocopy",
             "%",
+            "paper %",
             "softirq copy",
             "softirq zerocopy",
             "zerocopy copied",
@@ -184,14 +196,19 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
                 "-".into()
             }
         };
+        let paper = PAPER.iter().find(|p| p.0 == s);
+        let paper_pct =
+            |f: fn(&(usize, u32, u32)) -> u32| paper.map_or("-".into(), |p| f(p).to_string());
         t.rows.push(vec![
             fmt_size(s),
             format!("{:.3}", cc.sender),
             format!("{:.3}", zc.sender),
             pct(cc.sender, zc.sender),
+            paper_pct(|p| p.1),
             format!("{:.3}", cc.system),
             format!("{:.3}", zc.system),
             pct(cc.system, zc.system),
+            paper_pct(|p| p.2),
             format!("{:.3}", cc.system_softirq),
             format!("{:.3}", zc.system_softirq),
             z.zerocopy
