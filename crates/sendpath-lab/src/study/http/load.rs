@@ -15,6 +15,8 @@ pub(super) struct Window {
     pub(super) requests_per_s: f64,
     pub(super) requests: f64,
     pub(super) latency: Option<LatencyUs>,
+    /// Mean latency, microseconds (wrk's `Latency Avg`, what the published study quotes).
+    pub(super) latency_mean_us: Option<f64>,
     pub(super) errors: BTreeMap<String, u64>,
 }
 
@@ -86,6 +88,7 @@ fn http_load(
         requests_per_s: r.requests_per_s,
         requests: r.requests as f64,
         latency: r.latency_us,
+        latency_mean_us: r.latency_mean_us,
         errors: r.errors,
     })
 }
@@ -145,19 +148,19 @@ pub(super) fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
         })
     };
     let pct = |p: &str| field(p).and_then(us);
+    // `Latency   Avg   Stdev   Max   +/- Stdev`, the thread statistics' first line.
+    let avg_max: Vec<&str> = field("Latency")
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    let latency_mean_us = avg_max.first().and_then(|v| us(v));
     let latency = match (pct("50%"), pct("90%"), pct("99%")) {
-        (Some(p50), Some(p90), Some(p99)) => {
-            let avg_max: Vec<&str> = field("Latency")
-                .map(|l| l.split_whitespace().collect())
-                .unwrap_or_default();
-            Some(LatencyUs {
-                p50,
-                p90,
-                p99,
-                p999: f64::NAN,
-                max: avg_max.get(2).and_then(|v| us(v)).unwrap_or(f64::NAN),
-            })
-        }
+        (Some(p50), Some(p90), Some(p99)) => Some(LatencyUs {
+            p50,
+            p90,
+            p99,
+            p999: f64::NAN,
+            max: avg_max.get(2).and_then(|v| us(v)).unwrap_or(f64::NAN),
+        }),
         _ => None,
     };
     let mut errors = BTreeMap::new();
@@ -178,6 +181,7 @@ pub(super) fn parse_wrk(text: &str, secs: f64) -> anyhow::Result<Window> {
         requests_per_s: rps,
         requests: rps * secs,
         latency,
+        latency_mean_us,
         errors,
     })
 }

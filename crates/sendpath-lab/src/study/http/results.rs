@@ -46,6 +46,10 @@ pub struct Measurement {
     pub requests_per_s: f64,
     /// Latency percentiles; null when not measured.
     pub latency_us: Option<LatencyUs>,
+    /// Mean latency, microseconds (wrk's `Latency Avg`); null when not measured, or in files
+    /// written before it was recorded.
+    #[serde(default)]
+    pub latency_mean_us: Option<f64>,
     /// Errors the load tool counted, by kind.
     pub errors: BTreeMap<String, u64>,
     /// Server CPU (all its processes and threads) over the measured window, seconds; null

@@ -71,6 +71,7 @@ fn point(cfg: &StudyConfig, at: At, cancel: &Cancel) -> anyhow::Result<Measureme
         rate_per_s: rate,
         requests_per_s: w.requests_per_s,
         latency_us: w.latency,
+        latency_mean_us: w.latency_mean_us,
         errors: w.errors,
         server_cpu_s: cpu,
         server_cpu_us_per_request: cpu
@@ -298,6 +299,7 @@ mod tests {
             rate_per_s: None,
             requests_per_s: rps,
             latency_us: None,
+            latency_mean_us: None,
             errors: BTreeMap::new(),
             server_cpu_s: Some(1.0),
             server_cpu_us_per_request: Some(cpu_us),
@@ -402,6 +404,35 @@ mod tests {
                 "read at {got:?}, the edge is at {want:?}"
             );
         }
+    }
+
+    #[test]
+    fn send_against_send_zc_shows_mean_latency_beside_the_published_table() {
+        let with_latency = |srv: &str, round: u32, rps: f64, mean: f64, p99: f64| Measurement {
+            latency_mean_us: Some(mean),
+            latency_us: Some(LatencyUs {
+                p50: mean,
+                p90: p99,
+                p99,
+                p999: f64::NAN,
+                max: f64::NAN,
+            }),
+            ..m(srv, round, rps, 8.0)
+        };
+        let r = StudyResults {
+            environment: crate::study::sweep::environment(),
+            nginx_config: None,
+            measurements: vec![
+                with_latency("sendpath-uring", 1, 100_000.0, 900.0, 2000.0),
+                with_latency("sendpath-uring-zc", 1, 110_000.0, 990.0, 3000.0),
+            ],
+            wrk_check_ratios: vec![],
+        };
+        let s = summary(&r);
+        assert!(
+            s.contains("| 100 | 100K req/s, 0.90ms | 110K req/s, 0.99ms | +10.0% | +10% | 2.00ms / 3.00ms (p99 +50%) | unknown | 112K, 0.90ms / 120K, 0.98ms |"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -519,6 +550,7 @@ mod tests {
             (l.p50, l.p90, l.p99, l.max),
             (519.0, 1100.0, 4140.0, 9090.0)
         );
+        assert_eq!(w.latency_mean_us, Some(677.52), "wrk's Latency Avg");
         assert_eq!(w.errors.get("read"), Some(&3));
         assert_eq!(w.errors.get("timeout"), Some(&2));
         assert!(!w.errors.contains_key("connect"));
