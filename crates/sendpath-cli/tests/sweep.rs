@@ -71,7 +71,8 @@ fn pa02_writes_48_rows_and_a_report_with_plots() {
         "message size (bytes, log scale)",
         "throughput (Gbit/s)",
         "connections (threads)",
-        "CPU (ns per byte)",
+        "CPU (ns per byte, log scale)",
+        "Throughput (bars: min..max over rounds)",
     ] {
         assert!(html.contains(label), "axis label `{label}` missing");
     }

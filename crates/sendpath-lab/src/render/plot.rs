@@ -6,29 +6,40 @@ use plotters::prelude::*;
 pub(crate) struct Series {
     pub(crate) name: String,
     pub(crate) points: Vec<(f64, f64)>,
+    /// The min..max over rounds at each point (same order as `points`), drawn as a bar;
+    /// empty when not known.
+    pub(crate) spread: Vec<(f64, f64)>,
 }
 
-/// A fixed colour per path name, so a path looks the same in every chart.
+/// The palette: as many clearly different hues as there are paths, so that no two paths share
+/// a colour (in `Strategy::ALL` order: copy, serialize, gather, msg-zerocopy, uring, uring-zc,
+/// vmsplice, adaptive, read-send, mmap-send, sendfile, splice, uring-splice).
+const PALETTE: [RGBColor; 14] = [
+    RGBColor(31, 119, 180),  // blue
+    RGBColor(127, 127, 127), // grey
+    RGBColor(188, 189, 34),  // olive
+    RGBColor(214, 39, 40),   // red
+    RGBColor(44, 160, 44),   // green
+    RGBColor(148, 103, 189), // purple
+    RGBColor(227, 119, 194), // pink
+    RGBColor(0, 0, 0),       // black
+    RGBColor(255, 127, 14),  // orange
+    RGBColor(140, 86, 75),   // brown
+    RGBColor(23, 190, 207),  // cyan
+    RGBColor(0, 0, 128),     // navy
+    RGBColor(128, 0, 64),    // wine
+    RGBColor(0, 110, 90),    // teal
+];
+
+/// A fixed colour per path name, so a path looks the same in every chart and no two paths
+/// share one.
 fn colour(name: &str) -> RGBColor {
-    const P: [RGBColor; 11] = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-        RGBColor(188, 189, 34),
-        RGBColor(23, 190, 207),
-        RGBColor(0, 0, 0),
-    ];
     // Other names (servers such as `nginx` or `epoll`) take a colour from their bytes.
     let i = sendpath::Strategy::ALL
         .iter()
         .position(|s| s.name() == name)
         .unwrap_or_else(|| name.bytes().map(usize::from).sum::<usize>());
-    P[i % P.len()]
+    PALETTE[i % PALETTE.len()]
 }
 
 /// How the x axis is drawn.
@@ -47,28 +58,17 @@ fn size_label(v: f64) -> String {
 }
 
 /// A line chart. On a log axis x is plotted as log2(x) on a linear axis, so ticks fall on
-/// powers of two (256B, 1KiB, ... or 128, 256, ...).
+/// powers of two (256B, 1KiB, ... or 128, 256, ...); with `y_log`, y is plotted as log10(y),
+/// ticks on powers of ten, and points at or below 0 are left out.
 pub(crate) fn line_chart(
     title: &str,
     x_desc: &str,
     y_desc: &str,
     axis: XAxis,
+    y_log: bool,
     series: &[Series],
 ) -> anyhow::Result<String> {
-    let series: Vec<Series> = series
-        .iter()
-        .map(|s| Series {
-            name: s.name.clone(),
-            points: match axis {
-                XAxis::Linear => s.points.clone(),
-                _ => s
-                    .points
-                    .iter()
-                    .map(|&(x, y)| (x.max(1.0).log2(), y))
-                    .collect(),
-            },
-        })
-        .collect();
+    let series: Vec<Series> = series.iter().map(|s| scaled(s, axis, y_log)).collect();
     // A tick's label: whole numbers, or the power of two it stands for on a log axis.
     let label = move |v: &f64| -> String {
         match axis {
@@ -78,32 +78,98 @@ pub(crate) fn line_chart(
             XAxis::LogCount => format!("{:.0}", 2f64.powf(v.round())),
         }
     };
+    let y_label = move |v: &f64| -> String {
+        match y_log {
+            false => number(*v),
+            true if (v - v.round()).abs() >= 1e-6 => String::new(),
+            // 10^k written out: 0.01, 0.1, 1, 10, 100.
+            true => format!(
+                "{:.*}",
+                (-v.round()).max(0.0) as usize,
+                10f64.powf(v.round())
+            ),
+        }
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (660, 400)).into_drawing_area();
         root.fill(&WHITE)?;
         let text = [title, x_desc, y_desc];
-        draw(&root, text, Bounds::of(&series), &label, &series)?;
+        let b = Bounds::of(&series, y_log);
+        draw(&root, text, b, [&label, &y_label], &series)?;
         root.present()?;
     }
     Ok(svg)
 }
 
+/// A linear axis' tick: as many decimals as its size needs.
+fn number(v: f64) -> String {
+    match v.abs() {
+        a if a >= 10.0 || a == 0.0 => format!("{v:.0}"),
+        a if a >= 1.0 => format!("{v:.1}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// `s` in the axes' coordinates: log2 of x on a log x axis, log10 of y with `y_log` (points,
+/// and spread bars, at or below 0 left out there).
+fn scaled(s: &Series, axis: XAxis, y_log: bool) -> Series {
+    let x = |x: f64| match axis {
+        XAxis::Linear => x,
+        _ => x.max(1.0).log2(),
+    };
+    let y = |y: f64| {
+        if y_log {
+            (y > 0.0).then(|| y.log10())
+        } else {
+            Some(y)
+        }
+    };
+    let mut out = Series {
+        name: s.name.clone(),
+        points: Vec::new(),
+        spread: Vec::new(),
+    };
+    for (i, &(px, py)) in s.points.iter().enumerate() {
+        let Some(py) = y(py) else { continue };
+        out.points.push((x(px), py));
+        if let Some(&(lo, hi)) = s.spread.get(i) {
+            out.spread.extend(y(lo).zip(y(hi)));
+        }
+    }
+    if out.spread.len() != out.points.len() {
+        out.spread.clear();
+    }
+    out
+}
+
 /// The ranges a chart's axes cover.
 struct Bounds {
     x: std::ops::Range<f64>,
-    y_max: f64,
+    y: std::ops::Range<f64>,
     /// Whole steps between x ticks, at most about 10 ticks.
     x_ticks: usize,
+    /// y ticks: on a log axis one per power of ten.
+    y_ticks: usize,
 }
 
 impl Bounds {
-    fn of(series: &[Series]) -> Bounds {
-        let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0f64);
-        for &(x, y) in series.iter().flat_map(|s| s.points.iter()) {
+    fn of(series: &[Series], y_log: bool) -> Bounds {
+        let (mut x0, mut x1) = (f64::MAX, f64::MIN);
+        let (mut y0, mut y1) = (f64::MAX, f64::MIN);
+        let ys = series.iter().flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.1)
+                .chain(s.spread.iter().flat_map(|&(lo, hi)| [lo, hi]))
+        });
+        for y in ys {
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+        for &(x, _) in series.iter().flat_map(|s| s.points.iter()) {
             x0 = x0.min(x);
             x1 = x1.max(x);
-            y1 = y1.max(y);
         }
         if x0 > x1 {
             (x0, x1) = (1.0, 2.0);
@@ -112,9 +178,20 @@ impl Bounds {
             x0 -= 1.0;
             x1 += 1.0;
         }
+        let y = match (y_log, y0 <= y1) {
+            // Whole powers of ten around the data.
+            (true, true) => y0.floor()..(y1.ceil().max(y0.floor() + 1.0)),
+            (true, false) => 0.0..1.0,
+            (false, _) => 0.0..if y1 > 0.0 { y1 * 1.1 } else { 1.0 },
+        };
         Bounds {
             x: x0..x1,
-            y_max: if y1 > 0.0 { y1 * 1.1 } else { 1.0 },
+            y_ticks: if y_log {
+                ((y.end - y.start) as usize + 1).clamp(2, 11)
+            } else {
+                10
+            },
+            y,
             x_ticks: ((x1 - x0).ceil() as usize + 1).clamp(2, 11),
         }
     }
@@ -126,7 +203,7 @@ fn draw(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     [title, x_desc, y_desc]: [&str; 3],
     b: Bounds,
-    label: &dyn Fn(&f64) -> String,
+    [x_label, y_label]: [&dyn Fn(&f64) -> String; 2],
     series: &[Series],
 ) -> anyhow::Result<()> {
     let mut c = ChartBuilder::on(root)
@@ -134,16 +211,22 @@ fn draw(
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d(b.x, 0f64..b.y_max)?;
+        .build_cartesian_2d(b.x, b.y)?;
     c.configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
         .x_labels(b.x_ticks)
-        .x_label_formatter(label)
+        .x_label_formatter(x_label)
+        .y_labels(b.y_ticks)
+        .y_label_formatter(y_label)
         .light_line_style(WHITE)
         .draw()?;
     for s in series {
         let col = colour(&s.name);
+        // The min..max over rounds at each point.
+        c.draw_series(s.points.iter().zip(&s.spread).map(|(&(x, y), &(lo, hi))| {
+            ErrorBar::new_vertical(x, lo, y, hi, col.mix(0.6).stroke_width(1), 6)
+        }))?;
         c.draw_series(LineSeries::new(s.points.clone(), col.stroke_width(2)))?
             .label(s.name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
@@ -159,4 +242,39 @@ fn draw(
         .border_style(BLACK.mix(0.3))
         .draw()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_has_a_colour_of_its_own() {
+        let c: std::collections::BTreeSet<(u8, u8, u8)> = sendpath::Strategy::ALL
+            .iter()
+            .map(|s| colour(s.name()))
+            .map(|RGBColor(r, g, b)| (r, g, b))
+            .collect();
+        assert_eq!(c.len(), sendpath::Strategy::ALL.len());
+    }
+
+    #[test]
+    fn a_log_axis_spans_whole_decades_and_drops_what_it_cannot_draw() {
+        let s = Series {
+            name: "copy".into(),
+            points: vec![(256.0, 2.0), (4096.0, 0.04), (65536.0, 0.0)],
+            spread: vec![(1.5, 2.5), (0.03, 0.05), (0.0, 0.0)],
+        };
+        let t = scaled(&s, XAxis::LogBytes, true);
+        assert_eq!(t.points.len(), 2, "0 has no logarithm");
+        assert_eq!(t.spread.len(), 2);
+        assert_eq!(t.points[0].0, 8.0, "log2(256)");
+        let b = Bounds::of(&[t], true);
+        assert_eq!((b.y.start, b.y.end), (-2.0, 1.0), "0.03 .. 2.5 in decades");
+        let svg = line_chart("t", "x", "y", XAxis::LogBytes, true, &[s]).unwrap();
+        let flat: String = svg.split_whitespace().collect();
+        for tick in [">0.01<", ">0.1<", ">1<", ">10<"] {
+            assert!(flat.contains(tick), "no tick {tick} in {svg}");
+        }
+    }
 }

@@ -58,6 +58,7 @@ pub(crate) fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<Strin
                             median_of(&closed_windows(r, srv, body, c), f).map(|y| (c as f64, y))
                         })
                         .collect(),
+                    spread: Vec::new(),
                 })
                 .filter(|x| !x.points.is_empty())
                 .collect();
@@ -70,6 +71,7 @@ pub(crate) fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<Strin
                 "connections (log scale)",
                 y_desc,
                 XAxis::LogCount,
+                false,
                 &series,
             )?;
             let _ = writeln!(

@@ -227,12 +227,26 @@ fn stream_rows(r: &Results) -> impl Iterator<Item = &Row> {
         .filter(|x| x.workload == Workload::Stream && x.is_plain())
 }
 
-/// Lines of `y` against size, one per path, for rows with `threads`.
-fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<Series> {
+/// A point's value and its min..max over rounds, when known.
+type Value = (f64, Option<(f64, f64)>);
+
+/// The min..max over a row's repeats of a per-repeat value.
+fn range_over_repeats(
+    x: &Row,
+    f: impl Fn(&crate::results::Repeat) -> Option<f64>,
+) -> Option<(f64, f64)> {
+    let v: Vec<f64> = x.repeats.iter().filter_map(f).collect();
+    let lo = v.iter().copied().reduce(f64::min)?;
+    Some((lo, v.iter().copied().fold(lo, f64::max)))
+}
+
+/// Lines of `y` against size, one per path, for rows with `threads`; the min..max bars when
+/// every point has them.
+fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<Value>) -> Vec<Series> {
     let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
     let mut out = Vec::new();
     for p in Strategy::ALL.into_iter().filter(|s| paths.contains(s)) {
-        let mut pts: Vec<(f64, f64)> = stream_rows(r)
+        let mut pts: Vec<(f64, Value)> = stream_rows(r)
             .filter(|x| x.strategy == p && x.threads == threads)
             .filter_map(|x| y(x).map(|v| (x.size_bytes as f64, v)))
             .collect();
@@ -240,18 +254,21 @@ fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<f64>) -> Vec<
         if !pts.is_empty() {
             out.push(Series {
                 name: p.to_string(),
-                points: pts,
+                spread: pts.iter().filter_map(|(_, (_, s))| *s).collect(),
+                points: pts.iter().map(|&(x, (y, _))| (x, y)).collect(),
             });
         }
     }
     out
 }
 
-/// A chart of one value against message size (log axis), captioned with the connection count.
+/// A chart of one value against message size (log axis), captioned with the connection count;
+/// `y_log` for values that span decades (CPU per byte).
 fn size_chart(
     what: &str,
     y_desc: &str,
     threads: usize,
+    y_log: bool,
     series: &[Series],
 ) -> anyhow::Result<(String, String)> {
     let title = format!("{what}, {threads} connection(s)");
@@ -260,6 +277,7 @@ fn size_chart(
         "message size (bytes, log scale)",
         y_desc,
         XAxis::LogBytes,
+        y_log,
         series,
     )?;
     Ok((
@@ -273,46 +291,67 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
     let sizes: BTreeSet<usize> = stream_rows(r).map(|x| x.size_bytes).collect();
     let mut out = Vec::new();
     for &t in &threads {
-        let s = by_size(r, t, |x| Some(x.throughput_gbps.median));
-        out.push(size_chart("Throughput", "throughput (Gbit/s)", t, &s)?);
+        let g = |x: &Row| x.throughput_gbps;
+        let s = by_size(r, t, |x| Some((g(x).median, Some((g(x).min, g(x).max)))));
+        out.push(size_chart(
+            "Throughput (bars: min..max over rounds)",
+            "throughput (Gbit/s)",
+            t,
+            false,
+            &s,
+        )?);
     }
     if threads.len() > 1 {
         out.extend(latency_charts(r, &sizes)?);
     }
     for &t in &threads {
-        let p = by_size(r, t, |x| x.cpu_ns_per_byte.map(|c| c.sender));
+        let cpu = |f: fn(&crate::results::CpuNsPerByte) -> f64| {
+            move |x: &Row| {
+                let per =
+                    |rep: &crate::results::Repeat| rep.cpu.as_ref().map(|c| f(&c.ns_per_byte));
+                x.cpu_ns_per_byte
+                    .map(|c| (f(&c), range_over_repeats(x, per)))
+            }
+        };
+        let p = by_size(r, t, cpu(|c| c.sender));
         if !p.is_empty() {
             out.push(size_chart(
-                "Sender-thread CPU per byte",
-                "CPU (ns per byte)",
+                "Sender-thread CPU per byte (log scale)",
+                "CPU (ns per byte, log scale)",
                 t,
+                true,
                 &p,
             )?);
         }
-        let s = by_size(r, t, |x| x.cpu_ns_per_byte.map(|c| c.system));
+        let s = by_size(r, t, cpu(|c| c.system));
         if !s.is_empty() {
             out.push(size_chart(
-                "System-wide CPU per byte",
-                "CPU (ns per byte)",
+                "System-wide CPU per byte (log scale)",
+                "CPU (ns per byte, log scale)",
                 t,
+                true,
                 &s,
             )?);
         }
-        let llc = by_size(r, t, |x| x.median_of(|r| r.hw_llc_misses_per_byte));
+        let llc = by_size(r, t, |x| {
+            x.median_of(|r| r.hw_llc_misses_per_byte).map(|v| (v, None))
+        });
         if !llc.is_empty() {
             out.push(size_chart(
                 "LLC misses per byte",
                 "LLC misses per byte",
                 t,
+                true,
                 &llc,
             )?);
         }
-        let copied = by_size(r, t, |x| x.zerocopy.copied_fraction);
+        let copied = by_size(r, t, |x| x.zerocopy.copied_fraction.map(|v| (v, None)));
         if !copied.is_empty() {
             out.push(size_chart(
                 "Zero-copy sends the kernel copied",
                 "copied fraction (0..1)",
                 t,
+                false,
                 &copied,
             )?);
         }
@@ -338,6 +377,7 @@ fn latency_charts(r: &Results, sizes: &BTreeSet<usize>) -> anyhow::Result<Vec<(S
             series.push(Series {
                 name: p.to_string(),
                 points: pts,
+                spread: Vec::new(),
             });
         }
         out.push((
@@ -350,6 +390,7 @@ fn latency_charts(r: &Results, sizes: &BTreeSet<usize>) -> anyhow::Result<Vec<(S
                 "connections (threads)",
                 "time per message (us)",
                 XAxis::Linear,
+                false,
                 &series,
             )?,
         ));
