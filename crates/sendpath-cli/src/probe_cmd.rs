@@ -110,6 +110,10 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
     for (k, v) in rows {
         println!("{k:<w$}  {v}");
     }
+    println!("\nTransmit offloads per interface (ethtool -k; zero-copy pages reach a device uncopied only with scatter-gather and checksum offload):");
+    for l in offload_lines(&r.offloads) {
+        println!("  {l}");
+    }
     println!("\nZero-copy by route (UDP, 256 datagrams of 1400 B each):");
     for l in route_lines(&routes) {
         println!("  {l}");
@@ -155,6 +159,37 @@ fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
         ),
         ("  batched waits (MIN_TIMEOUT)", yes(u.min_wait).into()),
     ]
+}
+
+/// One line per interface: its offloads, and whether zero-copy can avoid the copy there.
+fn offload_lines(offloads: &[sendpath::probe::Offloads]) -> Vec<String> {
+    let w = offloads
+        .iter()
+        .map(|o| o.interface.len())
+        .max()
+        .unwrap_or(0);
+    offloads
+        .iter()
+        .map(|o| {
+            if let Some(e) = &o.error {
+                return format!("{:<w$}  not read: {e}", o.interface);
+            }
+            format!(
+                "{:<w$}  sg {:<3}  csum {:<3}  tso {:<3}  gso {:<3}  udp-seg {:<3}  {}",
+                o.interface,
+                yes(o.scatter_gather),
+                yes(o.checksum),
+                yes(o.tcp_segmentation),
+                yes(o.generic_segmentation),
+                yes(o.udp_segmentation),
+                match (o.zero_copy_possible(), o.interface.as_str()) {
+                    (true, "lo") => "takes zero-copy pages, but a local receiver copies them",
+                    (true, _) => "takes zero-copy pages uncopied",
+                    (false, _) => "the stack copies zero-copy pages before this device",
+                }
+            )
+        })
+        .collect()
 }
 
 /// One line per route: each zero-copy path's completions and how many came back copied.

@@ -443,6 +443,17 @@ fn probe_shows_which_routes_copy_zero_copy_sends() {
     let out = sendpath().args(["probe", "--json"]).output().unwrap();
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Every interface's offloads; loopback's are read on any host.
+    let lo = v["offloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["interface"] == "lo")
+        .unwrap_or_else(|| panic!("no lo in {}", v["offloads"]));
+    assert!(
+        lo["error"].is_null() && lo["scatter_gather"] == true,
+        "{lo}"
+    );
     let routes = v["zero_copy_by_route"].as_array().unwrap();
     assert_eq!(routes.len(), 6, "3 routes x 2 paths");
     let copied = |route: &str| -> Vec<Value> {

@@ -113,6 +113,71 @@ pub struct ProbeReport {
     pub pipe_max_size_bytes: Option<u64>,
     /// What to expect from each path here.
     pub predictions: Vec<Prediction>,
+    /// Every network interface's transmit offloads; empty in reports written before they
+    /// were probed.
+    #[serde(default)]
+    pub offloads: Vec<Offloads>,
+}
+
+/// What a network interface offloads on transmit (as `ethtool -k` shows it), as far as copy
+/// avoidance cares: MSG_ZEROCOPY and SEND_ZC pages reach the device uncopied only when it
+/// takes scatter-gather lists and computes checksums itself; otherwise the stack copies them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offloads {
+    /// The interface (`eth0`).
+    pub interface: String,
+    /// `tx-scatter-gather`.
+    pub scatter_gather: bool,
+    /// Any `tx-checksum-*` (IPv4, IPv6 or generic).
+    pub checksum: bool,
+    /// `tx-tcp-segmentation` (TSO).
+    pub tcp_segmentation: bool,
+    /// `tx-generic-segmentation` (GSO).
+    pub generic_segmentation: bool,
+    /// `tx-udp-segmentation` (USO, what `--gso` hands the device).
+    pub udp_segmentation: bool,
+    /// Why the features could not be read.
+    pub error: Option<String>,
+}
+
+impl Offloads {
+    /// Whether zero-copy pages can reach this device without a copy.
+    pub fn zero_copy_possible(&self) -> bool {
+        self.error.is_none() && self.scatter_gather && self.checksum
+    }
+}
+
+/// Every interface in `/sys/class/net`, with its offloads.
+fn probe_offloads() -> Vec<Offloads> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .into_iter()
+        .map(|interface| match sys::ethtool::features(&interface) {
+            Ok(f) => {
+                let on = |p: &dyn Fn(&str) -> bool| f.iter().any(|(n, a)| *a && p(n));
+                Offloads {
+                    scatter_gather: on(&|n| n == "tx-scatter-gather"),
+                    checksum: on(&|n| n.starts_with("tx-checksum-")),
+                    tcp_segmentation: on(&|n| n == "tx-tcp-segmentation"),
+                    generic_segmentation: on(&|n| n == "tx-generic-segmentation"),
+                    udp_segmentation: on(&|n| n == "tx-udp-segmentation"),
+                    interface,
+                    error: None,
+                }
+            }
+            Err(e) => Offloads {
+                interface,
+                error: Some(e.to_string()),
+                ..Offloads::default()
+            },
+        })
+        .collect()
 }
 
 fn read_num<T: std::str::FromStr>(path: &str) -> Option<T> {
@@ -411,6 +476,7 @@ pub fn run() -> ProbeReport {
         loopback_mtu: read_num("/sys/class/net/lo/mtu"),
         pipe_max_size_bytes: read_num("/proc/sys/fs/pipe-max-size"),
         predictions: Vec::new(),
+        offloads: probe_offloads(),
     };
     r.predictions = predictions(&r);
     r

@@ -4,6 +4,7 @@
 //! buffers) and `io::Result`. (The crate root allows `unsafe_code` for this module only.)
 
 pub(crate) mod bufring;
+pub(crate) mod ethtool;
 pub(crate) mod file;
 pub(crate) mod host;
 pub(crate) mod mem;
