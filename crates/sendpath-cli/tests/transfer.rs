@@ -55,7 +55,8 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     assert!(
         text.contains("### warm file, receiver discard")
             && text.contains("### cold file, receiver discard")
-            && text.contains("sendfile saves vs read-send 4KiB"),
+            && text.contains("sendfile saves vs read-send 4KiB")
+            && text.contains("Context switches per transfer"),
         "{text}"
     );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -72,6 +73,14 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
             assert_eq!(x["bytes_received"].as_u64().unwrap(), size, "{r}");
             assert!(x["seconds"].as_f64().unwrap() > 0.0);
             assert!(x["cpu_receiver_ms"].as_f64().is_some());
+            // Both threads block at least once in a transfer (the receiver waits for bytes).
+            for role in ["switches_sender", "switches_receiver"] {
+                assert!(x[role]["voluntary"].as_u64().is_some(), "{role}: {x}");
+            }
+            assert!(
+                x["switches_receiver"]["voluntary"].as_u64() > Some(0),
+                "{x}"
+            );
             let resident = x["resident_fraction"].as_f64().unwrap();
             match r["cache"].as_str().unwrap() {
                 "cold" => assert!(resident < 0.2, "a cold start found {resident} cached: {r}"),

@@ -241,6 +241,21 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     cpu_ns(rustix::time::ClockId::ThreadCPUTime)
 }
 
+/// The calling thread's context switches so far, voluntary (it blocked) and involuntary (it
+/// was preempted), from `/proc/thread-self/status`; `None` where it cannot be read.
+pub(crate) fn thread_context_switches() -> Option<crate::results::ContextSwitches> {
+    let s = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    let field = |k: &str| -> Option<u64> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+    };
+    Some(crate::results::ContextSwitches {
+        voluntary: field("voluntary_ctxt_switches")?,
+        involuntary: field("nonvoluntary_ctxt_switches")?,
+    })
+}
+
 /// CPU time of the whole process (every thread, io_uring's io-wq workers included).
 pub(crate) fn process_cpu_ns() -> u64 {
     cpu_ns(rustix::time::ClockId::ProcessCPUTime)
@@ -265,5 +280,16 @@ pub(crate) fn own_thread_cpu(tid: i32) -> ThreadCpu {
     ThreadCpu {
         user_ns: user,
         system_ns: total - user,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_thread_that_sleeps_counts_a_voluntary_switch() {
+        let a = super::thread_context_switches().expect("/proc/thread-self/status");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let b = super::thread_context_switches().unwrap();
+        assert!(b.since(a).voluntary >= 1, "{a:?} -> {b:?}");
     }
 }

@@ -173,6 +173,26 @@ pub struct Repeat {
     pub datagrams: Option<Datagrams>,
 }
 
+/// A thread's context switches over an interval: voluntary (it blocked, waiting for the
+/// kernel or its peer) and involuntary (the scheduler preempted it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextSwitches {
+    /// It blocked.
+    pub voluntary: u64,
+    /// It was preempted.
+    pub involuntary: u64,
+}
+
+impl ContextSwitches {
+    /// What changed since `before`.
+    pub fn since(self, before: ContextSwitches) -> ContextSwitches {
+        ContextSwitches {
+            voluntary: self.voluntary.saturating_sub(before.voluntary),
+            involuntary: self.involuntary.saturating_sub(before.involuntary),
+        }
+    }
+}
+
 /// A UDP stream's datagrams over a whole repeat (warmup, window and the drain after it); each
 /// GSO segment counts as one datagram.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

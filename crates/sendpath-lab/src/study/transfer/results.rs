@@ -1,7 +1,7 @@
 //! The file-transfer study's results file, `transfer-results.json`.
 
 use super::{Cache, Method, TransferConfig};
-use crate::results::{Environment, Spread};
+use crate::results::{ContextSwitches, Environment, Spread};
 use serde::{Deserialize, Serialize};
 
 /// Version of the transfer results layout.
@@ -25,6 +25,12 @@ pub struct TransferRepeat {
     pub cpu_receiver_ms: Option<f64>,
     /// Bytes the receiver got (always the file size, or the run fails).
     pub bytes_received: u64,
+    /// The sending thread's context switches over the transfer; null when not read.
+    #[serde(default)]
+    pub switches_sender: Option<ContextSwitches>,
+    /// Our receiving thread's; null when the receiver is remote or it was not read.
+    #[serde(default)]
+    pub switches_receiver: Option<ContextSwitches>,
 }
 
 /// One (size, cache, method) point over its rounds.
@@ -52,6 +58,13 @@ pub struct TransferRow {
     pub cpu_receiver_ms: Option<f64>,
     /// The largest resident fraction at a cold start, or the smallest at a warm one.
     pub resident_fraction: Option<f64>,
+    /// Context switches per transfer (voluntary + involuntary), sender and receiver threads,
+    /// medians over rounds; null when not read.
+    #[serde(default)]
+    pub switches_sender: Option<f64>,
+    /// The receiver thread's.
+    #[serde(default)]
+    pub switches_receiver: Option<f64>,
     /// Warnings (a cold file that was still cached, a wide spread).
     pub warnings: Vec<String>,
 }
@@ -67,6 +80,8 @@ impl TransferRow {
         let med = |v: Vec<f64>| (!v.is_empty()).then(|| Spread::of(&v).median);
         self.cpu_sender_ms = med(col(|r| r.cpu_sender_ms));
         self.cpu_receiver_ms = med(col(|r| r.cpu_receiver_ms));
+        self.switches_sender = med(col(|r| total_switches(r.switches_sender)));
+        self.switches_receiver = med(col(|r| total_switches(r.switches_receiver)));
         let res = col(|r| r.resident_fraction);
         self.resident_fraction = match self.cache {
             Cache::Cold => res.iter().copied().reduce(f64::max),
@@ -92,6 +107,11 @@ impl TransferRow {
             ));
         }
     }
+}
+
+/// Voluntary and involuntary switches together.
+fn total_switches(c: Option<ContextSwitches>) -> Option<f64> {
+    c.map(|c| (c.voluntary + c.involuntary) as f64)
 }
 
 /// Settings a results file records.

@@ -13,7 +13,8 @@
 
 use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults, TransferRow};
 use crate::cancel::Cancel;
-use crate::measure::{process_cpu_ns, thread_cpu_ns};
+use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns};
+use crate::results::ContextSwitches;
 use crate::results::Spread;
 use crate::setting::{invalid, About, Setting};
 use crate::study::sweep::round_order;
@@ -30,6 +31,8 @@ use std::time::{Duration, Instant};
 struct Received {
     bytes: u64,
     cpu_ns: u64,
+    /// Our receiving thread's context switches over the transfer.
+    switches: Option<ContextSwitches>,
 }
 
 /// Reads one connection to end of file, doing with the bytes what `sink` says, then
@@ -42,6 +45,7 @@ fn receive_one(
 ) -> anyhow::Result<Received> {
     conn.set_read_timeout(Some(timeout)).ok();
     let cpu0 = thread_cpu_ns();
+    let sw0 = thread_context_switches();
     let bytes = match sink {
         Sink::File { path, fsync } => {
             let mut out = std::fs::File::create(path).about(Setting::SinkFile, || {
@@ -74,9 +78,14 @@ fn receive_one(
         }
     };
     let cpu_ns = thread_cpu_ns() - cpu0;
+    let switches = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     conn.write_all(b"k")
         .context("the receiver's acknowledgement")?;
-    Ok(Received { bytes, cpu_ns })
+    Ok(Received {
+        bytes,
+        cpu_ns,
+        switches,
+    })
 }
 
 /// Reads the file into the page cache (for a warm start).
@@ -139,6 +148,7 @@ impl Far {
                 *self = Far::Done(Received {
                     bytes: total.bytes,
                     cpu_ns: total.user_ns + total.system_ns,
+                    switches: None,
                 });
                 Ok(())
             }
@@ -160,6 +170,7 @@ fn transfer_once(
     // The file is opened again by its descriptor's /proc path: a real open(), timed.
     let path = format!("/proc/self/fd/{}", file.file.as_raw_fd());
     let cpu0 = process_cpu_ns();
+    let sw0 = thread_context_switches();
     let t0 = Instant::now();
     let mut connected = false;
     let sent = (|| -> anyhow::Result<Option<String>> {
@@ -188,6 +199,7 @@ fn transfer_once(
     })();
     let seconds = t0.elapsed().as_secs_f64();
     let cpu_all = process_cpu_ns() - cpu0;
+    let switches_sender = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     if !connected {
         // Our receiver waits in accept(): a connection that closes at once releases it.
         let _ = TcpStream::connect(addr);
@@ -213,6 +225,8 @@ fn transfer_once(
             cpu_sender_ms: Some(cpu_all.saturating_sub(local_rx) as f64 / 1e6),
             cpu_receiver_ms: Some(got.cpu_ns as f64 / 1e6),
             bytes_received: got.bytes,
+            switches_sender,
+            switches_receiver: got.switches,
         },
         note,
     ))
@@ -326,6 +340,8 @@ pub fn run(
                         cpu_sender_ms: None,
                         cpu_receiver_ms: None,
                         resident_fraction: None,
+                        switches_sender: None,
+                        switches_receiver: None,
                         warnings: Vec::new(),
                     });
                     results.rows.last_mut().expect("pushed")
@@ -376,6 +392,8 @@ mod tests {
             cpu_sender_ms: None,
             cpu_receiver_ms: None,
             resident_fraction: None,
+            switches_sender: None,
+            switches_receiver: None,
             warnings: vec![],
         };
         let s = saved_per_round(&row(&[1.0, 2.0, 4.0]), &row(&[0.5, 0.5, 3.0])).unwrap();

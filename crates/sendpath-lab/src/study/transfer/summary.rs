@@ -56,6 +56,7 @@ pub fn summary(r: &TransferResults) -> String {
     for &cache in &axes.caches {
         out += &time_table(r, &axes, cache);
         out += &cpu_table(r, &axes, cache);
+        out += &switch_table(r, &axes, cache);
     }
     out += &format!(
         "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
@@ -185,6 +186,32 @@ fn cpu_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
     out
 }
 
+/// Context switches per transfer for one cache state, sender / receiver thread, beside what
+/// the study counts per chunk (user/kernel mode switches of its system calls, which these
+/// scheduler counters do not see).
+fn switch_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
+    if !r.rows.iter().any(|x| x.switches_sender.is_some()) {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nContext switches per transfer (the threads blocked or were preempted; medians), sender / receiver thread, {} file. The study counts 4 user/kernel switches per chunk for read + send (two system calls) and 2 for sendfile (one): mode switches of the calls, which these scheduler counters do not count.\n\n",
+        cache.name()
+    );
+    out += &axes.header("file size", &[]);
+    for &size in &axes.sizes {
+        out += &format!("| {} |", size_label(size));
+        for m in &axes.methods {
+            let cell = r.row(size, cache, m).map(|x| {
+                let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
+                format!(" {} / {} |", f(x.switches_sender), f(x.switches_receiver))
+            });
+            out += &cell.unwrap_or_else(|| " null |".into());
+        }
+        out += "\n";
+    }
+    out
+}
+
 /// One CSV line per transfer.
 pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<()> {
     let mut w =
@@ -203,8 +230,16 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         "cpu_sender_ms",
         "cpu_receiver_ms",
         "bytes_received",
+        "switches_sender_voluntary",
+        "switches_sender_involuntary",
+        "switches_receiver_voluntary",
+        "switches_receiver_involuntary",
     ])?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    let sw = |c: Option<crate::results::ContextSwitches>,
+              f: fn(&crate::results::ContextSwitches) -> u64| {
+        c.map_or(String::new(), |c| f(&c).to_string())
+    };
     for row in &r.rows {
         for x in &row.repeats {
             w.write_record([
@@ -223,6 +258,10 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
                 opt(x.cpu_sender_ms),
                 opt(x.cpu_receiver_ms),
                 x.bytes_received.to_string(),
+                sw(x.switches_sender, |c| c.voluntary),
+                sw(x.switches_sender, |c| c.involuntary),
+                sw(x.switches_receiver, |c| c.voluntary),
+                sw(x.switches_receiver, |c| c.involuntary),
             ])?;
         }
     }
