@@ -167,23 +167,13 @@ fn time_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
 
 /// CPU per transfer for one cache state: the sender (process less receiver) and receiver.
 fn cpu_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
-    let mut out = format!(
-        "\nCPU per transfer, ms, sender (process less receiver) / receiver thread (medians), {} file:\n\n",
+    let title = format!(
+        "CPU per transfer, ms, sender (process less receiver) / receiver thread (medians), {} file:",
         cache.name()
     );
-    out += &axes.header("file size", &[]);
-    for &size in &axes.sizes {
-        out += &format!("| {} |", size_label(size));
-        for m in &axes.methods {
-            let cell = r.row(size, cache, m).map(|x| {
-                let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
-                format!(" {} / {} |", f(x.cpu_sender_ms), f(x.cpu_receiver_ms))
-            });
-            out += &cell.unwrap_or_else(|| " null |".into());
-        }
-        out += "\n";
-    }
-    out
+    pair_table(r, axes, cache, &title, |x| {
+        (x.cpu_sender_ms, x.cpu_receiver_ms)
+    })
 }
 
 /// Context switches per transfer for one cache state, sender / receiver thread, beside what
@@ -193,17 +183,32 @@ fn switch_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
     if !r.rows.iter().any(|x| x.switches_sender.is_some()) {
         return String::new();
     }
-    let mut out = format!(
-        "\nContext switches per transfer (the threads blocked or were preempted; medians), sender / receiver thread, {} file. The study counts 4 user/kernel switches per chunk for read + send (two system calls) and 2 for sendfile (one): mode switches of the calls, which these scheduler counters do not count.\n\n",
+    let title = format!(
+        "Context switches per transfer (the threads blocked or were preempted; medians), sender / receiver thread, {} file. The study counts 4 user/kernel switches per chunk for read + send (two system calls) and 2 for sendfile (one): mode switches of the calls, which these scheduler counters do not count.",
         cache.name()
     );
+    pair_table(r, axes, cache, &title, |x| {
+        (x.switches_sender, x.switches_receiver)
+    })
+}
+
+/// A table of sizes by methods, each cell `sender / receiver` as `f` gives them for the row.
+fn pair_table(
+    r: &TransferResults,
+    axes: &Axes,
+    cache: Cache,
+    title: &str,
+    f: fn(&TransferRow) -> (Option<f64>, Option<f64>),
+) -> String {
+    let mut out = format!("\n{title}\n\n");
     out += &axes.header("file size", &[]);
     for &size in &axes.sizes {
         out += &format!("| {} |", size_label(size));
         for m in &axes.methods {
             let cell = r.row(size, cache, m).map(|x| {
-                let f = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
-                format!(" {} / {} |", f(x.switches_sender), f(x.switches_receiver))
+                let v = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
+                let (a, b) = f(x);
+                format!(" {} / {} |", v(a), v(b))
             });
             out += &cell.unwrap_or_else(|| " null |".into());
         }
