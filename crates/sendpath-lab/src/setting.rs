@@ -84,8 +84,13 @@ pub fn of(e: &anyhow::Error) -> Option<Setting> {
 
 /// Whether an error's chain holds an I/O call whose socket timeout ran out.
 pub(crate) fn timed_out(e: &anyhow::Error) -> bool {
+    io_error_in(e, is_timeout)
+}
+
+/// Whether an error's chain holds an I/O error for which `f` holds.
+pub(crate) fn io_error_in(e: &anyhow::Error, f: impl Fn(&std::io::Error) -> bool) -> bool {
     e.chain()
-        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(is_timeout))
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(&f))
 }
 
 /// Whether a read failed because its socket's read timeout ran out.

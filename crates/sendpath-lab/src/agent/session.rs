@@ -45,7 +45,7 @@ impl Control {
             Ok(Some(())) => true,
             Ok(None) => false,
             Err(e) => {
-                let why = match crate::workload::timed_out(&e) {
+                let why = match crate::setting::timed_out(&e) {
                     true => format!(
                         "nothing received for {:?}",
                         self.r

@@ -49,7 +49,7 @@ pub(crate) fn receive(
             Ok(0) => return Ok(v),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => {
+            Err(e) if crate::setting::is_timeout(&e) => {
                 let waited = s.read_timeout().ok().flatten().unwrap_or_default();
                 return Err(invalid(
                     Setting::Timeout,
@@ -69,8 +69,6 @@ pub(crate) fn receive(
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
-
-pub(crate) use crate::setting::{is_timeout, timed_out};
 
 /// Reads every connection in `socks` to EOF on one thread (epoll, level-triggered, one read
 /// per ready connection per pass so that none starves the others), as [`receive`] does for one.

@@ -25,7 +25,7 @@ pub(super) fn stalled_senders(
             2 * GRACE
         ));
     }
-    let e = first_err.take_if(|e| crate::workload::timed_out(e))?;
+    let e = first_err.take_if(|e| crate::setting::timed_out(e))?;
     Some(format!("{e:#}"))
 }
 

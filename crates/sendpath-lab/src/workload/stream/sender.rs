@@ -231,7 +231,7 @@ impl Sender {
 
 /// A send that timed out (`EAGAIN` after the socket's send timeout) named as what it means.
 fn stalled(e: anyhow::Error, limit: Duration) -> anyhow::Error {
-    if !crate::workload::timed_out(&e) {
+    if !crate::setting::timed_out(&e) {
         return e;
     }
     e.context(format!(

@@ -4,7 +4,7 @@
 //! namespace) counts datagrams, loss and reordering from the sequence number at the start of
 //! each; on the black-hole route nothing receives and the window counts what was sent.
 
-use super::{pin, stall_limit, zerocopy_counts, Outcome, StreamPoint, GRACE};
+use super::{pin, stall_limit, zerocopy_counts, Outcome, Shared, StreamPoint, GRACE};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::results::{Datagrams, Integrity};
@@ -15,8 +15,8 @@ use anyhow::{anyhow, Context};
 use sendpath::{Msg, Strategy};
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,28 +26,6 @@ const RCVBUF: usize = 16 << 20;
 /// What a receiver thread returns: its tally and its socket's drops.
 type Received = anyhow::Result<(Tally, Option<u64>)>;
 
-/// What a repeat's threads share.
-struct Shared {
-    stop: Arc<AtomicBool>,
-    /// Sender threads that ended.
-    finished: Arc<AtomicUsize>,
-    start: Arc<Barrier>,
-    sent: Vec<Arc<AtomicU64>>,
-    received: Vec<Arc<RecvCounters>>,
-}
-
-impl Shared {
-    /// Bytes moved so far: read by our receivers, or sent when no receiver is ours.
-    fn bytes_now(&self, ours: bool) -> u64 {
-        if ours {
-            let r = self.received.iter();
-            r.map(|c| c.bytes.load(Ordering::Relaxed)).sum()
-        } else {
-            self.sent.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-        }
-    }
-}
-
 /// Runs one repeat of a UDP point. `Ok(None)` means Ctrl-C cut it short.
 pub(super) fn run_once(
     pt: &StreamPoint,
@@ -56,13 +34,8 @@ pub(super) fn run_once(
     cancel: &Cancel,
 ) -> anyhow::Result<Option<Outcome>> {
     let ours = pt.connect.is_none() && !pt.netns.as_ref().is_some_and(|n| n.is_blackhole());
-    let shared = Shared {
-        stop: Arc::default(),
-        finished: Arc::default(),
-        start: Arc::new(Barrier::new(pt.threads + 1)),
-        sent: (0..pt.threads).map(|_| Arc::default()).collect(),
-        received: (0..pt.threads).map(|_| Arc::default()).collect(),
-    };
+    // One socket per sender thread: TCP's per-connection counts stay unused.
+    let shared = Shared::new(pt.threads, 1);
     let (tid_tx, tid_rx) = mpsc::channel();
     let (mut senders, mut receivers) = (Vec::new(), Vec::new());
     for i in 0..pt.threads {
@@ -194,11 +167,7 @@ fn route_mtu(pt: &StreamPoint) -> Option<u32> {
 
 /// An `EMSGSIZE` named as what it means and what to change.
 fn too_big(e: anyhow::Error, size: usize, seg: usize, mtu: Option<u32>) -> anyhow::Error {
-    let emsgsize = e.chain().any(|c| {
-        let io = c.downcast_ref::<std::io::Error>();
-        io.and_then(std::io::Error::raw_os_error) == Some(libc::EMSGSIZE)
-    }) || e.to_string().contains("os error 90");
-    if !emsgsize {
+    if !crate::setting::io_error_in(&e, |io| io.raw_os_error() == Some(libc::EMSGSIZE)) {
         return e;
     }
     let mtu = mtu.map_or("the route's MTU".to_string(), |m| {
@@ -254,7 +223,7 @@ fn receive(
                 c.bytes.fetch_add(len as u64, Ordering::Relaxed);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if crate::workload::is_timeout(&e) => {
+            Err(e) if crate::setting::is_timeout(&e) => {
                 if senders_done() {
                     break;
                 }
