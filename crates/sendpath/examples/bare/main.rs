@@ -1,86 +1,216 @@
-//! The speed-of-light reference for UDP sends on the black-hole route: the fewest system calls
-//! that send datagrams the way each sendpath path does, with no sendpath type in the loop.
-//! `stream --proto udp --topology blackhole` is compared against it (`scripts/udp-vs-bare`).
+//! The speed-of-light reference: the fewest system calls that send the way each sendpath path
+//! does, with no sendpath type in the loop. `scripts/overhead-vs-bare` pairs `sendpath stream`
+//! with it over TCP on loopback, `scripts/udp-vs-bare` over UDP on the black-hole route.
 //!
 //! ```text
-//! cargo run --release -p sendpath --example bare -- uring-zc 64000 [--fixed] [--gso 1400]
-//!     [--seconds 2] [--depth 8] [--reap-every 32] [--mtu 65535] [--cpu C]
+//! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
+//!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
+//!     [--fixed] [--fixed-file] [--pool] [--reap-every 32] [--recv-size N] [--file-size N]
+//!     [--pipe-size N] [--gso SEG] [--mtu 65535]
 //! ```
 //!
-//! It makes its own namespace (a veth whose peer is down, a permanent neighbour: the device
-//! drops every frame at its queue, so nothing copies zero-copy pages; root), sends from one buffer for
-//! `--seconds`, and prints one line: bytes per second, sends per second, completions and how
-//! many came back copied. Paths: `copy` (`send`), `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the
-//! error queue read every `--reap-every` sends), `uring` (`IORING_OP_SEND`, `--depth` in
-//! flight, not linked: a datagram socket needs no order between sends), `uring-zc`
-//! (`IORING_OP_SEND_ZC` with usage reporting, `--fixed` for a registered buffer). The buffer is
-//! never rewritten, so reusing it while the kernel holds it is harmless here (sendpath waits).
+//! TCP (the default): a loopback connection whose receiver, a thread of this program (pinned to
+//! R), discards with `recv(MSG_TRUNC)` `--recv-size` bytes at a time, as `stream --recv
+//! discard` does. UDP: a namespace whose veth peer is down, a permanent neighbour; the device
+//! drops every frame at its queue, so nothing copies zero-copy pages (root). It sends for
+//! `--warmup` unmeasured, as sendpath does before a window, then for `--seconds`, and prints
+//! one line: bytes per second, sends per second, completions and how
+//! many came back copied.
+//!
+//! Memory paths send one buffer that is never rewritten, so reusing it while the kernel holds
+//! it is harmless here; with `--pool` each send takes a buffer the kernel has released, as
+//! sendpath does (see `pool.rs`). Paths: `copy` (`send`), `gather` (`sendmsg`, one iovec),
+//! `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the error queue read every `--reap-every` sends),
+//! `uring` (`IORING_OP_SEND`, `MSG_WAITALL`) and `uring-zc` (`IORING_OP_SEND_ZC` with usage
+//! reporting; `--fixed` for a registered buffer), `--depth` in flight: `--order linked` is
+//! sendpath's way on a stream (a chain of `--depth` linked requests, the next once it is done),
+//! `none` keeps `--depth` unlinked requests in flight (on TCP their bytes may interleave out of
+//! order), `vectored` one `SENDMSG`/`SENDMSG_ZC` over `--depth` buffers at a time, `bundle`
+//! one send bundle from a provided-buffer ring (`uring` only, Linux 6.10). `vmsplice` maps
+//! fresh pages per message, vmsplices and splices them, and unmaps them. File paths send a
+//! warm `--file-size` file (64 MiB) round and round: `read-send` (`pread`, `send`),
+//! `mmap-send` (`send` from a mapping), `sendfile`, `splice` (file, pipe, socket) and
+//! `uring-splice` (the two splices as a linked pair on a ring).
 
-use std::net::UdpSocket;
-use std::os::fd::AsFd;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct Args {
-    path: String,
-    size: usize,
-    gso: Option<u16>,
+mod pool;
+mod route;
+use route::Route;
+
+/// The paths a bare twin exists for.
+const PATHS: [&str; 12] = [
+    "copy",
+    "gather",
+    "msg-zerocopy",
+    "uring",
+    "uring-zc",
+    "vmsplice",
+    "read-send",
+    "mmap-send",
+    "sendfile",
+    "splice",
+    "uring-splice",
+    "serialize",
+];
+
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M]";
+
+/// How io_uring requests of one connection are ordered.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Order {
+    Linked,
+    None,
+    Vectored,
+    Bundle,
+}
+
+pub(crate) struct Args {
+    pub(crate) path: String,
+    pub(crate) size: usize,
+    pub(crate) udp: bool,
+    pub(crate) gso: Option<u16>,
     seconds: f64,
-    depth: usize,
-    fixed: bool,
-    reap_every: usize,
-    mtu: u32,
-    cpu: Option<usize>,
+    warmup: f64,
+    pub(crate) depth: usize,
+    pub(crate) order: Option<Order>,
+    pub(crate) fixed: bool,
+    pub(crate) fixed_file: bool,
+    pub(crate) pool: bool,
+    pub(crate) reap_every: usize,
+    pub(crate) mtu: u32,
+    pub(crate) cpu: Option<(usize, Option<usize>)>,
+    pub(crate) recv_size: Option<usize>,
+    pub(crate) file_size: u64,
+    pub(crate) pipe_size: usize,
+}
+
+/// A size with an optional K/M/G suffix (powers of 1024).
+fn size(v: Option<String>, what: &str) -> Result<u64, String> {
+    let s = v.ok_or(format!("{what} needs a value: {USAGE}"))?;
+    let (num, mul) = match s.trim_end_matches(['i', 'B']).char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s.as_str(), 1),
+    };
+    num.parse::<u64>()
+        .map(|n| n * mul)
+        .map_err(|_| format!("{what}: `{s}` is not a size (e.g. 4096, 64K, 1M): {USAGE}"))
+}
+
+fn parse_cpu(v: Option<String>) -> Result<(usize, Option<usize>), String> {
+    let s = v.ok_or(format!("--cpu needs S or S,R: {USAGE}"))?;
+    let bad = || format!("--cpu: `{s}` is not S or S,R (CPU numbers): {USAGE}");
+    let mut it = s.split(',').map(|c| c.trim().parse::<usize>());
+    let first = it.next().and_then(|c| c.ok()).ok_or_else(bad)?;
+    let second = it.next().map(|c| c.map_err(|_| bad())).transpose()?;
+    Ok((first, second))
+}
+
+fn parse_order(v: Option<String>) -> Result<Order, String> {
+    match v.as_deref() {
+        Some("linked") => Ok(Order::Linked),
+        Some("none") => Ok(Order::None),
+        Some("vectored") => Ok(Order::Vectored),
+        Some("bundle") => Ok(Order::Bundle),
+        _ => Err(format!(
+            "--order takes linked, none, vectored or bundle: {USAGE}"
+        )),
+    }
 }
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
-    let usage = "usage: bare copy|msg-zerocopy|uring|uring-zc SIZE [--gso SEG] [--seconds S] [--depth N] [--fixed] [--reap-every N] [--mtu M] [--cpu C]";
-    let path = it.next().ok_or(usage)?;
-    if !["copy", "msg-zerocopy", "uring", "uring-zc"].contains(&path.as_str()) {
-        return Err(format!("`{path}` is not a path here: {usage}"));
+    let path = it.next().ok_or(USAGE)?;
+    if !PATHS.contains(&path.as_str()) {
+        return Err(format!(
+            "`{path}` is not a path here ({}): {USAGE}",
+            PATHS.join(", ")
+        ));
     }
     let num = |v: Option<String>, what: &str| -> Result<f64, String> {
         v.and_then(|s| s.parse().ok())
-            .ok_or(format!("{what} needs a number: {usage}"))
+            .ok_or(format!("{what} needs a number: {USAGE}"))
     };
     let mut a = Args {
         path,
-        size: num(it.next(), "SIZE")? as usize,
+        size: size(it.next(), "SIZE")? as usize,
+        udp: false,
         gso: None,
         seconds: 2.0,
+        warmup: 0.5,
         depth: 8,
+        order: None,
         fixed: false,
+        fixed_file: false,
+        pool: false,
         reap_every: 32,
         mtu: 65_535,
         cpu: None,
+        recv_size: None,
+        file_size: 64 << 20,
+        pipe_size: 1 << 20,
     };
     while let Some(flag) = it.next() {
         match flag.as_str() {
+            "--proto" => match it.next().as_deref() {
+                Some("udp") => a.udp = true,
+                Some("tcp") => a.udp = false,
+                _ => return Err(format!("--proto takes tcp or udp: {USAGE}")),
+            },
             "--gso" => a.gso = Some(num(it.next(), "--gso")? as u16),
             "--seconds" => a.seconds = num(it.next(), "--seconds")?,
+            "--warmup" => a.warmup = num(it.next(), "--warmup")?,
             "--depth" => a.depth = num(it.next(), "--depth")?.max(1.0) as usize,
+            "--order" => a.order = Some(parse_order(it.next())?),
             "--reap-every" => a.reap_every = num(it.next(), "--reap-every")?.max(1.0) as usize,
             "--mtu" => a.mtu = num(it.next(), "--mtu")? as u32,
             "--fixed" => a.fixed = true,
-            "--cpu" => a.cpu = Some(num(it.next(), "--cpu")? as usize),
-            _ => return Err(format!("unknown flag `{flag}`: {usage}")),
+            "--fixed-file" => a.fixed_file = true,
+            "--pool" => a.pool = true,
+            "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
+            "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
+            "--file-size" => a.file_size = size(it.next(), "--file-size")?,
+            "--pipe-size" => a.pipe_size = size(it.next(), "--pipe-size")? as usize,
+            _ => return Err(format!("unknown flag `{flag}`: {USAGE}")),
         }
     }
-    if a.size == 0 || a.size > 65_507 || a.seconds.is_nan() || a.seconds <= 0.0 {
+    check(a)
+}
+
+fn check(a: Args) -> Result<Args, String> {
+    let max = if a.udp { 65_507 } else { 1 << 30 };
+    let bad_time = !(a.seconds > 0.0 && a.warmup >= 0.0 && a.seconds + a.warmup < 1e6);
+    if a.size == 0 || a.size > max || bad_time {
         return Err(format!(
-            "SIZE must be 1..65507 and --seconds positive: {usage}"
+            "SIZE must be 1..{max}, --seconds positive and --warmup not negative: {USAGE}"
         ));
+    }
+    if a.udp && (a.gso.is_none() && a.size > 65_507 || route::is_file_path(&a.path)) {
+        return Err(format!("--proto udp runs the memory paths: {USAGE}"));
+    }
+    if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
+        return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));
+    }
+    if a.file_size < a.size as u64 && route::is_file_path(&a.path) {
+        return Err(format!("--file-size must hold one SIZE: {USAGE}"));
     }
     Ok(a)
 }
 
 /// What one run did.
 #[derive(Default)]
-struct Tally {
-    sends: u64,
-    completions: u64,
-    copied: u64,
+pub(crate) struct Tally {
+    pub(crate) sends: u64,
+    pub(crate) bytes: u64,
+    pub(crate) completions: u64,
+    pub(crate) copied: u64,
+}
+
+fn fail(e: impl std::fmt::Display) -> ! {
+    eprintln!("error: {e}");
+    std::process::exit(1);
 }
 
 fn main() {
@@ -91,129 +221,51 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let ns = match Blackhole::create(a.mtu) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-    };
-    let sock = match ns.socket(a.gso) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-    };
-    if let Some(c) = a.cpu {
+    let mut route = Route::open(&a).unwrap_or_else(|e| fail(e));
+    if let Some((c, _)) = a.cpu {
         if let Err(e) = sys::pin(c) {
-            eprintln!("error: --cpu {c}: {e}");
-            std::process::exit(1);
+            fail(format!("--cpu {c}: {e}"));
         }
     }
-    let buf = vec![0x5au8; a.size];
-    let until = Instant::now() + Duration::from_secs_f64(a.seconds);
-    let t0 = Instant::now();
-    let run = match a.path.as_str() {
-        "copy" => sys::copy(&sock, &buf, until),
-        "msg-zerocopy" => sys::msg_zerocopy(&sock, &buf, until, a.reap_every),
-        _ => sys::uring(&sock, &buf, until, a.depth, a.path == "uring-zc", a.fixed),
+    let warm = Instant::now() + Duration::from_secs_f64(a.warmup);
+    let warmed = match a.warmup > 0.0 {
+        true => route.send(&a, warm),
+        false => Ok(Tally::default()),
     };
+    let t0 = Instant::now();
+    let run = warmed.and_then(|w| {
+        Ok((
+            w.bytes,
+            route.send(&a, t0 + Duration::from_secs_f64(a.seconds))?,
+        ))
+    });
     let secs = t0.elapsed().as_secs_f64();
-    match run {
-        Ok(t) => println!(
-            "bare {} {} B{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
-            a.path,
-            a.size,
-            a.gso.map_or(String::new(), |g| format!(" gso {g}")),
-            if a.fixed { " fixed" } else { "" },
-            t.sends as f64 * a.size as f64 * 8.0 / secs / 1e9,
-            t.sends as f64 / secs,
-            t.sends,
-            t.completions,
-            t.copied
-        ),
-        Err(e) => {
-            eprintln!("error: {} failed: {e}", a.path);
-            std::process::exit(1);
-        }
+    let tcp = !a.udp;
+    let received = route.close();
+    let (warm_bytes, t) = run.unwrap_or_else(|e| fail(format!("{} failed: {e}", a.path)));
+    match received {
+        Err(e) => fail(format!("the receiver failed: {e}")),
+        Ok(n) if tcp && n != warm_bytes + t.bytes => fail(format!(
+            "the receiver read {n} bytes of the {} sent",
+            warm_bytes + t.bytes
+        )),
+        Ok(_) => {}
     }
-}
-
-/// The namespace, removed on drop.
-struct Blackhole(String);
-
-impl Blackhole {
-    fn create(mtu: u32) -> Result<Blackhole, String> {
-        let name = format!("sendpath-bare-{}", std::process::id());
-        let ns = Blackhole(name.clone());
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = Command::new("ip")
-                .args(["-n", &name])
-                .args(args)
-                .output()
-                .map_err(|e| format!("cannot run `ip` (iproute2): {e}"))?;
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(format!(
-                    "`ip {}` failed (root needed): {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )),
-            }
-        };
-        let out = Command::new("ip").args(["netns", "add", &name]).output();
-        if !out.is_ok_and(|o| o.status.success()) {
-            return Err("`ip netns add` failed: run as root, with iproute2".into());
-        }
-        let m = mtu.to_string();
-        ip(&[
-            "link", "add", "va", "mtu", &m, "type", "veth", "peer", "name", "vb", "mtu", &m,
-        ])?;
-        ip(&["addr", "add", "192.0.2.1/30", "dev", "va"])?;
-        ip(&["link", "set", "va", "up"])?;
-        ip(&[
-            "neigh",
-            "add",
-            "192.0.2.2",
-            "lladdr",
-            "02:00:00:00:00:02",
-            "dev",
-            "va",
-            "nud",
-            "permanent",
-        ])?;
-        Ok(ns)
-    }
-
-    /// A UDP socket made inside the namespace, connected to the neighbour that never answers.
-    fn socket(&self, gso: Option<u16>) -> Result<UdpSocket, String> {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::spawn(move || -> Result<UdpSocket, String> {
-            let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-            sys::setns(f.as_fd()).map_err(|e| format!("setns: {e}"))?;
-            let s = UdpSocket::bind("192.0.2.1:0").map_err(|e| e.to_string())?;
-            s.connect("192.0.2.2:9").map_err(|e| e.to_string())?;
-            sys::setsockopt(
-                &s,
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                libc::IP_PMTUDISC_DO,
-            )?;
-            if let Some(seg) = gso {
-                sys::setsockopt(&s, libc::SOL_UDP, 103, i32::from(seg))?; // UDP_SEGMENT
-            }
-            Ok(s)
-        })
-        .join()
-        .map_err(|_| "the namespace thread panicked".to_string())?
-    }
-}
-
-impl Drop for Blackhole {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+    println!(
+        "bare {} {} B{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
+        a.path,
+        a.size,
+        a.gso.map_or(String::new(), |g| format!(" gso {g}")),
+        if a.fixed { " fixed" } else { "" },
+        if a.pool { " pool" } else { "" },
+        a.order
+            .map_or(String::new(), |o| format!(" order {o:?}").to_lowercase()),
+        t.bytes as f64 * 8.0 / secs / 1e9,
+        t.sends as f64 / secs,
+        t.sends,
+        t.completions,
+        t.copied
+    );
 }
 
 /// The system calls, each unsafe block with why it holds: the example's only `unsafe`.

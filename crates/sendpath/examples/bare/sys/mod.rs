@@ -1,12 +1,15 @@
 //! The system calls `bare` makes, as thin as they come: the only `unsafe` of the example,
 //! each block with why it holds.
 
+use super::pool::Pool;
 use super::Tally;
-use io_uring::{cqueue, opcode, types, IoUring};
+use std::collections::VecDeque;
 use std::io;
-use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Instant;
+
+pub(super) mod file;
+pub(super) mod uring;
 
 fn cvt(r: isize) -> io::Result<usize> {
     if r < 0 {
@@ -31,70 +34,173 @@ pub(super) fn pin(cpu: usize) -> io::Result<()> {
     }
 }
 
-pub(super) fn setsockopt(s: &UdpSocket, level: i32, name: i32, v: i32) -> Result<(), String> {
+pub(super) fn setsockopt(fd: RawFd, level: i32, name: i32, v: i32) -> Result<(), String> {
     // SAFETY: `v` is a live c_int and the length passed is its size.
-    let r = unsafe { libc::setsockopt(s.as_raw_fd(), level, name, (&v as *const i32).cast(), 4) };
+    let r = unsafe { libc::setsockopt(fd, level, name, (&v as *const i32).cast(), 4) };
     cvt(r as isize)
         .map(drop)
         .map_err(|e| format!("setsockopt({level}, {name}): {e}"))
 }
 
-/// `send()` until `until`.
-pub(super) fn copy(s: &UdpSocket, buf: &[u8], until: Instant) -> io::Result<Tally> {
+/// `recv(MSG_TRUNC)` of `read` bytes at a time until the end of the stream: the bytes are
+/// dropped in the kernel, never copied out. Returns how many were read.
+pub(super) fn discard(fd: RawFd, read: usize) -> io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        // SAFETY: with MSG_TRUNC on TCP the kernel writes nothing; a null buffer is allowed.
+        let r = unsafe { libc::recv(fd, std::ptr::null_mut(), read, libc::MSG_TRUNC) };
+        match cvt(r) {
+            Ok(0) => return Ok(total),
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `send()` of all of `buf`, resent from where a short send stopped.
+pub(super) fn send_all(fd: RawFd, buf: &[u8], flags: i32) -> io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        // SAFETY: `buf[off..]` is live for the call.
+        let r = unsafe { libc::send(fd, buf[off..].as_ptr().cast(), buf.len() - off, flags) };
+        match cvt(r) {
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `send()` until `until`; `stage` first copies the buffer into another, as `serialize` does.
+pub(super) fn copy(fd: RawFd, buf: &[u8], until: Instant, stage: bool) -> io::Result<Tally> {
+    let mut t = Tally::default();
+    let mut staging = Vec::with_capacity(buf.len());
+    while Instant::now() < until {
+        for _ in 0..64 {
+            if stage {
+                staging.clear();
+                staging.extend_from_slice(buf);
+                send_all(fd, &staging, 0)?;
+            } else {
+                send_all(fd, buf, 0)?;
+            }
+            t.sends += 1;
+            t.bytes += buf.len() as u64;
+        }
+    }
+    Ok(t)
+}
+
+/// `sendmsg()` of one iovec until `until`, as `gather` does with one field.
+pub(super) fn gather(fd: RawFd, buf: &[u8], until: Instant) -> io::Result<Tally> {
     let mut t = Tally::default();
     while Instant::now() < until {
         for _ in 0..64 {
-            // SAFETY: `buf` is live for the call.
-            cvt(unsafe { libc::send(s.as_raw_fd(), buf.as_ptr().cast(), buf.len(), 0) })?;
+            let mut off = 0;
+            while off < buf.len() {
+                let mut iov = libc::iovec {
+                    iov_base: buf[off..].as_ptr() as *mut _,
+                    iov_len: buf.len() - off,
+                };
+                // SAFETY: an all-zero msghdr is valid; it points at one iovec over `buf`.
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                // SAFETY: `msg` and what it points at are live for the call.
+                off += cvt(unsafe { libc::sendmsg(fd, &msg, 0) })?;
+            }
             t.sends += 1;
+            t.bytes += buf.len() as u64;
         }
     }
     Ok(t)
 }
 
-/// `sendmsg(MSG_ZEROCOPY)` until `until`, reading the error queue every `every` sends.
+/// `sendmsg(MSG_ZEROCOPY)` until `until`, reading the error queue every `every` sends (and
+/// waiting on it when the pool has no free buffer). `next_id` is the socket's next zero-copy
+/// send id (the kernel counts them per socket, across calls).
 pub(super) fn msg_zerocopy(
-    s: &UdpSocket,
-    buf: &[u8],
+    fd: RawFd,
+    pool: &mut Pool,
     until: Instant,
     every: usize,
+    next_id: &mut u32,
 ) -> io::Result<Tally> {
     let one: i32 = 1;
-    // SAFETY: `one` is a live c_int and the length passed is its size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ZEROCOPY,
-            (&one as *const i32).cast(),
-            4,
-        )
-    };
-    cvt(r as isize)?;
-    let mut iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut _,
-        iov_len: buf.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; it points at one iovec over `buf`, live below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY, one).map_err(io::Error::other)?;
+    let mut held: VecDeque<(u32, usize)> = VecDeque::new();
     let mut t = Tally::default();
     while Instant::now() < until || t.completions < t.sends {
-        if Instant::now() < until {
-            for _ in 0..every {
-                // SAFETY: `msg` and what it points at are live for the call.
-                cvt(unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_ZEROCOPY) })?;
-                t.sends += 1;
+        for _ in 0..every {
+            if Instant::now() >= until {
+                break;
             }
+            let Some(i) = pool.take() else {
+                poll_errqueue(fd)?;
+                break;
+            };
+            let buf = pool.buf(i);
+            let mut iov = libc::iovec {
+                iov_base: buf.as_ptr() as *mut _,
+                iov_len: buf.len(),
+            };
+            // SAFETY: an all-zero msghdr is valid; it points at one iovec over `buf`.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            // SAFETY: `msg` and what it points at are live for the call; the pages stay
+            // untouched until their notification (or are never rewritten without `--pool`).
+            let n = cvt(unsafe { libc::sendmsg(fd, &msg, libc::MSG_ZEROCOPY) })?;
+            if n < buf.len() {
+                // The rest by copy: a short zero-copy send is rare (a signal).
+                send_all(fd, &buf[n..], 0)?;
+            }
+            held.push_back((*next_id, i));
+            *next_id = next_id.wrapping_add(1);
+            t.sends += 1;
+            t.bytes += buf.len() as u64;
         }
-        reap(s, &mut t)?;
+        if Instant::now() >= until && t.completions < t.sends {
+            poll_errqueue(fd)?;
+        }
+        reap(fd, &mut t, &mut |lo, hi| release(&mut held, pool, lo, hi))?;
     }
     Ok(t)
+}
+
+/// Gives back the buffers of sends `lo..=hi`.
+fn release(held: &mut VecDeque<(u32, usize)>, pool: &mut Pool, lo: u32, hi: u32) {
+    let done = |id: u32| id.wrapping_sub(lo) <= hi.wrapping_sub(lo);
+    while let Some(&(id, i)) = held.front().filter(|(id, _)| done(*id)) {
+        let _ = id;
+        pool.put(i);
+        held.pop_front();
+    }
+    // Out of order (rare): the rest of the range, wherever it is.
+    held.retain(|&(id, i)| {
+        let keep = !done(id);
+        if !keep {
+            pool.put(i);
+        }
+        keep
+    });
+}
+
+/// Waits up to 10 ms for the error queue to hold a notification.
+fn poll_errqueue(fd: RawFd) -> io::Result<()> {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    cvt(unsafe { libc::poll(&mut p, 1, 10) } as isize).map(drop)
 }
 
 /// Reads the error queue until it is empty, counting the ids its ranges cover.
-fn reap(s: &UdpSocket, t: &mut Tally) -> io::Result<()> {
+fn reap(fd: RawFd, t: &mut Tally, on_range: &mut dyn FnMut(u32, u32)) -> io::Result<()> {
     loop {
         let mut control = [0u64; 16];
         // SAFETY: an all-zero msghdr is valid; the control buffer is live and its size given.
@@ -102,13 +208,7 @@ fn reap(s: &UdpSocket, t: &mut Tally) -> io::Result<()> {
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&control) as _;
         // SAFETY: `msg` has no iovec and a writable control buffer.
-        let r = unsafe {
-            libc::recvmsg(
-                s.as_raw_fd(),
-                &mut msg,
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
+        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::WouldBlock {
@@ -123,90 +223,12 @@ fn reap(s: &UdpSocket, t: &mut Tally) -> io::Result<()> {
             if !c.is_null() {
                 let ee: libc::sock_extended_err =
                     std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                on_range(ee.ee_info, ee.ee_data);
                 let n = u64::from(ee.ee_data.wrapping_sub(ee.ee_info)) + 1;
                 t.completions += n;
                 if ee.ee_code & 1 != 0 {
                     t.copied += n;
                 }
-            }
-        }
-    }
-}
-
-/// `SEND` (or `SEND_ZC`) with `depth` requests in flight until `until`, then drains.
-pub(super) fn uring(
-    s: &UdpSocket,
-    buf: &[u8],
-    until: Instant,
-    depth: usize,
-    zc: bool,
-    fixed: bool,
-) -> io::Result<Tally> {
-    // As sendpath's rings: one submitting thread, completions' task work run when it
-    // waits (SINGLE_ISSUER | DEFER_TASKRUN); SENDPATH_URING_SETUP=coop for COOP_TASKRUN.
-    let mut b = IoUring::builder();
-    match std::env::var("SENDPATH_URING_SETUP").as_deref() {
-        Ok("coop") => b.setup_coop_taskrun().setup_taskrun_flag(),
-        _ => b
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_taskrun_flag(),
-    };
-    let mut ring: IoUring = b.build((2 * depth).next_power_of_two() as u32)?;
-    if fixed {
-        let iov = libc::iovec {
-            iov_base: buf.as_ptr() as *mut _,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `buf` outlives the ring (both live until this function returns, the ring
-        // dropped first as it was declared later).
-        unsafe { ring.submitter().register_buffers(&[iov])? };
-    }
-    let fd = types::Fd(s.as_raw_fd());
-    let entry = if zc {
-        opcode::SendZc::new(fd, buf.as_ptr(), buf.len() as u32)
-            .zc_flags(1 << 3) // IORING_SEND_ZC_REPORT_USAGE
-            .buf_index(fixed.then_some(0))
-            .build()
-    } else {
-        opcode::Send::new(fd, buf.as_ptr(), buf.len() as u32).build()
-    };
-    let (mut t, mut inflight, mut notifs) = (Tally::default(), 0usize, 0u64);
-    loop {
-        let sending = Instant::now() < until;
-        while sending && inflight < depth {
-            // SAFETY: the SQE points at `buf`, which outlives every request (we drain all
-            // of them, notifications included, before returning).
-            unsafe {
-                ring.submission()
-                    .push(&entry)
-                    .expect("room for depth entries")
-            };
-            inflight += 1;
-            t.sends += 1;
-        }
-        if !sending && inflight == 0 && notifs == 0 {
-            return Ok(t);
-        }
-        // With DEFER_TASKRUN, completions are posted only when this thread waits.
-        ring.submitter()
-            .submit_with_args(1, &types::SubmitArgs::new())?;
-        for c in ring.completion() {
-            let f = c.flags();
-            if cqueue::notif(f) {
-                notifs -= 1;
-                t.completions += 1;
-                if c.result() as u32 & (1 << 31) != 0 {
-                    t.copied += 1;
-                }
-                continue;
-            }
-            if c.result() < 0 {
-                return Err(io::Error::from_raw_os_error(-c.result()));
-            }
-            inflight -= 1;
-            if cqueue::more(f) {
-                notifs += 1;
             }
         }
     }

@@ -1,0 +1,68 @@
+//! `--pool`: the buffers of a correct program. Each send takes a buffer from a pool and it comes
+//! back only when the kernel is done with it (a blocking send's return, an io_uring SEND's
+//! completion, a zero-copy send's notification), most recently released first, as sendpath's
+//! pools do. Without `--pool`, every send reuses one buffer at once, never rewritten: the
+//! speed of light, which a program that writes its buffers cannot reach.
+
+/// Page-aligned buffers of one size, up to `cap` of them, handed out last-released first.
+pub(crate) struct Pool {
+    bufs: Vec<Vec<u8>>,
+    free: Vec<usize>,
+    size: usize,
+    cap: usize,
+    /// Whether a buffer waits for the kernel (`--pool`) or goes back at once.
+    pub(crate) hold: bool,
+}
+
+impl Pool {
+    /// With `hold` false, one buffer that every send reuses. `all` makes every buffer now
+    /// (registered buffers need them all up front).
+    pub(crate) fn new(size: usize, hold: bool, cap: usize, all: bool) -> Pool {
+        let mut p = Pool {
+            bufs: Vec::new(),
+            free: Vec::new(),
+            size,
+            cap: if hold { cap.max(1) } else { 1 },
+            hold,
+        };
+        p.grow();
+        while all && p.bufs.len() < p.cap {
+            p.grow();
+        }
+        p
+    }
+
+    fn grow(&mut self) {
+        self.bufs.push(vec![0x5a; self.size + 4096]);
+        self.free.push(self.bufs.len() - 1);
+    }
+
+    /// A free buffer's index, or `None` when all `cap` are with the kernel.
+    pub(crate) fn take(&mut self) -> Option<usize> {
+        if self.free.is_empty() && self.bufs.len() < self.cap {
+            self.grow();
+        }
+        match self.hold {
+            true => self.free.pop(),
+            false => Some(0),
+        }
+    }
+
+    /// Gives buffer `i` back (a no-op without `hold`: the one buffer never left).
+    pub(crate) fn put(&mut self, i: usize) {
+        if self.hold {
+            self.free.push(i);
+        }
+    }
+
+    pub(crate) fn buf(&self, i: usize) -> &[u8] {
+        let b = &self.bufs[i];
+        let at = b.as_ptr().align_offset(4096);
+        &b[at..at + self.size]
+    }
+
+    /// Every buffer made so far, for registration.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.bufs.len()).map(|i| self.buf(i))
+    }
+}

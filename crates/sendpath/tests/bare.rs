@@ -1,0 +1,170 @@
+//! `examples/bare`, the speed-of-light twin `scripts/overhead-vs-bare` compares sendpath with:
+//! every path it has runs on loopback TCP and its receiver reads every byte it sent, every
+//! io_uring order runs, and bad input is refused with exit status 2.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The example's binary, built by `cargo test` beside this test's (`target/PROFILE/examples`),
+/// if it is newer than every source file of the example (`cargo test --test bare` alone does
+/// not build examples, and would find an old one).
+fn bare() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .ok_or("no target directory")?;
+    let p = dir.join("examples").join("bare");
+    let built = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .map_err(|_| {
+            format!(
+                "{} is not built (`cargo test -p sendpath` builds it)",
+                p.display()
+            )
+        })?;
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bare");
+    let newest = walk(&src).into_iter().max().ok_or("no example sources")?;
+    match newest <= built {
+        true => Ok(p),
+        false => Err(format!(
+            "{} is older than its sources: run `cargo test -p sendpath`, which rebuilds it",
+            p.display()
+        )),
+    }
+}
+
+/// Modification times of every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::time::SystemTime> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+fn skip(reason: &str) {
+    if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
+        panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
+    }
+    println!("skipped: {reason}");
+}
+
+fn run(args: &[&str]) -> Option<Output> {
+    let b = match bare() {
+        Ok(b) => b,
+        Err(why) => {
+            skip(&why);
+            return None;
+        }
+    };
+    Some(Command::new(b).args(args).output().expect("bare runs"))
+}
+
+/// Sends per second from bare's line, after checking it succeeded.
+fn sends(args: &[&str]) -> Option<f64> {
+    let out = run(args)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bare {args:?}: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rate = text
+        .split(" Gbit/s, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next());
+    Some(rate.and_then(|r| r.parse().ok()).expect("a sends/s figure"))
+}
+
+#[test]
+fn every_path_sends_and_its_receiver_reads_every_byte() {
+    let paths = [
+        "copy",
+        "serialize",
+        "gather",
+        "msg-zerocopy",
+        "uring",
+        "uring-zc",
+        "vmsplice",
+        "read-send",
+        "mmap-send",
+        "sendfile",
+        "splice",
+        "uring-splice",
+    ];
+    for p in paths {
+        let Some(rate) = sends(&[
+            p,
+            "16K",
+            "--seconds",
+            "0.2",
+            "--warmup",
+            "0.05",
+            "--file-size",
+            "1M",
+        ]) else {
+            return;
+        };
+        assert!(rate > 0.0, "{p} sent nothing");
+    }
+}
+
+#[test]
+fn every_io_uring_order_runs() {
+    for (path, order) in [
+        ("uring", "linked"),
+        ("uring", "none"),
+        ("uring", "vectored"),
+        ("uring", "bundle"),
+        ("uring-zc", "linked"),
+        ("uring-zc", "none"),
+        ("uring-zc", "vectored"),
+    ] {
+        let args = [
+            path,
+            "64K",
+            "--seconds",
+            "0.2",
+            "--order",
+            order,
+            "--fixed-file",
+        ];
+        let Some(rate) = sends(&args) else { return };
+        assert!(rate > 0.0, "{path} --order {order} sent nothing");
+    }
+    let Some(rate) = sends(&["uring-zc", "64K", "--seconds", "0.2", "--fixed"]) else {
+        return;
+    };
+    assert!(rate > 0.0);
+}
+
+#[test]
+fn bad_input_is_refused_with_status_2() {
+    for (args, says) in [
+        (&["copy", "64K", "--bogus"][..], "unknown flag `--bogus`"),
+        (&["nope", "64K"][..], "`nope` is not a path here"),
+        (&["copy", "0"][..], "SIZE must be"),
+        (
+            &["copy", "64K", "--seconds", "-1"][..],
+            "--seconds positive",
+        ),
+        (&["copy", "64K", "--order", "sideways"][..], "--order takes"),
+        (
+            &["uring-zc", "64K", "--order", "bundle"][..],
+            "bundle is for uring",
+        ),
+        (&["sendfile", "4K", "--proto", "udp"][..], "memory paths"),
+        (&["copy", "64K", "--cpu", "x"][..], "--cpu"),
+    ] {
+        let Some(out) = run(args) else { return };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "bare {args:?}: {err}");
+        assert!(err.contains(says), "bare {args:?} said: {err}");
+    }
+}
