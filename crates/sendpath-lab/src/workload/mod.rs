@@ -19,10 +19,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Counters a receiver publishes while it runs.
+/// Counters a receiver publishes while it runs, alone on their cache lines ([`OwnLine`]).
 #[derive(Default)]
+#[repr(align(128))]
 pub(crate) struct RecvCounters {
     pub(crate) bytes: AtomicU64,
+}
+
+/// A value alone on its cache lines: 128 bytes, a line and the neighbour the CPU prefetches
+/// with it. A counter the sender writes on every send, next to one the receiver writes on
+/// every read (two small heap allocations end up side by side), makes each write fetch the
+/// line from the other CPU: about 100 ns a send on this project's machine, 7% of a 4 KiB send.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct OwnLine<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Reads from `s` until EOF, counting bytes into `c`, `read_size` bytes per call (as iperf3

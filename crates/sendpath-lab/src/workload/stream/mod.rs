@@ -5,7 +5,7 @@ mod sender;
 mod tcp;
 pub mod udp;
 
-use super::{receive, receive_many, PatternFile, RecvCounters, RecvMode};
+use super::{receive, receive_many, OwnLine, PatternFile, RecvCounters, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::remote::RemoteSample;
@@ -155,18 +155,20 @@ impl Peer {
 /// What a run's threads share: the stop flag, the start barrier, and the bytes each thread
 /// (and each connection) moved so far.
 struct Shared {
-    stop: Arc<AtomicBool>,
+    /// Read by every sender before every send; each counter below is written by one thread
+    /// per send or read: each alone on its cache lines (`OwnLine`).
+    stop: Arc<OwnLine<AtomicBool>>,
     finished: Arc<AtomicUsize>,
     start: Arc<Barrier>,
     received: Vec<Arc<RecvCounters>>,
-    sent: Vec<Arc<AtomicU64>>,
+    sent: Vec<Arc<OwnLine<AtomicU64>>>,
     conn_bytes: Vec<Arc<[AtomicU64]>>,
 }
 
 impl Shared {
     fn new(threads: usize, per_thread: usize) -> Shared {
         Shared {
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: Arc::new(OwnLine(AtomicBool::new(false))),
             finished: Arc::new(AtomicUsize::new(0)),
             start: Arc::new(Barrier::new(threads + 1)),
             received: (0..threads).map(|_| Arc::default()).collect(),
