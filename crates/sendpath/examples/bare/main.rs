@@ -27,7 +27,7 @@
 //! `none` keeps `--depth` unlinked requests in flight (on TCP their bytes may interleave out of
 //! order), `vectored` one `SENDMSG`/`SENDMSG_ZC` over `--depth` buffers at a time, `bundle`
 //! one send bundle from a provided-buffer ring (`uring` only, Linux 6.10). `vmsplice` maps
-//! fresh pages per message, vmsplices and splices them, and unmaps them. File paths send a
+//! fresh pages per message, writes them, vmsplices and splices them, and unmaps them. File paths send a
 //! warm `--file-size` file (64 MiB) round and round: `read-send` (`pread`, `send`),
 //! `mmap-send` (`send` from a mapping), `sendfile`, `splice` (file, pipe, socket) and
 //! `uring-splice` (the two splices as a linked pair on a ring).

@@ -31,10 +31,22 @@ impl SendPath for Gather {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let f = fields(self.name(), msg)?;
-        let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+        // One field (the common case) needs no list of slices on the heap.
+        let one;
+        let many: Vec<&[u8]>;
+        let iov: &[&[u8]] = match f.as_slice() {
+            [b] => {
+                one = [b.as_slice()];
+                &one
+            }
+            _ => {
+                many = f.iter().map(Buf::as_slice).collect();
+                &many
+            }
+        };
         sendmsg_all(
             self.sock.as_fd(),
-            &iov,
+            iov,
             crate::sys::SendFlags::default(),
             &mut self.stats,
         )

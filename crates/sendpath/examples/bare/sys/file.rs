@@ -29,7 +29,7 @@ pub(crate) fn send(
     };
     let pipe = Pipe::new(a.pipe_size)?;
     let mut ring = match a.path.as_str() {
-        "uring-splice" => Some(IoUring::new(8)?),
+        "uring-splice" => Some(super::uring::ring(8)?),
         _ => None,
     };
     let mut off = 0u64;
@@ -101,6 +101,11 @@ impl Map {
             return Err(io::Error::last_os_error());
         }
         Ok(Map(p, len))
+    }
+
+    fn slice_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is `len` writable bytes (anonymous, read-write), owned by `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.0.cast(), self.1) }
     }
 
     fn slice(&self) -> &[u8] {
@@ -255,7 +260,10 @@ pub(crate) fn vmsplice(
     let pipe = Pipe::new(pipe_size)?;
     let mut t = Tally::default();
     while Instant::now() < until {
-        let m = Map::anon(size)?;
+        let mut m = Map::anon(size)?;
+        // The message is written, as a program writes what it sends (and as sendpath fills
+        // its pages): untouched pages would all be the kernel's one zero page.
+        m.slice_mut().fill(0x5a);
         let mut off = 0;
         while off < size {
             let iov = libc::iovec {

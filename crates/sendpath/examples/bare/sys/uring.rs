@@ -35,7 +35,7 @@ const NOTIF_COPIED: u32 = 1 << 31; // IORING_NOTIF_USAGE_ZC_COPIED
 
 /// A ring as sendpath's: one submitting thread, completions' task work run when it waits
 /// (SINGLE_ISSUER | DEFER_TASKRUN); `SENDPATH_URING_SETUP=coop` for COOP_TASKRUN.
-fn ring(entries: usize) -> io::Result<IoUring> {
+pub(crate) fn ring(entries: usize) -> io::Result<IoUring> {
     let mut b = IoUring::builder();
     match std::env::var("SENDPATH_URING_SETUP").as_deref() {
         Ok("coop") => b.setup_coop_taskrun().setup_taskrun_flag(),
