@@ -94,7 +94,10 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
 }
 
 pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
-    let r = sendpath::probe::run();
+    let mut r = sendpath::probe::run();
+    if let Some(name) = &a.iface {
+        only_interface(&mut r.offloads, name)?;
+    }
     let active = active_profile();
     let routes = sendpath_lab::workload::routes::zero_copy_by_route();
     if a.json {
@@ -127,6 +130,20 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
         println!("{l}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Keeps the offloads of interface `name` only; an error listing the interfaces there are
+/// when it is not one of them.
+fn only_interface(offloads: &mut Vec<sendpath::probe::Offloads>, name: &str) -> anyhow::Result<()> {
+    let all: Vec<String> = offloads.iter().map(|o| o.interface.clone()).collect();
+    offloads.retain(|o| o.interface == name);
+    if offloads.is_empty() {
+        anyhow::bail!(
+            "--iface {name}: no interface of that name in this network namespace (there are: {}; `ip link` lists them)",
+            all.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The kernel, the CPU and io_uring's operations.

@@ -37,6 +37,26 @@ fn probe_json_has_the_documented_keys() {
 }
 
 #[test]
+fn probe_iface_shows_one_interface_and_names_a_wrong_one() {
+    let out = sendpath()
+        .args(["probe", "--json", "--iface", "lo"])
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let names: Vec<&str> = v["offloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["interface"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lo"]);
+    fails_with(
+        &["probe", "--iface", "no-such-if0"],
+        &["--iface no-such-if0", "no interface of that name", "lo"],
+    );
+}
+
+#[test]
 fn probe_table_prints_predictions() {
     let out = sendpath().arg("probe").assert().success();
     let s = String::from_utf8_lossy(&out.get_output().stdout).into_owned();

@@ -281,6 +281,9 @@ pub(crate) struct ProbeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Show the transmit offloads of this interface only (e.g. eth0; `ip link` lists them).
+    #[arg(long, value_name = "NAME")]
+    pub iface: Option<String>,
 }
 
 /// Refuses to load an address off this host unless `--allow-remote` was given: a mistyped
