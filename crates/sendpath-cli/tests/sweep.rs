@@ -73,9 +73,13 @@ fn pa02_writes_48_rows_and_a_report_with_plots() {
         "connections (threads)",
         "CPU (ns per byte, log scale)",
         "Throughput (bars: min..max over rounds)",
+        "Completions per notification",
+        "Send to completion read, p99 (bars: p50..max",
     ] {
         assert!(html.contains(label), "axis label `{label}` missing");
     }
+    // Readable on a phone: a viewport, charts that shrink, tables that scroll.
+    assert!(html.contains("name=\"viewport\"") && html.contains("svg{max-width:100%"));
     let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(md.contains("## Recommendation") && md.contains("## Crossover sizes"));
     // A local receiver: the report must say the zero-copy sends were copied, first.

@@ -72,3 +72,19 @@ pub(crate) fn environment_line_of(e: &crate::results::Environment) -> String {
         e.command_line.join(" ")
     )
 }
+
+/// What every HTML report's style ends with so it reads on a phone as on a laptop: charts
+/// shrink to the width of the screen (they carry a viewBox), wide tables scroll sideways
+/// instead of running off the page, and the margins narrow on small screens.
+pub(crate) const NARROW_SCREENS_CSS: &str = "svg{max-width:100%;height:auto}\
+     table{display:block;overflow-x:auto;max-width:100%}\
+     @media (max-width:700px){body{margin:.6em}h1{font-size:1.5em}h2{font-size:1.15em}}";
+
+/// The head of an HTML report: its title, a viewport for phones, and its style.
+pub(crate) fn html_head(title: &str, css: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title}</title>\n<style>{css}{NARROW_SCREENS_CSS}</style></head><body>\n<h1>{title}</h1>\n"
+    )
+}

@@ -29,12 +29,11 @@ pub(crate) fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<Strin
             m.server_cpu_us_per_request
         }),
     ];
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath HTTP server study</title>\n<style>\
-         body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
+    let mut s = crate::render::html_head(
+        "sendpath HTTP server study",
+        "body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
          .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}\
-         pre{font-size:13px;background:#f7f7f7;padding:1em;overflow-x:auto}\
-         </style></head><body>\n<h1>sendpath HTTP server study</h1>\n",
+         pre{font-size:13px;background:#f7f7f7;padding:1em;overflow-x:auto}",
     );
     let _ = writeln!(
         s,

@@ -355,6 +355,40 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
                 &copied,
             )?);
         }
+        out.extend(notification_charts(r, t)?);
+    }
+    Ok(out)
+}
+
+/// How the kernel coalesced zero-copy completions into notifications, and how long a buffer
+/// waited from its send to the reading of its completion: for the rows that have them.
+fn notification_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let per = by_size(r, t, |x| {
+        x.zerocopy.completions_per_notification.map(|v| (v, None))
+    });
+    if !per.is_empty() {
+        out.push(size_chart(
+            "Completions per notification (how much the kernel coalesced; log scale)",
+            "completions per notification",
+            t,
+            true,
+            &per,
+        )?);
+    }
+    let lat = by_size(r, t, |x| {
+        let z = &x.zerocopy;
+        let p99 = z.completion_p99_us?;
+        Some((p99, z.completion_p50_us.zip(z.completion_max_us)))
+    });
+    if !lat.is_empty() {
+        out.push(size_chart(
+            "Send to completion read, p99 (bars: p50..max; log scale)",
+            "microseconds",
+            t,
+            true,
+            &lat,
+        )?);
     }
     Ok(out)
 }
@@ -458,14 +492,13 @@ pub(crate) fn markdown(r: &Results, a: &Analysis) -> String {
 
 /// `report.html`: self-contained, plots as inline SVG.
 pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
-    let mut s = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sendpath report</title>\n<style>\
-         body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
+    let mut s = crate::render::html_head(
+        "sendpath report",
+        "body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
          table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
          th{background:#f0f0f0}td:nth-child(-n+2),td:last-child{text-align:left}\
          .notice{background:#fff4d6;border-left:6px solid #e0a800;padding:.8em 1em;font-size:15px}\
-         .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}\
-         </style></head><body>\n<h1>sendpath report</h1>\n",
+         .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}",
     );
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(
