@@ -94,6 +94,7 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     // 48 transfers of warm and cold files do not all run without a single context switch:
     // the counters are read, not left at zero.
     assert!(switches > 0, "no context switch counted in any transfer");
+    system_calls_match_how_each_path_sends(&v);
     let labels: std::collections::BTreeSet<&str> =
         rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(
@@ -109,6 +110,26 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     );
     let lines = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(lines.lines().count(), 1 + 24 * 2, "{lines}");
+}
+
+/// read-send in 4 KiB chunks makes at least a pread and a send per chunk, as the study
+/// counts; sendfile far fewer calls than there are 4 KiB chunks; every receiver reads.
+fn system_calls_match_how_each_path_sends(v: &Value) {
+    if let Some(why) = v["syscalls_unavailable"].as_str() {
+        return common::skip(why);
+    }
+    for r in v["rows"].as_array().unwrap() {
+        let chunks = r["file_bytes"].as_u64().unwrap() / 4096;
+        for x in r["repeats"].as_array().unwrap() {
+            let tx = x["syscalls_sender"].as_u64().expect("the sender's calls are counted");
+            assert!(x["syscalls_receiver"].as_u64().unwrap() > 0, "{x}");
+            match r["label"].as_str().unwrap() {
+                "read-send 4KiB" => assert!(tx >= 2 * chunks, "{tx} calls for {chunks} chunks"),
+                "sendfile" => assert!(tx < chunks / 8, "{tx} calls for {chunks} 4 KiB pages"),
+                _ => {}
+            }
+        }
+    }
 }
 
 #[test]

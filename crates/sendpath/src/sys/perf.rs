@@ -1,4 +1,5 @@
-//! Hardware performance counters through `perf_event_open`.
+//! Performance counters through `perf_event_open`: hardware events for the process, and the
+//! system calls one thread makes (the `raw_syscalls:sys_enter` tracepoint).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -36,6 +37,7 @@ struct PerfEventAttr {
 }
 
 const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_TYPE_TRACEPOINT: u32 = 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 const ATTR_FLAG_INHERIT: u64 = 1 << 1;
 const ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
@@ -64,12 +66,43 @@ impl PerfCounter {
             flags: ATTR_FLAG_INHERIT | ATTR_FLAG_EXCLUDE_HV,
             ..Default::default()
         };
+        Self::open_attr(&attr)
+    }
+
+    /// Counts the system calls the calling thread makes from now on (the tracepoint
+    /// `raw_syscalls:sys_enter`, `pid = 0, cpu = -1`, not inherited): io_uring's kernel
+    /// workers and other threads are not counted. Needs tracefs (its id file) and a
+    /// `perf_event_paranoid` that lets this user trace itself (root, or -1).
+    pub fn syscalls_of_this_thread() -> io::Result<PerfCounter> {
+        let id = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .iter()
+            .find_map(|t| {
+                std::fs::read_to_string(format!("{t}/events/raw_syscalls/sys_enter/id")).ok()
+            })
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no tracefs: raw_syscalls/sys_enter/id is in neither /sys/kernel/tracing nor /sys/kernel/debug/tracing",
+                )
+            })?;
+        let config = id.trim().parse::<u64>().map_err(io::Error::other)?;
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_TRACEPOINT,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config,
+            flags: ATTR_FLAG_EXCLUDE_HV,
+            ..Default::default()
+        };
+        Self::open_attr(&attr)
+    }
+
+    fn open_attr(attr: &PerfEventAttr) -> io::Result<PerfCounter> {
         // SAFETY: `attr` is a live, fully initialised attr whose `size` field is its own size
         // (PERF_ATTR_SIZE_VER0); the kernel only reads it.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
+                attr as *const PerfEventAttr,
                 0 as libc::pid_t,
                 -1 as libc::c_int,
                 -1 as libc::c_int,
@@ -91,5 +124,26 @@ impl PerfCounter {
         let mut b = [0u8; 8];
         self.file.read_exact(&mut b)?;
         Ok(u64::from_ne_bytes(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PerfCounter;
+
+    #[test]
+    fn a_thread_s_system_calls_are_counted() {
+        let mut c = match PerfCounter::syscalls_of_this_thread() {
+            Ok(c) => c,
+            Err(e) => return crate::test_support::skip(&format!("no syscall counter: {e}")),
+        };
+        let a = c.read().unwrap();
+        for _ in 0..100 {
+            // SAFETY: getppid has no arguments and cannot fail.
+            let _ = unsafe { libc::getppid() };
+        }
+        let b = c.read().unwrap();
+        // 100 getppid and the read between them; nothing else runs on this thread.
+        assert!((101..=110).contains(&(b - a)), "{a} -> {b}");
     }
 }

@@ -31,6 +31,13 @@ pub struct TransferRepeat {
     /// Our receiving thread's; null when the receiver is remote or it was not read.
     #[serde(default)]
     pub switches_receiver: Option<ContextSwitches>,
+    /// System calls the sending thread made over the transfer, as the kernel counts them;
+    /// null when they cannot be counted here (the reason is `syscalls_unavailable`).
+    #[serde(default)]
+    pub syscalls_sender: Option<u64>,
+    /// Our receiving thread's; null when the receiver is remote or they cannot be counted.
+    #[serde(default)]
+    pub syscalls_receiver: Option<u64>,
 }
 
 /// One (size, cache, method) point over its rounds.
@@ -65,6 +72,13 @@ pub struct TransferRow {
     /// The receiver thread's.
     #[serde(default)]
     pub switches_receiver: Option<f64>,
+    /// System calls per transfer, sender and receiver threads, medians over rounds; null when
+    /// not counted.
+    #[serde(default)]
+    pub syscalls_sender: Option<f64>,
+    /// The receiver thread's.
+    #[serde(default)]
+    pub syscalls_receiver: Option<f64>,
     /// Warnings (a cold file that was still cached, a wide spread).
     pub warnings: Vec<String>,
 }
@@ -82,6 +96,8 @@ impl TransferRow {
         self.cpu_receiver_ms = med(col(|r| r.cpu_receiver_ms));
         self.switches_sender = med(col(|r| total_switches(r.switches_sender)));
         self.switches_receiver = med(col(|r| total_switches(r.switches_receiver)));
+        self.syscalls_sender = med(col(|r| r.syscalls_sender.map(|n| n as f64)));
+        self.syscalls_receiver = med(col(|r| r.syscalls_receiver.map(|n| n as f64)));
         let res = col(|r| r.resident_fraction);
         self.resident_fraction = match self.cache {
             Cache::Cold => res.iter().copied().reduce(f64::max),
@@ -140,6 +156,9 @@ pub struct TransferResults {
     pub settings: TransferSettings,
     /// One row per (size, cache, method).
     pub rows: Vec<TransferRow>,
+    /// Why system calls are not counted here; null when they are.
+    #[serde(default)]
+    pub syscalls_unavailable: Option<String>,
 }
 
 impl TransferResults {
@@ -172,6 +191,7 @@ impl TransferResults {
                 seed: cfg.seed,
             },
             rows: Vec::new(),
+            syscalls_unavailable: crate::measure::SyscallCount::start().unavailable(),
         }
     }
 }

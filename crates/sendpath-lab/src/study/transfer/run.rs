@@ -13,7 +13,7 @@
 
 use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults, TransferRow};
 use crate::cancel::Cancel;
-use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns};
+use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns, SyscallCount};
 use crate::results::ContextSwitches;
 use crate::results::Spread;
 use crate::setting::{invalid, About, Setting};
@@ -33,6 +33,8 @@ struct Received {
     cpu_ns: u64,
     /// Our receiving thread's context switches over the transfer.
     switches: Option<ContextSwitches>,
+    /// Its system calls.
+    syscalls: Option<u64>,
 }
 
 /// Reads one connection to end of file, doing with the bytes what `sink` says, then
@@ -46,6 +48,7 @@ fn receive_one(
     conn.set_read_timeout(Some(timeout)).ok();
     let cpu0 = thread_cpu_ns();
     let sw0 = thread_context_switches();
+    let mut calls = SyscallCount::start();
     let bytes = match sink {
         Sink::File { path, fsync } => {
             let mut out = std::fs::File::create(path).about(Setting::SinkFile, || {
@@ -77,6 +80,7 @@ fn receive_one(
             c.bytes.load(std::sync::atomic::Ordering::Relaxed)
         }
     };
+    let syscalls = calls.since_start();
     let cpu_ns = thread_cpu_ns() - cpu0;
     let switches = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     conn.write_all(b"k")
@@ -85,6 +89,7 @@ fn receive_one(
         bytes,
         cpu_ns,
         switches,
+        syscalls,
     })
 }
 
@@ -149,6 +154,7 @@ impl Far {
                     bytes: total.bytes,
                     cpu_ns: total.user_ns + total.system_ns,
                     switches: None,
+                    syscalls: None,
                 });
                 Ok(())
             }
@@ -171,6 +177,7 @@ fn transfer_once(
     let path = format!("/proc/self/fd/{}", file.file.as_raw_fd());
     let cpu0 = process_cpu_ns();
     let sw0 = thread_context_switches();
+    let mut calls = SyscallCount::start();
     let t0 = Instant::now();
     let mut connected = false;
     let sent = (|| -> anyhow::Result<Option<String>> {
@@ -198,6 +205,7 @@ fn transfer_once(
         Ok(note)
     })();
     let seconds = t0.elapsed().as_secs_f64();
+    let syscalls_sender = calls.since_start();
     let cpu_all = process_cpu_ns() - cpu0;
     let switches_sender = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     if !connected {
@@ -227,6 +235,8 @@ fn transfer_once(
             bytes_received: got.bytes,
             switches_sender,
             switches_receiver: got.switches,
+            syscalls_sender,
+            syscalls_receiver: got.syscalls,
         },
         note,
     ))
@@ -342,6 +352,8 @@ pub fn run(
                         resident_fraction: None,
                         switches_sender: None,
                         switches_receiver: None,
+                        syscalls_sender: None,
+                        syscalls_receiver: None,
                         warnings: Vec::new(),
                     });
                     results.rows.last_mut().expect("pushed")
@@ -394,6 +406,8 @@ mod tests {
             resident_fraction: None,
             switches_sender: None,
             switches_receiver: None,
+            syscalls_sender: None,
+            syscalls_receiver: None,
             warnings: vec![],
         };
         let s = saved_per_round(&row(&[1.0, 2.0, 4.0]), &row(&[0.5, 0.5, 3.0])).unwrap();

@@ -57,6 +57,7 @@ pub fn summary(r: &TransferResults) -> String {
         out += &time_table(r, &axes, cache);
         out += &cpu_table(r, &axes, cache);
         out += &switch_table(r, &axes, cache);
+        out += &syscall_table(r, &axes, cache);
     }
     out += &format!(
         "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
@@ -192,13 +193,50 @@ fn switch_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
     })
 }
 
+/// System calls per transfer and per MiB for one cache state, sender / receiver thread, beside
+/// what the study counts per chunk (read + send: two calls; sendfile: one).
+fn syscall_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
+    if let Some(why) = &r.syscalls_unavailable {
+        return format!("\nSystem calls per transfer: not counted ({why}).\n");
+    }
+    if !r.rows.iter().any(|x| x.syscalls_sender.is_some()) {
+        return String::new();
+    }
+    let title = format!(
+        "System calls per transfer (medians, as the kernel counts them), sender / receiver thread, {} file. The study counts 2 per chunk for read + send (read, send) and 1 for sendfile; per MiB below.",
+        cache.name()
+    );
+    let per_mib = format!(
+        "System calls per MiB, sender / receiver thread, {} file:",
+        cache.name()
+    );
+    pair_table(r, axes, cache, &title, |x| {
+        (x.syscalls_sender, x.syscalls_receiver)
+    }) + &pair_table(r, axes, cache, &per_mib, |x| {
+        let mib = x.file_bytes as f64 / f64::from(1 << 20);
+        (
+            x.syscalls_sender.map(|n| n / mib),
+            x.syscalls_receiver.map(|n| n / mib),
+        )
+    })
+}
+
+/// A figure with the digits it needs: whole from 10 up, two significant digits below.
+fn figure(v: f64) -> String {
+    match v.abs() {
+        a if a >= 10.0 || a == 0.0 => format!("{v:.0}"),
+        a if a >= 1.0 => format!("{v:.1}"),
+        _ => format!("{v:.2}"),
+    }
+}
+
 /// A table of sizes by methods, each cell `sender / receiver` as `f` gives them for the row.
 fn pair_table(
     r: &TransferResults,
     axes: &Axes,
     cache: Cache,
     title: &str,
-    f: fn(&TransferRow) -> (Option<f64>, Option<f64>),
+    f: impl Fn(&TransferRow) -> (Option<f64>, Option<f64>),
 ) -> String {
     let mut out = format!("\n{title}\n\n");
     out += &axes.header("file size", &[]);
@@ -206,7 +244,7 @@ fn pair_table(
         out += &format!("| {} |", size_label(size));
         for m in &axes.methods {
             let cell = r.row(size, cache, m).map(|x| {
-                let v = |v: Option<f64>| v.map_or("null".into(), |v| format!("{v:.0}"));
+                let v = |v: Option<f64>| v.map_or("null".into(), figure);
                 let (a, b) = f(x);
                 format!(" {} / {} |", v(a), v(b))
             });
@@ -239,6 +277,8 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         "switches_sender_involuntary",
         "switches_receiver_voluntary",
         "switches_receiver_involuntary",
+        "syscalls_sender",
+        "syscalls_receiver",
     ])?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     let sw = |c: Option<crate::results::ContextSwitches>,
@@ -267,6 +307,8 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
                 sw(x.switches_sender, |c| c.involuntary),
                 sw(x.switches_receiver, |c| c.voluntary),
                 sw(x.switches_receiver, |c| c.involuntary),
+                x.syscalls_sender.map_or(String::new(), |n| n.to_string()),
+                x.syscalls_receiver.map_or(String::new(), |n| n.to_string()),
             ])?;
         }
     }
