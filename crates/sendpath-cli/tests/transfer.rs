@@ -121,7 +121,9 @@ fn system_calls_match_how_each_path_sends(v: &Value) {
     for r in v["rows"].as_array().unwrap() {
         let chunks = r["file_bytes"].as_u64().unwrap() / 4096;
         for x in r["repeats"].as_array().unwrap() {
-            let tx = x["syscalls_sender"].as_u64().expect("the sender's calls are counted");
+            let tx = x["syscalls_sender"]
+                .as_u64()
+                .expect("the sender's calls are counted");
             assert!(x["syscalls_receiver"].as_u64().unwrap() > 0, "{x}");
             match r["label"].as_str().unwrap() {
                 "read-send 4KiB" => assert!(tx >= 2 * chunks, "{tx} calls for {chunks} chunks"),
