@@ -145,6 +145,17 @@ fn every_io_uring_order_runs() {
 }
 
 #[test]
+fn help_prints_the_usage() {
+    let Some(out) = run(&["--help"]) else { return };
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("usage: bare PATH SIZE") && text.contains("uring-splice"),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_input_is_refused_with_status_2() {
     for (args, says) in [
         (&["copy", "64K", "--bogus"][..], "unknown flag `--bogus`"),

@@ -123,6 +123,10 @@ fn parse_order(v: Option<String>) -> Result<Order, String> {
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let path = it.next().ok_or(USAGE)?;
+    if path == "-h" || path == "--help" {
+        println!("{USAGE}\npaths: {}\nsee the top of crates/sendpath/examples/bare/main.rs for what each does", PATHS.join(", "));
+        std::process::exit(0);
+    }
     if !PATHS.contains(&path.as_str()) {
         return Err(format!(
             "`{path}` is not a path here ({}): {USAGE}",
