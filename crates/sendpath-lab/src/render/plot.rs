@@ -209,6 +209,8 @@ fn draw(
     let mut c = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
+        // Room for the last x label, centred on the right edge of the plot.
+        .margin_right(30)
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(b.x, b.y)?;

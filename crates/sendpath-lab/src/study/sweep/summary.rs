@@ -369,8 +369,8 @@ fn notification_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, Str
     });
     if !per.is_empty() {
         out.push(size_chart(
-            "Completions per notification (how much the kernel coalesced; log scale)",
-            "completions per notification",
+            "Completions per notification (log scale)",
+            "completions per notification (coalescing)",
             t,
             true,
             &per,
@@ -383,7 +383,7 @@ fn notification_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, Str
     });
     if !lat.is_empty() {
         out.push(size_chart(
-            "Send to completion read, p99 (bars: p50..max; log scale)",
+            "Send to completion read, p99 (bars: p50..max)",
             "microseconds",
             t,
             true,
