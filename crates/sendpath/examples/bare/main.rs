@@ -272,6 +272,5 @@ fn main() {
     );
 }
 
-/// The system calls, each unsafe block with why it holds: the example's only `unsafe`.
-#[allow(unsafe_code)]
+/// The system calls, each block with why it holds (see `sys/mod.rs`).
 mod sys;

@@ -22,47 +22,55 @@ pub(crate) fn send(
     };
     let f = file.as_raw_fd();
     let mut t = Tally::default();
-    let mut buf = vec![0u8; a.size];
-    let map = match a.path.as_str() {
-        "mmap-send" => Some(Map::new(f, len as usize)?),
-        _ => None,
-    };
-    let pipe = Pipe::new(a.pipe_size)?;
-    let mut ring = match a.path.as_str() {
-        "uring-splice" => Some(super::uring::ring(8)?),
-        _ => None,
+    // What the path sends from, made once: the loop does not look the path up per send.
+    let mut way = match a.path.as_str() {
+        "read-send" => Way::Read(vec![0u8; a.size]),
+        "mmap-send" => Way::Map(Map::new(f, len as usize)?),
+        "sendfile" => Way::Sendfile,
+        "splice" => Way::Splice(Pipe::new(a.pipe_size)?),
+        _ => Way::UringSplice(Pipe::new(a.pipe_size)?, Box::new(super::uring::ring(8)?)),
     };
     let mut off = 0u64;
     while Instant::now() < until {
         if off + a.size as u64 > len {
             off = 0;
         }
-        match a.path.as_str() {
-            "read-send" => {
+        match &mut way {
+            Way::Read(buf) => {
                 // SAFETY: `buf` is live and `size` bytes long.
                 let n = unsafe { libc::pread(f, buf.as_mut_ptr().cast(), a.size, off as i64) };
                 if cvt(n)? < a.size {
                     return Err(io::Error::other("a short read of a warm file"));
                 }
-                send_all(sock, &buf, 0)?;
+                send_all(sock, buf, 0)?;
             }
-            "mmap-send" => {
-                let m = map.as_ref().expect("mapped above");
-                send_all(
-                    sock,
-                    &m.slice()[off as usize..off as usize + a.size],
-                    libc::MSG_NOSIGNAL,
-                )?;
-            }
-            "sendfile" => sendfile(sock, f, off, a.size)?,
-            "splice" => pipe.splice(f, Some(off), sock, a.size)?,
-            _ => pipe.uring_splice(ring.as_mut().expect("made above"), f, off, sock, a.size)?,
+            Way::Map(m) => send_all(
+                sock,
+                &m.slice()[off as usize..off as usize + a.size],
+                libc::MSG_NOSIGNAL,
+            )?,
+            Way::Sendfile => sendfile(sock, f, off, a.size)?,
+            Way::Splice(pipe) => pipe.splice(f, Some(off), sock, a.size)?,
+            Way::UringSplice(pipe, ring) => pipe.uring_splice(ring, f, off, sock, a.size)?,
         }
         off += a.size as u64;
         t.sends += 1;
         t.bytes += a.size as u64;
     }
     Ok(t)
+}
+
+/// How a file path sends, and what it sends from.
+enum Way {
+    /// `pread` into this buffer, then `send`.
+    Read(Vec<u8>),
+    /// `send` from a mapping of the file.
+    Map(Map),
+    Sendfile,
+    /// File to pipe to socket with `splice`.
+    Splice(Pipe),
+    /// The two splices as a linked pair on this ring.
+    UringSplice(Pipe, Box<IoUring>),
 }
 
 fn sendfile(sock: RawFd, f: RawFd, mut off: u64, size: usize) -> io::Result<()> {

@@ -1,5 +1,6 @@
 //! The system calls `bare` makes, as thin as they come: the only `unsafe` of the example,
 //! each block with why it holds.
+#![allow(unsafe_code)]
 
 use super::pool::Pool;
 use super::Tally;

@@ -180,9 +180,12 @@ struct Loop {
     notifs: u64,
     t: Tally,
     /// Per request (its user_data), the buffers it holds until its completion, or for a
-    /// zero-copy request its notification.
+    /// zero-copy request its notification. Each list keeps its allocation from request to
+    /// request, so a steady loop allocates nothing.
     slots: Vec<Vec<usize>>,
     free_slots: Vec<usize>,
+    /// The buffers of the chain or vectored send being made.
+    taken: Vec<usize>,
     /// The vectored request's iovecs and header: one in flight at a time.
     iovs: Box<[libc::iovec]>,
     msg: Box<libc::msghdr>,
@@ -200,18 +203,19 @@ impl Loop {
             t: Tally::default(),
             slots: Vec::new(),
             free_slots: Vec::new(),
+            taken: Vec::with_capacity(depth),
             iovs: vec![none; depth].into_boxed_slice(),
             // SAFETY: an all-zero msghdr is valid.
             msg: Box::new(unsafe { std::mem::zeroed() }),
         }
     }
 
-    fn push(&mut self, ring: &mut IoUring, e: squeue::Entry, bufs: Vec<usize>) {
+    fn push(&mut self, ring: &mut IoUring, e: squeue::Entry, bufs: &[usize]) {
         let slot = self.free_slots.pop().unwrap_or_else(|| {
             self.slots.push(Vec::new());
             self.slots.len() - 1
         });
-        self.slots[slot] = bufs;
+        self.slots[slot].extend_from_slice(bufs);
         // SAFETY: every request points at pool buffers (and the vectored header in `self`)
         // that stay untouched until its completion: `send` drains all requests and
         // notifications before returning, and a held buffer goes back to the pool only then.
@@ -223,19 +227,19 @@ impl Loop {
         self.inflight += 1;
     }
 
-    /// Takes `n` buffers, or none if the pool has fewer free.
-    fn take(pool: &mut Pool, n: usize) -> Option<Vec<usize>> {
-        let mut got = Vec::with_capacity(n);
+    /// Takes `n` buffers into `taken`; false (and none taken) if the pool has fewer free.
+    fn take(&mut self, pool: &mut Pool, n: usize) -> bool {
+        self.taken.clear();
         for _ in 0..n {
             match pool.take() {
-                Some(i) => got.push(i),
+                Some(i) => self.taken.push(i),
                 None => {
-                    got.into_iter().for_each(|i| pool.put(i));
-                    return None;
+                    self.taken.drain(..).for_each(|i| pool.put(i));
+                    return false;
                 }
             }
         }
-        Some(got)
+        true
     }
 
     /// Queues what the order allows: unlinked up to `depth`, or a new chain, vectored send or
@@ -246,28 +250,29 @@ impl Loop {
             Order::None => {
                 while self.inflight < depth {
                     let Some(i) = pool.take() else { break };
-                    self.push(ring, e.one(pool.buf(i), i), vec![i]);
+                    self.push(ring, e.one(pool.buf(i), i), &[i]);
                 }
             }
             _ if self.inflight > 0 => {}
             Order::Linked => {
-                let Some(bufs) = Self::take(pool, depth) else {
+                if !self.take(pool, depth) {
                     return;
-                };
-                for (k, &i) in bufs.iter().enumerate() {
+                }
+                for k in 0..depth {
+                    let i = self.taken[k];
                     let entry = e.one(pool.buf(i), i);
                     let entry = match k + 1 < depth {
                         true => entry.flags(squeue::Flags::IO_LINK),
                         false => entry,
                     };
-                    self.push(ring, entry, vec![i]);
+                    self.push(ring, entry, &[i]);
                 }
             }
             Order::Vectored => {
-                let Some(bufs) = Self::take(pool, depth) else {
+                if !self.take(pool, depth) {
                     return;
-                };
-                for (k, &i) in bufs.iter().enumerate() {
+                }
+                for (k, &i) in self.taken.iter().enumerate() {
                     let b = pool.buf(i);
                     self.iovs[k] = libc::iovec {
                         iov_base: b.as_ptr() as *mut _,
@@ -277,11 +282,13 @@ impl Loop {
                 self.msg.msg_iov = self.iovs.as_mut_ptr();
                 self.msg.msg_iovlen = depth;
                 let entry = e.vectored(&self.msg);
-                self.push(ring, entry, bufs);
+                let bufs = std::mem::take(&mut self.taken);
+                self.push(ring, entry, &bufs);
+                self.taken = bufs;
             }
             Order::Bundle => {
                 b.expect("a bundle ring").top_up();
-                self.push(ring, e.bundle(), Vec::new());
+                self.push(ring, e.bundle(), &[]);
             }
         }
     }
@@ -325,7 +332,7 @@ impl Loop {
 
     /// A request is done with its buffers: they go back to the pool, its slot is free.
     fn release(&mut self, pool: &mut Pool, slot: usize) {
-        for i in std::mem::take(&mut self.slots[slot]) {
+        for i in self.slots[slot].drain(..) {
             pool.put(i);
         }
         self.free_slots.push(slot);
