@@ -221,10 +221,11 @@ fn syscall_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
     })
 }
 
-/// A figure with the digits it needs: whole from 10 up, two significant digits below.
+/// A figure with the digits it needs: whole numbers (counts) and values from 10 up without a
+/// fraction, two significant digits below.
 fn figure(v: f64) -> String {
     match v.abs() {
-        a if a >= 10.0 || a == 0.0 => format!("{v:.0}"),
+        a if a >= 10.0 || v.fract() == 0.0 => format!("{v:.0}"),
         a if a >= 1.0 => format!("{v:.1}"),
         _ => format!("{v:.2}"),
     }
