@@ -39,6 +39,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     crate::cli::check_memory(&largest, &conns, &a.run)?;
     check_connections(a, per_thread, most_threads)?;
     check_udp(a)?;
+    check_msg_latency(a)?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -80,6 +81,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 agent: agent.clone(),
                 proto: a.proto,
                 gso: a.gso,
+                msg_latency: a.msg_latency,
             },
         ));
     }
@@ -93,6 +95,37 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         (topology, agent),
         cancel,
     )
+}
+
+/// Refuses what `--msg-latency` cannot time: a stamp needs a memory message of 8 bytes per
+/// field or more, over TCP, one connection per thread, read by our own receiver.
+fn check_msg_latency(a: &StreamArgs) -> anyhow::Result<()> {
+    use sendpath_lab::traffic::stamp::STAMP_BYTES;
+    if !a.msg_latency {
+        return Ok(());
+    }
+    let refused = [
+        (a.proto == Protocol::Udp, "--proto udp"),
+        (a.connections > 1, "--connections"),
+        (a.connect.is_some(), "--connect"),
+        (a.remote.agent.is_some(), "--agent"),
+        (a.run.recv == RecvMode::Discard, "--recv discard"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+        bail!("--msg-latency times each message at our own receiver reading its bytes over TCP, one connection per thread, on this host's clock: drop {flag}");
+    }
+    if !a.run.strategy.iter().any(|s| s.source() == Source::Memory) {
+        bail!("--msg-latency stamps memory messages; file paths send the file's own bytes: add a memory path (copy, uring, ...)");
+    }
+    let smallest = match &a.size_mix {
+        Some(m) => m.parts.iter().map(|p| p.0).min().unwrap_or(0),
+        None => a.sizes().into_iter().min().unwrap_or(0),
+    };
+    let fields = usize::from(a.run.fields);
+    if smallest / fields < STAMP_BYTES {
+        bail!("--msg-latency writes an {STAMP_BYTES}-byte stamp into each message's first field: {smallest} B in {fields} field(s) is too small; use messages of at least {} B", STAMP_BYTES * fields);
+    }
+    Ok(())
 }
 
 /// Refuses what a UDP stream cannot do, and `--gso` without it.
@@ -176,6 +209,9 @@ fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> 
     Ok(())
 }
 
+/// Why a run without `--metrics syscalls` has no system-call counts.
+const NOT_ASKED: &str = "not counted: --metrics syscalls counts them (the tracepoint slows every system call while it runs)";
+
 /// Runs `points` in the rounds of `a` (`--repeat`, `--seed`), writing `--json`/`--csv` after
 /// every window, then prints the table and ends the run: what `stream` and `rr` share.
 fn run_matrix(
@@ -205,6 +241,13 @@ fn run_matrix(
         ));
     }
     let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
+    rec.results.environment.syscalls_unavailable = match a.metrics {
+        crate::cli::Metrics::Syscalls => match meter.count_syscalls() {
+            Ok(()) => None,
+            Err(why) => bail!("--metrics syscalls: {why}"),
+        },
+        _ => Some(NOT_ASKED.into()),
+    };
     let ran = rec.run_rounds(points, file, &mut meter, &|| {});
     // A failed round still shows the windows that finished before it.
     if ran.is_ok() || !rec.results.results.is_empty() {

@@ -82,6 +82,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration, route: &Rou
                 agent: None,
                 proto: route.proto,
                 gso: None,
+                msg_latency: false,
             }));
         }
     }

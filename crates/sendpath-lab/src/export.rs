@@ -117,7 +117,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 76] = [
+pub(crate) const CSV_HEADER: [&str; 82] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -194,6 +194,12 @@ pub(crate) const CSV_HEADER: [&str; 76] = [
     "zc_completion_p50_us",
     "zc_completion_p99_us",
     "zc_completion_max_us",
+    "data_copies",
+    "cpu_copies",
+    "switches_sender_per_mib",
+    "switches_receiver_per_mib",
+    "syscalls_sender_per_mib",
+    "syscalls_receiver_per_mib",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -211,6 +217,7 @@ fn csv_text(r: &Results) -> anyhow::Result<String> {
         record.extend(tail_columns(row));
         record.extend(datagram_columns(row));
         record.extend(notification_columns(row));
+        record.extend(per_mib_columns(row));
         w.write_record(record)?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
@@ -351,6 +358,24 @@ fn notification_columns(row: &Row) -> Vec<String> {
         opt(z.completion_p50_us),
         opt(z.completion_p99_us),
         opt(z.completion_max_us),
+    ]
+}
+
+/// The path's copies by construction, and context switches and system calls per MiB.
+fn per_mib_columns(row: &Row) -> Vec<String> {
+    let c = row.data_copies.as_ref();
+    let cpu = row
+        .strategy
+        .data_copies()
+        .map(|c| c.iter().filter(|c| c.by_cpu).count());
+    let p = row.per_mib.unwrap_or_default();
+    vec![
+        c.map_or(String::new(), |c| c.join("; ")),
+        cpu.map_or(String::new(), |n| n.to_string()),
+        opt(p.switches_sender),
+        opt(p.switches_receiver),
+        opt(p.syscalls_sender),
+        opt(p.syscalls_receiver),
     ]
 }
 

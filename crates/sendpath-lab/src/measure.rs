@@ -1,6 +1,6 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::results::{CpuNsPerByte, CpuWindow, Repeat};
+use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, Repeat};
 use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
@@ -12,6 +12,8 @@ use std::time::Instant;
 pub struct Meter {
     counters: Option<[PerfCounter; 3]>,
     minimal: bool,
+    /// Count each role's system calls ([`Meter::count_syscalls`]).
+    syscalls: bool,
 }
 
 impl Meter {
@@ -22,6 +24,7 @@ impl Meter {
             return Meter {
                 counters: None,
                 minimal,
+                syscalls: false,
             };
         }
         let c = (|| {
@@ -34,7 +37,20 @@ impl Meter {
         Meter {
             counters: c,
             minimal,
+            syscalls: false,
         }
+    }
+
+    /// Also counts the system calls of each window's sender and receiver threads (the
+    /// `raw_syscalls:sys_enter` tracepoint, one counter per thread, up to [`MAX_COUNTED`]
+    /// threads). While counted, every system call on the host is slower: compare speeds only
+    /// between runs that both count or both do not. Why it cannot, when it cannot.
+    pub fn count_syscalls(&mut self) -> Result<(), String> {
+        if let Some(why) = SyscallCount::start().unavailable() {
+            return Err(why);
+        }
+        self.syscalls = !self.minimal;
+        Ok(())
     }
 
     fn read(&mut self) -> Option<[u64; 3]> {
@@ -43,13 +59,86 @@ impl Meter {
     }
 }
 
+/// Threads whose system calls are counted at most, one descriptor each.
+pub const MAX_COUNTED: usize = 64;
+
 /// The thread ids of a window's roles (see [`CpuWindow`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Default)]
 pub(crate) struct Roles {
     /// Threads that run the send path.
     pub(crate) senders: Vec<i32>,
     /// Threads of our own receiving end; `None` when the receiver is another program.
     pub(crate) receivers: Option<Vec<i32>>,
+    /// Their system-call counters, opened at the first snapshot that counts (these threads
+    /// live as long as the `Roles`); `None` inside when they cannot be opened.
+    calls: std::cell::OnceCell<Option<RoleCalls>>,
+}
+
+/// One system-call counter per thread, by role.
+struct RoleCalls {
+    senders: Vec<PerfCounter>,
+    receivers: Option<Vec<PerfCounter>>,
+}
+
+impl RoleCalls {
+    fn open(roles: &Roles) -> Option<RoleCalls> {
+        let open = |tids: &[i32]| -> Option<Vec<PerfCounter>> {
+            tids.iter()
+                .map(|&t| PerfCounter::syscalls_of_thread(t).ok())
+                .collect()
+        };
+        let n = roles.senders.len() + roles.receivers.as_ref().map_or(0, Vec::len);
+        if n > MAX_COUNTED {
+            return None;
+        }
+        Some(RoleCalls {
+            senders: open(&roles.senders)?,
+            receivers: match &roles.receivers {
+                Some(r) => Some(open(r)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// The sum of `counters` now.
+fn calls_now(counters: &[PerfCounter]) -> Option<u64> {
+    counters.iter().map(|c| c.read().ok()).sum()
+}
+
+/// Context switches and system calls of one role's threads at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct RoleCounts {
+    switches: Option<ContextSwitches>,
+    calls: Option<u64>,
+}
+
+impl RoleCounts {
+    fn read(tids: &[i32], calls: Option<&[PerfCounter]>) -> RoleCounts {
+        let switches: Option<Vec<ContextSwitches>> = tids
+            .iter()
+            .map(|&t| context_switches_in(&format!("/proc/self/task/{t}/status")))
+            .collect();
+        RoleCounts {
+            switches: switches.map(|v| {
+                v.into_iter()
+                    .fold(ContextSwitches::default(), |a, b| ContextSwitches {
+                        voluntary: a.voluntary + b.voluntary,
+                        involuntary: a.involuntary + b.involuntary,
+                    })
+            }),
+            calls: calls.and_then(calls_now),
+        }
+    }
+
+    /// What changed from `self` to `end`: switches, and calls less the counters' own reads
+    /// (none: they are read from another thread).
+    fn since(self, end: RoleCounts) -> RoleCounts {
+        RoleCounts {
+            switches: self.switches.zip(end.switches).map(|(a, b)| b.since(a)),
+            calls: self.calls.zip(end.calls).map(|(a, b)| b.saturating_sub(a)),
+        }
+    }
 }
 
 impl Roles {
@@ -64,6 +153,7 @@ impl Roles {
         let mut roles = Roles {
             senders: Vec::with_capacity(senders),
             receivers: receivers.map(Vec::with_capacity),
+            calls: Default::default(),
         };
         for (is_sender, tid) in rx.iter().take(senders + receivers.unwrap_or(0)) {
             match (is_sender, roles.receivers.as_mut()) {
@@ -73,6 +163,20 @@ impl Roles {
             }
         }
         roles
+    }
+
+    /// Each role's context switches, and system calls when `count` (its counters opened on
+    /// first use).
+    fn counts(&self, count: bool) -> (RoleCounts, Option<RoleCounts>) {
+        let calls = count
+            .then(|| self.calls.get_or_init(|| RoleCalls::open(self)).as_ref())
+            .flatten();
+        let s = RoleCounts::read(&self.senders, calls.map(|c| c.senders.as_slice()));
+        let r = self.receivers.as_ref().map(|r| {
+            let c = calls.and_then(|c| c.receivers.as_deref());
+            RoleCounts::read(r, c)
+        });
+        (s, r)
     }
 }
 
@@ -86,6 +190,8 @@ pub(crate) struct Snapshot {
     at: Instant,
     cpu: Option<CpuReading>,
     hw: Option<[u64; 3]>,
+    /// Context switches and system calls, sender and receiver threads.
+    roles: (RoleCounts, Option<RoleCounts>),
 }
 
 /// A measured window: the readings at its two edges.
@@ -124,6 +230,7 @@ impl Snapshot {
                 at: Instant::now(),
                 cpu: None,
                 hw: None,
+                roles: (RoleCounts::default(), None),
             };
         }
         let cpu = (|| {
@@ -137,10 +244,12 @@ impl Snapshot {
                 process: ProcessCpu::read().ok()?,
             })
         })();
+        let counts = roles.counts(hw.syscalls);
         Snapshot {
             at: Instant::now(),
             cpu,
             hw: hw.read(),
+            roles: counts,
         }
     }
 
@@ -178,7 +287,13 @@ impl Snapshot {
             ]),
             _ => None,
         };
+        let sender = self.roles.0.since(end.roles.0);
+        let receiver = self.roles.1.zip(end.roles.1).map(|(a, b)| a.since(b));
         Repeat {
+            switches_sender: sender.switches,
+            switches_receiver: receiver.and_then(|r| r.switches),
+            syscalls_sender: sender.calls,
+            syscalls_receiver: receiver.and_then(|r| r.calls),
             throughput_gbps: bytes as f64 * 8.0 / elapsed / 1e9,
             messages_per_s: messages as f64 / elapsed,
             bytes,
@@ -243,14 +358,19 @@ pub(crate) fn thread_cpu_ns() -> u64 {
 
 /// The calling thread's context switches so far, voluntary (it blocked) and involuntary (it
 /// was preempted), from `/proc/thread-self/status`; `None` where it cannot be read.
-pub(crate) fn thread_context_switches() -> Option<crate::results::ContextSwitches> {
-    let s = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+pub(crate) fn thread_context_switches() -> Option<ContextSwitches> {
+    context_switches_in("/proc/thread-self/status")
+}
+
+/// A thread's context switches from its `status` file.
+fn context_switches_in(status: &str) -> Option<ContextSwitches> {
+    let s = std::fs::read_to_string(status).ok()?;
     let field = |k: &str| -> Option<u64> {
         s.lines()
             .find_map(|l| l.strip_prefix(k))
             .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
     };
-    Some(crate::results::ContextSwitches {
+    Some(ContextSwitches {
         voluntary: field("voluntary_ctxt_switches")?,
         involuntary: field("nonvoluntary_ctxt_switches")?,
     })
@@ -262,7 +382,7 @@ pub(crate) struct SyscallCount(Result<(PerfCounter, u64), String>);
 
 impl SyscallCount {
     pub(crate) fn start() -> SyscallCount {
-        let c = PerfCounter::syscalls_of_this_thread().and_then(|mut c| {
+        let c = PerfCounter::syscalls_of_this_thread().and_then(|c| {
             let at = c.read()?;
             Ok((c, at))
         });

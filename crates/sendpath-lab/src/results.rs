@@ -72,6 +72,9 @@ pub struct Environment {
     /// The `sendpath agent` that received (`--agent`), as HOST:PORT; null for our own receiver.
     #[serde(default)]
     pub agent: Option<String>,
+    /// Why rows have no system-call counts (`syscalls_sender` null); null when counted.
+    #[serde(default)]
+    pub syscalls_unavailable: Option<String>,
 }
 
 /// Median, min and max over repeats.
@@ -142,6 +145,20 @@ pub struct Repeat {
     pub hw_llc_misses_per_byte: Option<f64>,
     /// Context switches of the process in the window; null when not measured.
     pub context_switches: Option<u64>,
+    /// Context switches of the sender threads in the window (`/proc/self/task/TID/status`);
+    /// null when not measured.
+    #[serde(default)]
+    pub switches_sender: Option<ContextSwitches>,
+    /// The same for our receiver threads; null when the receiver is not ours.
+    #[serde(default)]
+    pub switches_receiver: Option<ContextSwitches>,
+    /// System calls of the sender threads in the window (the `raw_syscalls:sys_enter`
+    /// tracepoint, `--metrics syscalls`); null when not counted (the environment says why).
+    #[serde(default)]
+    pub syscalls_sender: Option<u64>,
+    /// The same for our receiver threads.
+    #[serde(default)]
+    pub syscalls_receiver: Option<u64>,
     /// Mean time to receive one message on one connection, microseconds.
     pub msg_time_us: f64,
     /// Latency percentiles of this window (request/response only).
@@ -184,6 +201,11 @@ pub struct ContextSwitches {
 }
 
 impl ContextSwitches {
+    /// Voluntary and involuntary together.
+    pub fn total(self) -> u64 {
+        self.voluntary + self.involuntary
+    }
+
     /// What changed since `before`.
     pub fn since(self, before: ContextSwitches) -> ContextSwitches {
         ContextSwitches {
@@ -709,6 +731,50 @@ pub struct Row {
     /// SEND_ZC sent from registered buffers (`--fixed-buffers`).
     #[serde(default)]
     pub fixed_buffers: bool,
+    /// The moves of the payload the path makes by construction, from its source to the NIC
+    /// (`page cache -> user buffer (CPU)`); null for adaptive, which makes those of the path
+    /// it picks per send. A zero-copy path's sends the kernel copied are in `zerocopy`.
+    #[serde(default)]
+    pub data_copies: Option<Vec<String>>,
+    /// Context switches and system calls per MiB of payload, by role, medians over repeats;
+    /// null when none was measured.
+    #[serde(default)]
+    pub per_mib: Option<PerMib>,
+}
+
+/// Context switches and system calls per MiB of payload (2^20 bytes) in a window, by role:
+/// medians over a row's repeats. Each is null where it was not measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerMib {
+    /// Sender threads' context switches (voluntary and involuntary).
+    pub switches_sender: Option<f64>,
+    /// Our receiver threads' context switches.
+    pub switches_receiver: Option<f64>,
+    /// Sender threads' system calls (`--metrics syscalls`).
+    pub syscalls_sender: Option<f64>,
+    /// Our receiver threads' system calls.
+    pub syscalls_receiver: Option<f64>,
+}
+
+impl PerMib {
+    /// The medians over `repeats`; `None` when no repeat measured any.
+    fn of(repeats: &[Repeat]) -> Option<PerMib> {
+        let med = |f: &dyn Fn(&Repeat) -> Option<u64>| {
+            let v: Vec<f64> = repeats
+                .iter()
+                .filter(|r| r.bytes > 0)
+                .filter_map(|r| f(r).map(|n| n as f64 * (1u64 << 20) as f64 / r.bytes as f64))
+                .collect();
+            (!v.is_empty()).then(|| Spread::of(&v).median)
+        };
+        let p = PerMib {
+            switches_sender: med(&|r| r.switches_sender.map(ContextSwitches::total)),
+            switches_receiver: med(&|r| r.switches_receiver.map(ContextSwitches::total)),
+            syscalls_sender: med(&|r| r.syscalls_sender),
+            syscalls_receiver: med(&|r| r.syscalls_receiver),
+        };
+        (p != PerMib::default()).then_some(p)
+    }
 }
 
 fn one() -> usize {
@@ -835,6 +901,11 @@ impl Row {
         self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
         self.summarise_latency();
         self.summarise_counts();
+        self.per_mib = PerMib::of(&self.repeats);
+        self.data_copies = self
+            .strategy
+            .data_copies()
+            .map(|c| c.iter().map(ToString::to_string).collect());
         let mut fair: Vec<ConnectionBytes> = self
             .repeats
             .iter()

@@ -87,7 +87,8 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "1M", value_parser = pipe_size)]
     pub pipe_size: usize,
     /// `minimal` takes only time and bytes (no CPU or counter readings): the baseline that
-    /// shows what measuring costs (scripts/overhead).
+    /// shows what measuring costs (scripts/overhead); `syscalls` also counts system calls
+    /// by role, which slows every system call while it runs.
     #[arg(long, value_enum, default_value = "full")]
     pub metrics: Metrics,
     /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
@@ -126,10 +127,15 @@ pub(crate) fn load_profile(
 /// How much is measured around each window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Metrics {
-    /// Throughput, CPU (process and system), hardware counters when present.
+    /// Throughput, CPU (process and system), context switches by role, hardware counters
+    /// when present.
     Full,
     /// Throughput only.
     Minimal,
+    /// Full, and each thread's system calls (the kernel's raw_syscalls:sys_enter tracepoint;
+    /// root). While it counts, every system call on the host is slower: compare speeds only
+    /// with runs that also counted.
+    Syscalls,
 }
 
 impl RunArgs {
@@ -210,6 +216,12 @@ pub(crate) struct StreamArgs {
     /// UDP_SEGMENT), as QUIC servers send.
     #[arg(long, value_name = "SEG", value_parser = clap::value_parser!(u16).range(1..=65507))]
     pub gso: Option<u16>,
+    /// Time every message: the sender writes the time of the send call into its first 8
+    /// bytes, and our receiver times it when its last byte is read (p50/p99 per window, in
+    /// `latency_us`). Memory paths over TCP, one connection per thread, --recv copy or verify;
+    /// costs a clock read per message at each end.
+    #[arg(long)]
+    pub msg_latency: bool,
     #[command(flatten)]
     pub topology: TopologyArgs,
     #[command(flatten)]

@@ -102,7 +102,7 @@ pub(super) fn start_receive(
             threads.push(std::thread::spawn(move || {
                 let tid = sendpath::host::gettid();
                 t.lock().expect("tid lock").push(tid);
-                let v = receive(&s, mode, &c, recv_size);
+                let v = receive(&s, mode, &c, recv_size, None);
                 // Move this thread's CPU (exact, not in ticks) from the live list to the
                 // finished total.
                 let mine = crate::measure::own_thread_cpu(tid);

@@ -28,6 +28,8 @@ pub struct Preset {
     pub fixed_also: Vec<Strategy>,
     /// UDP: GSO points (size, segment) for every path, after the single sizes.
     pub gso: Vec<(usize, u16)>,
+    /// Time each message at the receiver (`stream --msg-latency`).
+    pub msg_latency: bool,
 }
 
 const K: usize = 1024;
@@ -68,6 +70,7 @@ fn udp_zerocopy() -> Preset {
         proto: Protocol::Udp,
         fixed_also: vec![UringZc],
         gso: vec![(64_000, 1400)],
+        msg_latency: false,
     }
 }
 
@@ -97,7 +100,7 @@ fn pa02() -> Preset {
     use Strategy::*;
     Preset {
         name: "pa02",
-        about: "two-copy (serialize), one-copy (gather) and zero-copy (msg-zerocopy) messages of 8 fields, 256 B..16 KiB x 1..8 threads: 48 points, as in the PA02 study",
+        about: "two-copy (serialize), one-copy (gather) and zero-copy (msg-zerocopy) messages of 8 fields, 256 B..16 KiB x 1..8 threads: 48 points, as in the PA02 study, each message timed from its send call to its last byte read",
         strategies: vec![Serialize, Gather, MsgZerocopy],
         sizes: vec![256, K, 4 * K, 16 * K],
         threads: vec![1, 2, 4, 8],
@@ -107,6 +110,7 @@ fn pa02() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool],
         mixes: vec![],
+        msg_latency: true,
         ..Default::default()
     }
 }

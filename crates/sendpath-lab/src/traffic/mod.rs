@@ -4,6 +4,7 @@
 
 pub mod datagram;
 pub mod mix;
+pub mod stamp;
 
 /// How the receiver treats bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

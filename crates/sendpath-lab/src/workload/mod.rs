@@ -6,6 +6,7 @@ pub mod sink;
 pub mod stream;
 
 use crate::setting::{invalid, About, Setting};
+use crate::traffic::stamp::{now_ns, StampReader};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
@@ -15,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,11 +46,14 @@ impl<T> std::ops::Deref for OwnLine<T> {
 /// reads its `-l` size); returns the verifier (meaningful in verify mode). A reset or any other
 /// error before EOF is an error that names the stream offset it happened at. The socket is
 /// borrowed, so whoever shares it can end the reads (`shutdown(SHUT_RD)` makes them see EOF).
+/// With `stamps`, each read goes through its reader, which times messages while the flag is
+/// set (`--msg-latency`).
 pub(crate) fn receive(
     mut s: &TcpStream,
     mode: RecvMode,
     c: &RecvCounters,
     read_size: usize,
+    mut stamps: Option<(&mut StampReader, &AtomicBool)>,
 ) -> anyhow::Result<Verifier> {
     let mut v = Verifier::new();
     let mut buf = vec![0u8; read_size.max(1)];
@@ -78,6 +82,9 @@ pub(crate) fn receive(
                 })
             }
         };
+        if let Some((r, on)) = stamps.as_mut() {
+            r.feed(&mut buf[..n], now_ns(), on.load(Ordering::Relaxed));
+        }
         if mode == RecvMode::Verify {
             v.check(&buf[..n]);
         }
@@ -277,6 +284,8 @@ pub(crate) struct MsgShape {
     pub(crate) file_len: u64,
     /// Pooled or freshly allocated buffers.
     pub(crate) alloc: crate::traffic::mix::Alloc,
+    /// Write the send time into each memory message's first bytes (`--msg-latency`).
+    pub(crate) stamp: bool,
 }
 
 /// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get
@@ -296,6 +305,7 @@ pub(crate) fn send_message(
         fill,
         file_len,
         alloc,
+        stamp,
     } = shape;
     match strategy.source() {
         Source::Memory => {
@@ -320,6 +330,9 @@ pub(crate) fn send_message(
                 }
                 o += len as u64;
                 f.push(b);
+            }
+            if stamp {
+                crate::traffic::stamp::stamp(f[0].as_mut_slice());
             }
             p.send(Msg::Fields(f))?;
         }

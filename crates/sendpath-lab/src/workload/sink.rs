@@ -44,7 +44,7 @@ pub fn run(
         handles.push(std::thread::spawn(move || {
             let c = RecvCounters::default();
             let t0 = Instant::now();
-            let v = receive(&s, mode, &c, read_size);
+            let v = receive(&s, mode, &c, read_size, None);
             (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
         }));
     }

@@ -333,5 +333,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: true,
     uses_fields: false,
+    copies: None,
     open: |sock, opts| Ok(Box::new(AdaptivePath::new(sock, opts))),
 };

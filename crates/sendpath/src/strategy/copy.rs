@@ -75,5 +75,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: false,
     has_zc_completions: false,
     uses_fields: false,
+    copies: Some(super::copies::USER_SEND),
     open: |sock, _| Ok(Box::new(Copy::new(sock))),
 };

@@ -78,5 +78,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: false,
     has_zc_completions: false,
     uses_fields: true,
+    copies: Some(super::copies::GATHER),
     open: |sock, _| Ok(Box::new(Gather::new(sock))),
 };

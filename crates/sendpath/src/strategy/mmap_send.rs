@@ -84,6 +84,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: false,
     has_zc_completions: false,
     uses_fields: false,
+    copies: Some(super::copies::MMAP_SEND),
     open: |sock, opts| {
         Ok(Box::new(MmapSend::new(
             sock,

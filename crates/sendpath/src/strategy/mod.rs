@@ -219,11 +219,88 @@ impl Strategy {
         self.info().has_zc_completions
     }
 
+    /// The moves of the payload this path makes by construction, from where the bytes are
+    /// to the NIC; `None` for `adaptive`, which makes those of the path it picks per send.
+    pub fn data_copies(self) -> Option<&'static [DataCopy]> {
+        self.info().copies
+    }
+
     /// Whether a message is naturally several fields for this path (the paths that differ in
     /// how they put fields together); others send one contiguous buffer.
     pub fn uses_fields(self) -> bool {
         self.info().uses_fields
     }
+}
+
+/// One move of the payload a path makes by construction on its way to the wire: by the CPU (a
+/// copy that costs cycles per byte) or by a device's DMA. Where the route or the device cannot
+/// take pages by reference (a receiver on this host, a NIC without scatter-gather), the kernel
+/// adds a CPU copy to the paths that avoid one; their completions report it (`copied`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataCopy {
+    /// Where the bytes are.
+    pub from: &'static str,
+    /// Where they go.
+    pub to: &'static str,
+    /// The CPU moves them (else a device's DMA).
+    pub by_cpu: bool,
+}
+
+impl std::fmt::Display for DataCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let by = if self.by_cpu { "CPU" } else { "DMA" };
+        write!(f, "{} -> {} ({by})", self.from, self.to)
+    }
+}
+
+/// The paths' moves of the payload, shared by the paths that make the same ones.
+mod copies {
+    use super::DataCopy;
+
+    const fn by_cpu(from: &'static str, to: &'static str) -> DataCopy {
+        DataCopy {
+            from,
+            to,
+            by_cpu: true,
+        }
+    }
+
+    const fn by_dma(from: &'static str, to: &'static str) -> DataCopy {
+        DataCopy {
+            from,
+            to,
+            by_cpu: false,
+        }
+    }
+
+    const TO_NIC: DataCopy = by_dma("socket buffer", "NIC");
+    const FROM_DISK: DataCopy = by_dma("disk", "page cache");
+
+    /// `send()` from a user buffer: copy, uring.
+    pub(super) const USER_SEND: &[DataCopy] = &[by_cpu("user buffer", "socket buffer"), TO_NIC];
+    /// Fields copied into one buffer, then sent.
+    pub(super) const SERIALIZE: &[DataCopy] = &[
+        by_cpu("fields", "one user buffer"),
+        by_cpu("user buffer", "socket buffer"),
+        TO_NIC,
+    ];
+    /// One iovec per field: the kernel copies each into the socket buffer.
+    pub(super) const GATHER: &[DataCopy] = &[by_cpu("fields", "socket buffer"), TO_NIC];
+    /// The user's pages pinned and handed to the device: msg-zerocopy, uring-zc, vmsplice.
+    pub(super) const PAGES_BY_REFERENCE: &[DataCopy] = &[by_dma("user pages", "NIC")];
+    /// The transferTo study's four: read into a buffer, send it.
+    pub(super) const READ_SEND: &[DataCopy] = &[
+        FROM_DISK,
+        by_cpu("page cache", "user buffer"),
+        by_cpu("user buffer", "socket buffer"),
+        TO_NIC,
+    ];
+    /// The mapping is the page cache: one CPU copy into the socket buffer.
+    pub(super) const MMAP_SEND: &[DataCopy] =
+        &[FROM_DISK, by_cpu("page cache", "socket buffer"), TO_NIC];
+    /// Page-cache pages handed to the device by reference: sendfile, splice, uring-splice.
+    pub(super) const PAGE_CACHE_BY_REFERENCE: &[DataCopy] =
+        &[FROM_DISK, by_dma("page cache", "NIC")];
 }
 
 /// What the crate knows about one path, declared in the path's own file (`INFO`).
@@ -233,6 +310,9 @@ pub(crate) struct PathInfo {
     avoids_send_copy: bool,
     has_zc_completions: bool,
     uses_fields: bool,
+    /// The moves of the payload it makes by construction; `None` when it depends on each
+    /// send (adaptive).
+    copies: Option<&'static [DataCopy]>,
     /// Opens the path on a socket already in blocking mode.
     open: fn(Socket, &Options) -> Result<Box<dyn SendPath>>,
 }
@@ -424,6 +504,40 @@ fn now_ns(origin: std::time::Instant) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_path_names_its_copies_as_the_transfer_to_study_counts_them() {
+        let cpu = |s: Strategy| {
+            s.data_copies()
+                .map(|c| c.iter().filter(|c| c.by_cpu).count())
+        };
+        let all = |s: Strategy| s.data_copies().map(<[DataCopy]>::len);
+        // The study: four copies for read + send, two of them by the CPU; two with sendfile.
+        assert_eq!(
+            (all(Strategy::ReadSend), cpu(Strategy::ReadSend)),
+            (Some(4), Some(2))
+        );
+        assert_eq!(
+            (all(Strategy::Sendfile), cpu(Strategy::Sendfile)),
+            (Some(2), Some(0))
+        );
+        assert_eq!(cpu(Strategy::Copy), Some(1));
+        assert_eq!(cpu(Strategy::Serialize), Some(2));
+        assert_eq!(cpu(Strategy::MsgZerocopy), Some(0));
+        assert_eq!(Strategy::Adaptive.data_copies(), None);
+        for s in Strategy::ALL
+            .into_iter()
+            .filter(|s| *s != Strategy::Adaptive)
+        {
+            let c = s.data_copies().unwrap();
+            assert_eq!(c.last().unwrap().to, "NIC", "{s}");
+            assert_eq!(s.avoids_send_copy(), cpu(s) == Some(0), "{s}");
+        }
+        assert_eq!(
+            Strategy::ReadSend.data_copies().unwrap()[1].to_string(),
+            "page cache -> user buffer (CPU)"
+        );
+    }
 
     #[test]
     fn the_table_of_paths_says_what_each_path_is() {

@@ -274,6 +274,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: true,
     uses_fields: true,
+    copies: Some(super::copies::PAGES_BY_REFERENCE),
     open: |sock, opts| {
         Ok(Box::new(MsgZerocopy::new(
             sock,

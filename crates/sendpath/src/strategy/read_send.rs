@@ -68,6 +68,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: false,
     has_zc_completions: false,
     uses_fields: false,
+    copies: Some(super::copies::READ_SEND),
     open: |sock, opts| {
         Ok(Box::new(ReadSend::new(
             sock,

@@ -64,5 +64,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: false,
     has_zc_completions: false,
     uses_fields: true,
+    copies: Some(super::copies::SERIALIZE),
     open: |sock, _| Ok(Box::new(Serialize::new(sock))),
 };

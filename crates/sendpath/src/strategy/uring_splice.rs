@@ -128,5 +128,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: false,
     uses_fields: false,
+    copies: Some(super::copies::PAGE_CACHE_BY_REFERENCE),
     open,
 };

@@ -92,6 +92,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: true,
     uses_fields: false,
+    copies: Some(super::copies::PAGES_BY_REFERENCE),
     open: |sock, opts| open(sock, opts),
 };
 

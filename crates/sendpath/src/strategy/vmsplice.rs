@@ -122,6 +122,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     avoids_send_copy: true,
     has_zc_completions: false,
     uses_fields: false,
+    copies: Some(super::copies::PAGES_BY_REFERENCE),
     open: |sock, opts| Ok(Box::new(Vmsplice::new(sock, opts.pipe_size)?)),
 };
 

@@ -66,14 +66,24 @@ impl PerfCounter {
             flags: ATTR_FLAG_INHERIT | ATTR_FLAG_EXCLUDE_HV,
             ..Default::default()
         };
-        Self::open_attr(&attr)
+        Self::open_attr(&attr, 0)
     }
 
     /// Counts the system calls the calling thread makes from now on (the tracepoint
     /// `raw_syscalls:sys_enter`, `pid = 0, cpu = -1`, not inherited): io_uring's kernel
     /// workers and other threads are not counted. Needs tracefs (its id file) and a
     /// `perf_event_paranoid` that lets this user trace itself (root, or -1).
+    ///
+    /// While any such counter is open, the kernel runs the tracepoint on every system call
+    /// of every thread on the host, which makes each a little slower (measure before
+    /// comparing speeds taken with and without it).
     pub fn syscalls_of_this_thread() -> io::Result<PerfCounter> {
+        Self::syscalls_of_thread(0)
+    }
+
+    /// Counts the system calls thread `tid` makes from now on (`pid = tid`), as
+    /// [`PerfCounter::syscalls_of_this_thread`] does for the caller; `tid` 0 is the caller.
+    pub fn syscalls_of_thread(tid: i32) -> io::Result<PerfCounter> {
         let id = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
             .iter()
             .find_map(|t| {
@@ -93,17 +103,17 @@ impl PerfCounter {
             flags: ATTR_FLAG_EXCLUDE_HV,
             ..Default::default()
         };
-        Self::open_attr(&attr)
+        Self::open_attr(&attr, tid)
     }
 
-    fn open_attr(attr: &PerfEventAttr) -> io::Result<PerfCounter> {
+    fn open_attr(attr: &PerfEventAttr, pid: libc::pid_t) -> io::Result<PerfCounter> {
         // SAFETY: `attr` is a live, fully initialised attr whose `size` field is its own size
         // (PERF_ATTR_SIZE_VER0); the kernel only reads it.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 attr as *const PerfEventAttr,
-                0 as libc::pid_t,
+                pid,
                 -1 as libc::c_int,
                 -1 as libc::c_int,
                 PERF_FLAG_FD_CLOEXEC,
@@ -120,9 +130,9 @@ impl PerfCounter {
     }
 
     /// `read(fd, &value, 8)`: the event count so far.
-    pub fn read(&mut self) -> io::Result<u64> {
+    pub fn read(&self) -> io::Result<u64> {
         let mut b = [0u8; 8];
-        self.file.read_exact(&mut b)?;
+        (&self.file).read_exact(&mut b)?;
         Ok(u64::from_ne_bytes(b))
     }
 }
@@ -133,7 +143,7 @@ mod tests {
 
     #[test]
     fn a_thread_s_system_calls_are_counted() {
-        let mut c = match PerfCounter::syscalls_of_this_thread() {
+        let c = match PerfCounter::syscalls_of_this_thread() {
             Ok(c) => c,
             Err(e) => return crate::test_support::skip(&format!("no syscall counter: {e}")),
         };

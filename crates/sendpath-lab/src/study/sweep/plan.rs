@@ -149,6 +149,7 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             agent: None,
             proto: preset.proto,
             gso: None,
+            msg_latency: preset.msg_latency,
         }
     };
     let fixed = |mut p: StreamPoint| {

@@ -35,6 +35,9 @@ pub fn environment() -> Environment {
         profile: None,
         topology: None,
         agent: None,
+        syscalls_unavailable: Some(
+            "not counted: `stream` and `rr` count them with --metrics syscalls".into(),
+        ),
     }
 }
 

@@ -76,7 +76,7 @@ fn receive_one(
         }
         Sink::Discard | Sink::Copy => {
             let c = crate::workload::RecvCounters::default();
-            crate::workload::receive(&conn, sink.recv_mode(), &c, recv_size)?;
+            crate::workload::receive(&conn, sink.recv_mode(), &c, recv_size, None)?;
             c.bytes.load(std::sync::atomic::Ordering::Relaxed)
         }
     };

@@ -75,6 +75,7 @@ fn serve(
         fill,
         file_len: 0,
         alloc: pt.alloc,
+        stamp: false,
     };
     let mut req = vec![0u8; pt.request];
     let rd = s.try_clone()?;

@@ -5,7 +5,6 @@
 use super::{Peer, Shared, GRACE};
 use crate::results::Integrity;
 use anyhow::bail;
-use sendpath::pattern::Verifier;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -61,8 +60,8 @@ pub(super) fn stop_stalled_senders(
 /// Waits [`GRACE`] for the receivers to read to the end; past it (a link slower than what the
 /// senders left in the socket buffers) ends their reads (`shutdown(SHUT_RD)` on the sockets
 /// they share with the run: a read then sees the end of the stream) and says why.
-pub(super) fn stop_draining(
-    receivers: &[JoinHandle<anyhow::Result<Vec<Verifier>>>],
+pub(super) fn stop_draining<T>(
+    receivers: &[JoinHandle<T>],
     rx: &[Arc<TcpStream>],
 ) -> Option<String> {
     if all_end_within(receivers, GRACE) {

@@ -12,6 +12,7 @@ use crate::remote::RemoteSample;
 use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
 use crate::setting::{About, Setting};
 use crate::traffic::mix::{Alloc, SizeMix};
+use crate::traffic::stamp::{Sizes, StampReader};
 use anyhow::{anyhow, Context};
 use ending::{check_arrival, stalled_senders, stop_draining, stop_stalled_senders};
 use sender::Sender;
@@ -60,6 +61,17 @@ pub struct StreamPoint {
     pub proto: crate::traffic::datagram::Protocol,
     /// UDP: cut each send into datagrams of this many bytes (`--gso`, `UDP_SEGMENT`).
     pub gso: Option<u16>,
+    /// Stamp each message with its send time and time it at our receiver (`--msg-latency`):
+    /// memory paths, one connection per thread, our own receiver reading the bytes.
+    pub msg_latency: bool,
+}
+
+impl StreamPoint {
+    /// Whether this point's messages are timed: asked for, and a memory path (file paths
+    /// send the file's bytes, with no room for a stamp).
+    fn timed(&self) -> bool {
+        self.msg_latency && self.strategy.source() == sendpath::Source::Memory
+    }
 }
 
 /// What one repeat produced.
@@ -158,6 +170,8 @@ struct Shared {
     /// Read by every sender before every send; each counter below is written by one thread
     /// per send or read: each alone on its cache lines (`OwnLine`).
     stop: Arc<OwnLine<AtomicBool>>,
+    /// Set while the window is measured: receivers time messages only then.
+    measuring: Arc<OwnLine<AtomicBool>>,
     finished: Arc<AtomicUsize>,
     start: Arc<Barrier>,
     received: Vec<Arc<RecvCounters>>,
@@ -169,6 +183,7 @@ impl Shared {
     fn new(threads: usize, per_thread: usize) -> Shared {
         Shared {
             stop: Arc::new(OwnLine(AtomicBool::new(false))),
+            measuring: Arc::new(OwnLine(AtomicBool::new(false))),
             finished: Arc::new(AtomicUsize::new(0)),
             start: Arc::new(Barrier::new(threads + 1)),
             received: (0..threads).map(|_| Arc::default()).collect(),
@@ -205,11 +220,15 @@ impl Shared {
     }
 }
 
+/// What a receiver thread returns: a verifier per connection, and its stamp reader when it
+/// timed messages.
+type Received = (Vec<Verifier>, Option<StampReader>);
+
 /// A run's threads, and its handles on their sockets.
 #[derive(Default)]
 struct Threads {
     senders: Vec<JoinHandle<super::Sent>>,
-    receivers: Vec<JoinHandle<anyhow::Result<Vec<Verifier>>>>,
+    receivers: Vec<JoinHandle<anyhow::Result<Received>>>,
     /// Whether to duplicate the senders' ends (to read TCP's counters and shut down stalled
     /// sends): only where the open-files limit has room.
     probe: bool,
@@ -343,13 +362,17 @@ fn start_thread(
         let (mode, size) = (pt.recv, pt.recv_size);
         let cpu = pt.cpus.map(|c| c.1);
         let tids = tids.clone();
+        let mut stamps = pt.timed().then(|| stamp_reader(pt, i));
+        let on = shared.measuring.clone();
         threads.receivers.push(std::thread::spawn(move || {
             pin(cpu);
             let _ = tids.send((false, sendpath::host::gettid()));
-            match rxs.as_slice() {
-                [one] => receive(one, mode, &c, size).map(|v| vec![v]),
+            let v = match rxs.as_slice() {
+                [one] => receive(one, mode, &c, size, stamps.as_mut().map(|r| (r, &on.0)))
+                    .map(|v| vec![v]),
                 many => receive_many(many, mode, &c, &per_conn, size),
-            }
+            };
+            v.map(|v| (v, stamps))
         }));
     }
     let sender = Sender::new(pt, i, file);
@@ -362,6 +385,15 @@ fn start_thread(
         sender.run(txs, &stop, &sent, &finished, &start)
     }));
     Ok(())
+}
+
+/// The reader of sender `i`'s stamps: its messages' sizes, as the sender draws them.
+fn stamp_reader(pt: &StreamPoint, i: usize) -> StampReader {
+    let sizes = match &pt.mix {
+        Some(m) => Sizes::Mix(m.sizes(i as u64)),
+        None => Sizes::Fixed(pt.size),
+    };
+    StampReader::new(sizes, pt.recv == RecvMode::Verify)
 }
 
 /// Measures the window after the warmup: snapshots, bytes, the agent's samples and TCP's
@@ -387,8 +419,10 @@ fn measure_window(
         shared.bytes_now(ours),
         shared.per_conn_now(),
     );
+    shared.measuring.store(true, Ordering::Relaxed);
     let all_done = || shared.finished.load(Ordering::Relaxed) == pt.threads;
     let completed = cancel.sleep_unless(pt.duration, all_done);
+    shared.measuring.store(false, Ordering::Relaxed);
     let (s1, b1, c1) = (
         Snapshot::take(hw, roles),
         shared.bytes_now(ours),
@@ -429,6 +463,8 @@ struct Ended {
     /// Why the repeat ended before every byte arrived (senders that stalled after the window,
     /// receivers stopped), if it did.
     cut_short: Option<String>,
+    /// The window's messages' latencies, ns, merged over receivers (`--msg-latency`).
+    latency: Option<hdrhistogram::Histogram<u64>>,
 }
 
 /// Joins the senders and receivers, and checks that every byte sent arrived (at our
@@ -459,18 +495,28 @@ fn join(
         ..Integrity::default()
     };
     let drained = stop_draining(&threads.receivers, &threads.rx);
+    let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
     for r in threads.receivers {
         match r
             .join()
             .map_err(|_| anyhow!("a receiver thread panicked"))?
         {
-            Ok(vs) if pt.recv == RecvMode::Verify => {
-                for v in vs {
-                    integrity.bytes_verified += v.bytes_verified();
-                    integrity.mismatches += v.mismatches;
+            Ok((vs, stamps)) => {
+                if pt.recv == RecvMode::Verify {
+                    for v in vs {
+                        integrity.bytes_verified += v.bytes_verified();
+                        integrity.mismatches += v.mismatches;
+                    }
+                }
+                if let Some(st) = stamps {
+                    // A stamp that cannot be a send time is a corrupted message.
+                    integrity.mismatches += st.implausible;
+                    match latency.as_mut() {
+                        Some(h) => h.add(&st.hist).context("merging latency histograms")?,
+                        None => latency = Some(st.hist),
+                    }
                 }
             }
-            Ok(_) => {}
             Err(_) if stalled.is_some() => {}
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -488,6 +534,7 @@ fn join(
         integrity,
         lifetime_retrans,
         cut_short,
+        latency,
     })
 }
 
@@ -516,6 +563,10 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.integrity = ended.integrity;
     repeat.cut_short = ended.cut_short;
+    if let Some(h) = ended.latency.filter(|h| !h.is_empty()) {
+        repeat.latency_us = Some(crate::results::LatencyUs::of(&h));
+        repeat.latency_hist_ns = crate::results::hist_pairs(&h);
+    }
     Outcome {
         repeat,
         note: ended.note,

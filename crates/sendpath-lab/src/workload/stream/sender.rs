@@ -159,6 +159,7 @@ impl Sender {
                 fill: pt.recv == RecvMode::Verify,
                 file_len,
                 alloc: pt.alloc,
+                stamp: pt.msg_latency,
             },
             opts,
             cpu: pt.cpus.map(|c| c.0),

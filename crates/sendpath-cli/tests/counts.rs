@@ -1,0 +1,154 @@
+//! What stream rows count beyond throughput: each message's latency (`--msg-latency`), context
+//! switches and system calls by role, and the copies each path makes by construction.
+
+mod common;
+use common::{fails_with, sendpath, skip, stderr_of};
+use serde_json::Value;
+
+fn run_json(args: &[&str]) -> Option<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let a = sendpath()
+        .args(args)
+        .args(["--json", json.to_str().unwrap()])
+        .assert();
+    let out = a.get_output();
+    if !out.status.success() {
+        let e = stderr_of(&a);
+        if e.contains("raw_syscalls") {
+            skip(&e);
+            return None;
+        }
+        panic!("sendpath {}: {e}", args.join(" "));
+    }
+    Some(serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap())
+}
+
+fn row<'a>(v: &'a Value, path: &str) -> &'a Value {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["strategy"] == path)
+        .unwrap_or_else(|| panic!("no {path} row"))
+}
+
+#[test]
+fn every_memory_message_is_timed_and_still_verified() {
+    let v = run_json(&[
+        "stream",
+        "-s",
+        "copy,msg-zerocopy,sendfile",
+        "-l",
+        "4K",
+        "-t",
+        "0.4s",
+        "-n",
+        "1",
+        "--warmup",
+        "0.1s",
+        "--msg-latency",
+        "--recv",
+        "verify",
+    ])
+    .unwrap();
+    for path in ["copy", "msg-zerocopy"] {
+        let r = row(&v, path);
+        let l = &r["latency_us"];
+        let (p50, p99) = (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap());
+        // From a send call to the read of the message's last byte: more than nothing, less
+        // than the whole window.
+        assert!(p50 > 0.0 && p50 <= p99 && p99 < 400_000.0, "{path}: {l}");
+        assert_eq!(r["integrity"]["mismatches"], 0, "{path}");
+        assert!(
+            r["integrity"]["bytes_verified"].as_u64().unwrap() > 0,
+            "{path}"
+        );
+        assert!(!r["repeats"][0]["latency_hist_ns"]
+            .as_array()
+            .unwrap()
+            .is_empty());
+    }
+    // File paths send the file's bytes: no stamp, so no latency (null, not 0).
+    assert!(row(&v, "sendfile")["latency_us"].is_null());
+}
+
+#[test]
+fn rows_count_switches_by_role_and_name_the_copies_of_their_path() {
+    let v = run_json(&[
+        "stream",
+        "-s",
+        "copy,read-send",
+        "-l",
+        "4K",
+        "-t",
+        "0.3s",
+        "-n",
+        "1",
+    ])
+    .unwrap();
+    let c = row(&v, "copy");
+    let rep = &c["repeats"][0];
+    for role in ["switches_sender", "switches_receiver"] {
+        assert!(rep[role]["voluntary"].is_u64(), "{role}: {rep}");
+        assert!(c["per_mib"][role].is_f64(), "{role}");
+    }
+    // Not asked for: null, and the environment says why.
+    assert!(rep["syscalls_sender"].is_null());
+    let why = v["environment"]["syscalls_unavailable"].as_str().unwrap();
+    assert!(why.contains("--metrics syscalls"), "{why}");
+    let copies = |r: &Value| r["data_copies"].as_array().unwrap().len();
+    assert_eq!(copies(c), 2);
+    assert_eq!(copies(row(&v, "read-send")), 4);
+}
+
+#[test]
+fn system_calls_are_counted_per_send_when_asked() {
+    let Some(v) = run_json(&[
+        "stream",
+        "-s",
+        "copy",
+        "-l",
+        "4K",
+        "-t",
+        "0.3s",
+        "-n",
+        "1",
+        "--metrics",
+        "syscalls",
+    ]) else {
+        return;
+    };
+    assert!(v["environment"]["syscalls_unavailable"].is_null());
+    let r = row(&v, "copy");
+    // One send() per 4 KiB message: 256 per MiB, and a few more around the window.
+    let per_mib = r["per_mib"]["syscalls_sender"].as_f64().unwrap();
+    assert!((250.0..300.0).contains(&per_mib), "{per_mib}");
+    assert!(r["per_mib"]["syscalls_receiver"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn msg_latency_refuses_what_it_cannot_time() {
+    fails_with(
+        &["stream", "--msg-latency", "--recv", "discard", "-t", "0.1s"],
+        &["--msg-latency", "--recv discard"],
+    );
+    fails_with(
+        &["stream", "--msg-latency", "-s", "sendfile", "-t", "0.1s"],
+        &["--msg-latency", "memory path"],
+    );
+    fails_with(
+        &[
+            "stream",
+            "--msg-latency",
+            "-l",
+            "32",
+            "--fields",
+            "8",
+            "-t",
+            "0.1s",
+        ],
+        &["--msg-latency", "at least 64 B"],
+    );
+    fails_with(&["stream", "--metrics", "everything"], &["--metrics"]);
+}
