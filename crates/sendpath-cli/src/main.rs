@@ -19,6 +19,10 @@ fn exit_now() -> ! {
     std::process::exit(130)
 }
 
+/// Counts allocations, so rows can show what `--alloc fresh` costs against a pool.
+#[global_allocator]
+static ALLOC: sendpath::heap::CountingAlloc = sendpath::heap::CountingAlloc;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Ctrl-C or SIGTERM cancels the run: the current window is dropped, finished ones are

@@ -82,6 +82,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 proto: a.proto,
                 gso: a.gso,
                 msg_latency: a.msg_latency,
+                burst: a.burst,
             },
         ));
     }
@@ -152,6 +153,7 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
     }
     let refused = [
         (a.size_mix.is_some(), "--size-mix"),
+        (a.burst.is_some(), "--burst"),
         (a.connections > 1, "--connections"),
         (a.run.alloc.contains(&Alloc::Fresh), "--alloc fresh"),
         (a.run.fields > 1, "--fields"),
@@ -182,9 +184,11 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
 /// Refuses `--connections` above 1 with what cannot share a ring (a size mix, fresh buffers,
 /// paths off the ring), and makes room for the connections' descriptors.
 fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> anyhow::Result<()> {
-    if per_thread > 1 && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh)) {
+    if per_thread > 1
+        && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh) || a.burst.is_some())
+    {
         bail!(
-            "--size-mix and --alloc fresh run one connection per sender thread: drop --connections"
+            "--size-mix, --alloc fresh and --burst run one connection per sender thread: drop --connections"
         );
     }
     if per_thread > 1 {

@@ -83,6 +83,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration, route: &Rou
                 proto: route.proto,
                 gso: None,
                 msg_latency: false,
+                burst: None,
             }));
         }
     }

@@ -1,6 +1,6 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, Repeat};
+use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat};
 use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
@@ -192,6 +192,8 @@ pub(crate) struct Snapshot {
     hw: Option<[u64; 3]>,
     /// Context switches and system calls, sender and receiver threads.
     roles: (RoleCounts, Option<RoleCounts>),
+    /// The process's allocations so far (when the program counts them).
+    heap: Option<sendpath::heap::HeapCounts>,
 }
 
 /// A measured window: the readings at its two edges.
@@ -231,6 +233,7 @@ impl Snapshot {
                 cpu: None,
                 hw: None,
                 roles: (RoleCounts::default(), None),
+                heap: sendpath::heap::heap_counts(),
             };
         }
         let cpu = (|| {
@@ -250,6 +253,7 @@ impl Snapshot {
             cpu,
             hw: hw.read(),
             roles: counts,
+            heap: sendpath::heap::heap_counts(),
         }
     }
 
@@ -289,7 +293,13 @@ impl Snapshot {
         };
         let sender = self.roles.0.since(end.roles.0);
         let receiver = self.roles.1.zip(end.roles.1).map(|(a, b)| a.since(b));
+        let heap = self.heap.zip(end.heap).map(|(a, b)| HeapWindow {
+            allocations: b.allocations.saturating_sub(a.allocations),
+            allocated_bytes: b.allocated_bytes.saturating_sub(a.allocated_bytes),
+            live_bytes: b.live_bytes,
+        });
         Repeat {
+            heap,
             switches_sender: sender.switches,
             switches_receiver: receiver.and_then(|r| r.switches),
             syscalls_sender: sender.calls,

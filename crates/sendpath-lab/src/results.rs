@@ -159,6 +159,10 @@ pub struct Repeat {
     /// The same for our receiver threads.
     #[serde(default)]
     pub syscalls_receiver: Option<u64>,
+    /// What the whole process allocated in the window, and held at its end (the `sendpath`
+    /// binary counts every allocation); null where allocations are not counted.
+    #[serde(default)]
+    pub heap: Option<HeapWindow>,
     /// Mean time to receive one message on one connection, microseconds.
     pub msg_time_us: f64,
     /// Latency percentiles of this window (request/response only).
@@ -188,6 +192,17 @@ pub struct Repeat {
     /// A UDP stream's datagrams over the whole repeat; null for TCP.
     #[serde(default)]
     pub datagrams: Option<Datagrams>,
+}
+
+/// The process's heap over one window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeapWindow {
+    /// Allocations made in the window.
+    pub allocations: u64,
+    /// Bytes they handed out.
+    pub allocated_bytes: u64,
+    /// Bytes in use at the window's end (pools, buffers in flight, everything else).
+    pub live_bytes: u64,
 }
 
 /// A thread's context switches over an interval: voluntary (it blocked, waiting for the
@@ -740,6 +755,9 @@ pub struct Row {
     /// null when none was measured.
     #[serde(default)]
     pub per_mib: Option<PerMib>,
+    /// Sent in bursts with idle gaps (`--burst`, `1000/5ms`); null when sent flat out.
+    #[serde(default)]
+    pub burst: Option<String>,
 }
 
 /// Context switches and system calls per MiB of payload (2^20 bytes) in a window, by role:
@@ -754,6 +772,12 @@ pub struct PerMib {
     pub syscalls_sender: Option<f64>,
     /// Our receiver threads' system calls.
     pub syscalls_receiver: Option<f64>,
+    /// Allocations the process made.
+    #[serde(default)]
+    pub allocations: Option<f64>,
+    /// Bytes it allocated.
+    #[serde(default)]
+    pub allocated_bytes: Option<f64>,
 }
 
 impl PerMib {
@@ -772,6 +796,8 @@ impl PerMib {
             switches_receiver: med(&|r| r.switches_receiver.map(ContextSwitches::total)),
             syscalls_sender: med(&|r| r.syscalls_sender),
             syscalls_receiver: med(&|r| r.syscalls_receiver),
+            allocations: med(&|r| r.heap.map(|h| h.allocations)),
+            allocated_bytes: med(&|r| r.heap.map(|h| h.allocated_bytes)),
         };
         (p != PerMib::default()).then_some(p)
     }
@@ -799,7 +825,7 @@ impl Row {
     }
 
     /// What tells this row from others of its path and size: `udp`, `udp gso 1400`, `fixed`
-    /// (registered buffers); empty for a TCP row from normal buffers.
+    /// (registered buffers), `burst 1000/5ms`; empty for a TCP row from normal buffers.
     pub fn variant(&self) -> String {
         let mut v = Vec::new();
         if self.protocol == crate::traffic::datagram::Protocol::Udp {
@@ -810,6 +836,9 @@ impl Row {
         }
         if self.fixed_buffers {
             v.push("fixed".into());
+        }
+        if let Some(b) = &self.burst {
+            v.push(format!("burst {b}"));
         }
         v.join(" ")
     }
@@ -836,6 +865,7 @@ impl Row {
             && self.alloc == crate::traffic::mix::Alloc::Pool
             && self.gso_segment_bytes.is_none()
             && !self.fixed_buffers
+            && self.burst.is_none()
     }
 
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.

@@ -114,6 +114,11 @@ pub mod file {
     pub use crate::sys::mem::resident_fraction;
 }
 
+/// A counting global allocator, for showing what message buffers cost in allocation.
+pub mod heap {
+    pub use crate::sys::alloc::{heap_counts, CountingAlloc, HeapCounts};
+}
+
 /// Hardware performance counters (`perf_event_open`), where the CPU exposes them.
 pub mod perf {
     pub use crate::sys::perf::{HwEvent, PerfCounter};

@@ -17,6 +17,28 @@ fn plain(strategy: Strategy, size: usize, fields: usize, count: usize) {
 }
 
 #[test]
+fn memory_paths_hand_back_their_lists_of_buffers() {
+    use Strategy::*;
+    // Copying paths free a message at once: every list after the first is the one before.
+    for s in [Copy, Serialize, Gather, Uring, Adaptive] {
+        let o = stream(s, 4096, 2, 64, Options::default(), Duration::ZERO);
+        assert_intact(&o);
+        assert_eq!(o.lists_reused, 63, "{s}");
+    }
+    // msg-zerocopy frees a message when its completion is read: lists come back then.
+    let o = stream(
+        MsgZerocopy,
+        4096,
+        1,
+        256,
+        Options::default(),
+        Duration::ZERO,
+    );
+    assert_intact(&o);
+    assert!(o.lists_reused > 0, "msg-zerocopy reused no list");
+}
+
+#[test]
 fn copy_is_byte_exact() {
     plain(Strategy::Copy, 65536, 1, 200);
     plain(Strategy::Copy, 100, 1, 2000);

@@ -222,6 +222,11 @@ pub(crate) struct StreamArgs {
     /// costs a clock read per message at each end.
     #[arg(long)]
     pub msg_latency: bool,
+    /// Send in bursts: MESSAGES back to back, then GAP idle (`1000/5ms`), as a server answers
+    /// bursts of requests; with --alloc pool,fresh, the Net.ZMQ study's burst load. Rows show
+    /// what the process allocated per window (`heap`). One connection per thread.
+    #[arg(long, value_name = "MESSAGES/GAP", value_parser = sendpath_lab::traffic::mix::Burst::parse)]
+    pub burst: Option<sendpath_lab::traffic::mix::Burst>,
     #[command(flatten)]
     pub topology: TopologyArgs,
     #[command(flatten)]

@@ -30,6 +30,9 @@ pub struct Preset {
     pub gso: Vec<(usize, u16)>,
     /// Time each message at the receiver (`stream --msg-latency`).
     pub msg_latency: bool,
+    /// Burst load (`stream --burst`): the burst, and the sizes measured with it for every
+    /// path and allocation mode.
+    pub burst: Option<(&'static str, Vec<usize>)>,
 }
 
 const K: usize = 1024;
@@ -71,6 +74,7 @@ fn udp_zerocopy() -> Preset {
         fixed_also: vec![UringZc],
         gso: vec![(64_000, 1400)],
         msg_latency: false,
+        burst: None,
     }
 }
 
@@ -139,7 +143,7 @@ fn message_sizes() -> Preset {
     use Strategy::*;
     Preset {
         name: "message-sizes",
-        about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths and adaptive, one buffer per message, from pooled buffers and from buffers allocated and filled per message (the Net.ZMQ study's pooling vs zero-copy question)",
+        about: "64 B, 512 B, 1 KiB and 64 KiB across all memory paths and adaptive, one buffer per message, from pooled buffers and from buffers allocated and filled per message (the Net.ZMQ study's pooling vs zero-copy question), then 64 B and 64 KiB under burst load (1000 messages, 2 ms idle)",
         strategies: vec![
             Copy, Serialize, Gather, MsgZerocopy, Uring, UringZc, Vmsplice, Adaptive,
         ],
@@ -151,6 +155,7 @@ fn message_sizes() -> Preset {
         repeat: 5,
         allocs: vec![Alloc::Pool, Alloc::Fresh],
         mixes: vec![],
+        burst: Some(("1000/2ms", vec![64, 64 * K])),
         ..Default::default()
     }
 }

@@ -151,6 +151,66 @@ impl MixSizes {
     }
 }
 
+/// Bursts: messages sent back to back, then the sender idle for a gap (`--burst 1000/5ms`),
+/// as a server answering bursts of requests does; a pool then grows in the burst and sits
+/// unused in the gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Burst {
+    /// Messages per burst.
+    pub messages: u32,
+    /// Idle time after each burst, microseconds.
+    pub gap_us: u64,
+}
+
+impl Burst {
+    /// Parses `MESSAGES/GAP` (`1000/5ms`): 1 to 1000000 messages, a gap of 1 us to 10 s.
+    pub fn parse(s: &str) -> Result<Burst, String> {
+        let (n, gap) = s.split_once('/').ok_or_else(|| {
+            format!("`{s}`: a burst is MESSAGES/GAP, e.g. 1000/5ms (1000 messages back to back, then 5 ms idle)")
+        })?;
+        let messages = match n.trim().parse::<u32>() {
+            Ok(0) => {
+                return Err(format!(
+                    "`{s}`: a burst of 0 messages never sends; give 1 to 1000000"
+                ))
+            }
+            Ok(m) if m <= 1_000_000 => m,
+            _ => {
+                return Err(format!(
+                    "`{s}`: the messages per burst are a whole number from 1 to 1000000"
+                ))
+            }
+        };
+        let gap =
+            crate::units::parse_duration(gap.trim()).map_err(|e| format!("`{s}`: the gap: {e}"))?;
+        let gap_us = gap.as_micros() as u64;
+        if !(1..=10_000_000).contains(&gap_us) {
+            return Err(format!(
+                "`{s}`: the gap between bursts must be from 1us to 10s"
+            ));
+        }
+        Ok(Burst { messages, gap_us })
+    }
+
+    /// Canonical text (`1000/5ms`), as recorded in results.
+    pub fn name(&self) -> String {
+        let g = self.gap_us;
+        let gap = if g.is_multiple_of(1_000_000) {
+            format!("{}s", g / 1_000_000)
+        } else if g.is_multiple_of(1000) {
+            format!("{}ms", g / 1000)
+        } else {
+            format!("{g}us")
+        };
+        format!("{}/{gap}", self.messages)
+    }
+
+    /// The idle gap.
+    pub fn gap(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.gap_us)
+    }
+}
+
 /// Where memory paths get each message's buffers.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
@@ -190,6 +250,20 @@ impl std::str::FromStr for Alloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_parses_names_itself_and_refuses_one_that_never_sends() {
+        let b = Burst::parse("1000/5ms").unwrap();
+        assert_eq!(
+            (b.messages, b.gap_us, b.name()),
+            (1000, 5000, "1000/5ms".to_string())
+        );
+        assert_eq!(Burst::parse("8/250us").unwrap().name(), "8/250us");
+        assert!(Burst::parse("0/5ms").unwrap_err().contains("never sends"));
+        assert!(Burst::parse("10").unwrap_err().contains("MESSAGES/GAP"));
+        assert!(Burst::parse("10/0s").unwrap_err().contains("1us to 10s"));
+        assert!(Burst::parse("10/fast").is_err());
+    }
 
     #[test]
     fn a_mix_parses_draws_its_weights_and_repeats_by_seed() {

@@ -311,7 +311,8 @@ pub(crate) fn send_message(
         Source::Memory => {
             let n = fields.clamp(1, size);
             let base = size / n;
-            let mut f = Vec::with_capacity(n);
+            let mut f = p.take_fields();
+            f.reserve(n);
             let mut o = off;
             for i in 0..n {
                 let len = if i + 1 == n {

@@ -247,11 +247,17 @@ impl From<Vec<u8>> for Buf {
     }
 }
 
+/// Emptied lists a pool keeps at most: one per message a zero-copy path may hold.
+const SPARE_LISTS: usize = 4096;
+
 /// A free list of buffers, so a steady send loop allocates nothing. Buffers come back from
 /// [`crate::SendPath::take_buf`] and are reused for any size up to their capacity.
 #[derive(Debug, Default)]
 pub struct BufPool {
     free: Vec<Buf>,
+    /// Emptied lists of messages' buffers, kept for the next messages (at most
+    /// [`SPARE_LISTS`]).
+    spares: Vec<Vec<Buf>>,
     /// How many buffers this pool has allocated in total.
     pub allocated: u64,
 }
@@ -296,6 +302,23 @@ impl BufPool {
         }
     }
 
+    /// Gives a message's buffers back for reuse, and keeps their emptied list for
+    /// [`BufPool::take_fields`].
+    pub fn put_fields(&mut self, mut fields: Vec<Buf>) {
+        for b in fields.drain(..) {
+            self.put(b);
+        }
+        if fields.capacity() > 0 && self.spares.len() < SPARE_LISTS {
+            self.spares.push(fields);
+        }
+    }
+
+    /// An empty list for a message's buffers: one [`BufPool::put_fields`] kept, so a steady
+    /// loop allocates no list per message.
+    pub fn take_fields(&mut self) -> Vec<Buf> {
+        self.spares.pop().unwrap_or_default()
+    }
+
     /// Number of buffers ready for reuse.
     pub fn free_len(&self) -> usize {
         self.free.len()
@@ -305,6 +328,21 @@ impl BufPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emptied_lists_come_back_for_the_next_message() {
+        let mut p = BufPool::new();
+        let mut f = p.take_fields();
+        assert_eq!(f.capacity(), 0, "nothing kept yet");
+        f.push(p.take(10));
+        let (cap, at) = (f.capacity(), f.as_ptr());
+        p.put_fields(f);
+        assert_eq!(p.free_len(), 1, "its buffer is free for reuse");
+        let g = p.take_fields();
+        assert!(g.is_empty());
+        assert_eq!((g.capacity(), g.as_ptr()), (cap, at), "the same list");
+        assert_eq!(p.take_fields().capacity(), 0);
+    }
 
     #[test]
     fn every_buffer_handed_out_was_written() {

@@ -105,6 +105,8 @@ pub struct ConnState {
     /// The chain in the kernel, and each link's result once it has come.
     chain: Vec<ChainEntry>,
     results: Vec<Option<i32>>,
+    /// The results of the chain being settled (a list kept between chains).
+    settled: Vec<i32>,
     ledger: SendZcLedger,
     pool: BufPool,
     stats: SendStats,
@@ -136,6 +138,7 @@ impl ConnState {
             resend: Vec::new(),
             chain: Vec::new(),
             results: Vec::new(),
+            settled: Vec::new(),
             ledger: SendZcLedger::new(),
             pool: BufPool::new(),
             stats,
@@ -399,11 +402,21 @@ impl ConnState {
         }
     }
 
-    /// Every link of the chain has its result: count, and keep what must be resent.
+    /// Every link of the chain has its result: count, and keep what must be resent. The
+    /// chain's and the results' lists are kept for the next chain (no allocation per chain).
     fn settle(&mut self) {
-        let results: Vec<i32> = self.results.drain(..).map(|r| r.unwrap_or(0)).collect();
-        let chain = std::mem::take(&mut self.chain);
-        let s = settle_chain(&chain, &results);
+        let mut results = std::mem::take(&mut self.settled);
+        results.clear();
+        results.extend(self.results.drain(..).map(|r| r.unwrap_or(0)));
+        let mut chain = std::mem::take(&mut self.chain);
+        self.settle_links(&chain, &results);
+        chain.clear();
+        self.chain = chain;
+        self.settled = results;
+    }
+
+    fn settle_links(&mut self, chain: &[ChainEntry], results: &[i32]) {
+        let s = settle_chain(chain, results);
         self.stats.bytes += s.bytes_done;
         self.stats.short_sends += s.short;
         self.stats.fallbacks.enomem += s.enomem;
@@ -417,7 +430,7 @@ impl ConnState {
             self.pool.put_all(self.queue.drain(..));
             return;
         }
-        for e in &chain {
+        for e in chain {
             if !s.resend.iter().any(|r| r.slot == e.slot) {
                 self.unheld.push(e.slot);
             }

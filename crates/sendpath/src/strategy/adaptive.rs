@@ -75,6 +75,8 @@ struct Ring {
 /// The `adaptive` path. See the module docs.
 pub(super) struct AdaptivePath {
     blocking: MsgZerocopy,
+    /// The emptied list of the last message sent on the ring ([`SendPath::take_fields`]).
+    spare: Vec<Buf>,
     blocking_seen: Seen,
     ring: Option<Ring>,
     /// Why the ring could not be made (its tiers then run on the blocking half).
@@ -101,6 +103,7 @@ impl AdaptivePath {
         let decide = Adaptive::new(profile, opts.adaptive);
         let mut p = AdaptivePath {
             blocking: MsgZerocopy::new(sock, opts.inflight, opts.zc_reap_every),
+            spare: Vec::new(),
             blocking_seen: Seen::default(),
             ring: None,
             note: None,
@@ -195,9 +198,9 @@ impl AdaptivePath {
             r.driver.flush(r.id)?;
             r.zc.store(zerocopy, Ordering::Relaxed);
         }
-        let f = fields("adaptive", msg)?;
+        let mut f = fields("adaptive", msg)?;
         let n = f.len();
-        for (i, mut b) in f.into_iter().enumerate() {
+        for (i, mut b) in f.drain(..).enumerate() {
             loop {
                 match r.driver.push(r.id, b, i + 1 == n) {
                     Ok(()) => break,
@@ -211,6 +214,7 @@ impl AdaptivePath {
         // As `uring` does: a full batch goes in now, without waiting for the queue to fill.
         r.driver.submit_ready()?;
         let queued = r.driver.conn_error(r.id);
+        self.spare = f;
         self.on_ring = true;
         queued
     }
@@ -314,6 +318,13 @@ impl SendPath for AdaptivePath {
                 r.driver.take_buf(r.id, len)
             }
             None => self.blocking.take_buf(len),
+        }
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        match self.spare.capacity() {
+            0 => self.blocking.take_fields(),
+            _ => std::mem::take(&mut self.spare),
         }
     }
 

@@ -51,12 +51,16 @@ impl SendPath for Copy {
             self.stats.bytes += b.len() as u64;
         }
         self.stats.sends += 1;
-        self.bufs.put_all(f);
+        self.bufs.put_fields(f);
         Ok(())
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
         self.bufs.take(len)
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        self.bufs.take_fields()
     }
 
     fn stats(&self) -> &SendStats {

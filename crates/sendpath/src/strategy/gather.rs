@@ -54,12 +54,16 @@ impl SendPath for Gather {
         .map_err(Error::sys("sendmsg"))?;
         self.stats.sends += 1;
         self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
-        self.bufs.put_all(f);
+        self.bufs.put_fields(f);
         Ok(())
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
         self.bufs.take(len)
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        self.bufs.take_fields()
     }
 
     fn stats(&self) -> &SendStats {

@@ -105,6 +105,12 @@ pub trait SendPath: Send {
     /// Its contents are unspecified.
     fn take_buf(&mut self, len: usize) -> Buf;
 
+    /// An empty list for the buffers of the next [`Msg::Fields`]: one a message used before
+    /// where the path kept it, so a steady loop allocates nothing per message.
+    fn take_fields(&mut self) -> Vec<Buf> {
+        Vec::new()
+    }
+
     /// What this path has done so far.
     fn stats(&self) -> &SendStats;
 

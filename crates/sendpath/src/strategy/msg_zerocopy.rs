@@ -92,7 +92,7 @@ impl MsgZerocopy {
         sys::socket::recv_zc_notifications(self.sock.as_fd(), &mut self.scratch)
             .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         let now = super::now_ns(self.origin);
-        for n in std::mem::take(&mut self.scratch) {
+        for n in self.scratch.drain(..) {
             let r = self.held.on_notification(n, now);
             self.stats.notifications += 1;
             self.stats.zc_completions += r.completions;
@@ -102,7 +102,7 @@ impl MsgZerocopy {
                 crate::metrics::record_ns(&mut self.stats.completion_latency_ns, l);
             }
             for bufs in r.freed {
-                self.pool.put_all(bufs);
+                self.pool.put_fields(bufs);
             }
         }
         Ok(())
@@ -114,7 +114,7 @@ impl MsgZerocopy {
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
         if let [one] = f.as_slice() {
             let sent = send_all(self.sock.as_fd(), one.as_slice(), &mut self.stats);
-            self.pool.put_all(f);
+            self.pool.put_fields(f);
             return sent;
         }
         let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
@@ -124,7 +124,7 @@ impl MsgZerocopy {
             crate::sys::SendFlags::default(),
             &mut self.stats,
         );
-        self.pool.put_all(f);
+        self.pool.put_fields(f);
         sent.map_err(Error::sys("sendmsg"))?;
         Ok(())
     }
@@ -248,6 +248,10 @@ impl SendPath for MsgZerocopy {
             let _ = self.reap(0);
         }
         self.pool.take(len)
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        self.pool.take_fields()
     }
 
     fn stats(&self) -> &SendStats {

@@ -40,12 +40,16 @@ impl SendPath for Serialize {
         send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
         self.stats.sends += 1;
         self.stats.bytes += self.staging.len() as u64;
-        self.bufs.put_all(f);
+        self.bufs.put_fields(f);
         Ok(())
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
         self.bufs.take(len)
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        self.bufs.take_fields()
     }
 
     fn stats(&self) -> &SendStats {

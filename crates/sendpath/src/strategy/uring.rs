@@ -15,6 +15,8 @@ pub(super) struct UringPath {
     driver: UringDriver,
     id: ConnId,
     note: Option<String>,
+    /// The last message's emptied list of buffers ([`SendPath::take_fields`]).
+    spare: Vec<Buf>,
 }
 
 impl UringPath {
@@ -38,6 +40,7 @@ impl UringPath {
             driver,
             id,
             note,
+            spare: Vec::new(),
         })
     }
 }
@@ -62,9 +65,9 @@ impl SendPath for UringPath {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        let f = fields(self.name, msg)?;
+        let mut f = fields(self.name, msg)?;
         let n = f.len();
-        for (i, b) in f.into_iter().enumerate() {
+        for (i, b) in f.drain(..).enumerate() {
             let mut b = b;
             loop {
                 match self.driver.push(self.id, b, i + 1 == n) {
@@ -76,6 +79,7 @@ impl SendPath for UringPath {
                 }
             }
         }
+        self.spare = f;
         // A full batch goes in now, without waiting; a partial one waits for more or a flush.
         self.driver.submit_ready()?;
         self.driver.conn_error(self.id)
@@ -98,6 +102,10 @@ impl SendPath for UringPath {
             let _ = self.driver.run(false);
         }
         self.driver.take_buf(self.id, len)
+    }
+
+    fn take_fields(&mut self) -> Vec<Buf> {
+        std::mem::take(&mut self.spare)
     }
 
     fn stats(&self) -> &SendStats {

@@ -49,6 +49,9 @@ pub(crate) struct Outcome {
     pub name: &'static str,
     pub note: Option<String>,
     pub sent: u64,
+    /// Messages whose list of buffers came from `take_fields` with room already in it (a
+    /// list the path kept from an earlier message).
+    pub lists_reused: usize,
 }
 
 /// Streams `count` messages of `size` bytes (split into `nfields` fields for memory paths)
@@ -68,6 +71,7 @@ pub(crate) fn stream(
     let sock = TcpStream::connect(addr).unwrap();
     let mut p: Box<dyn SendPath> = open(strategy, sock, &opts).unwrap();
     let mut off = 0u64;
+    let mut lists_reused = 0;
     for _ in 0..count {
         let msg = match strategy.source() {
             sendpath::Source::File => Msg::File {
@@ -76,7 +80,9 @@ pub(crate) fn stream(
             },
             sendpath::Source::Memory => {
                 let base = size / nfields;
-                let mut f = Vec::with_capacity(nfields);
+                let mut f = p.take_fields();
+                lists_reused += usize::from(f.capacity() > 0);
+                assert!(f.is_empty(), "take_fields hands out an empty list");
                 let mut o = off;
                 for i in 0..nfields {
                     let len = if i + 1 == nfields {
@@ -107,6 +113,7 @@ pub(crate) fn stream(
         name,
         note,
         sent: off,
+        lists_reused,
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::results::{Results, Schedule, SweepInfo};
 use crate::study::presets::{self, Preset};
 use crate::study::sweep::{stream_matrix, Point};
-use crate::traffic::mix::{Alloc, SizeMix};
+use crate::traffic::mix::{Alloc, Burst, SizeMix};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
 use std::time::Duration;
@@ -150,6 +150,7 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             proto: preset.proto,
             gso: None,
             msg_latency: preset.msg_latency,
+            burst: None,
         }
     };
     let fixed = |mut p: StreamPoint| {
@@ -174,6 +175,22 @@ pub fn points(preset: &Preset) -> Vec<Point> {
             &preset.threads,
             |s, size, t| point(s, size, t, Some(&mix), Alloc::Pool),
         ));
+    }
+    // Burst load: every path at the burst's sizes, with every allocation mode.
+    if let Some((b, sizes)) = &preset.burst {
+        let burst = Burst::parse(b).expect("presets' bursts parse (tested)");
+        for &alloc in &preset.allocs {
+            v.extend(stream_matrix(
+                &preset.strategies,
+                sizes,
+                &[1],
+                |s, size, t| {
+                    let mut p = point(s, size, t, None, alloc);
+                    p.burst = Some(burst);
+                    p
+                },
+            ));
+        }
     }
     // The paths measured again from registered buffers, then the GSO points of every path.
     for &size in &preset.sizes {
@@ -211,7 +228,10 @@ mod tests {
                 * (p.sizes.len() * p.allocs.len() + p.mixes.len())
                 * p.threads.len()
                 + p.fixed_also.len() * p.sizes.len()
-                + p.gso.len() * (p.strategies.len() + p.fixed_also.len());
+                + p.gso.len() * (p.strategies.len() + p.fixed_also.len())
+                + p.burst.as_ref().map_or(0, |(_, sizes)| {
+                    p.strategies.len() * sizes.len() * p.allocs.len()
+                });
             assert_eq!(plan.points.len(), n, "{}", p.name);
             // Every point has a row of its own (a resumed sweep finds each by its key).
             let rows: std::collections::BTreeSet<String> = plan

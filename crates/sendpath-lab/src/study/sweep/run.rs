@@ -125,6 +125,7 @@ impl Point {
                 // Registered buffers change only what sends SEND_ZC.
                 fixed_buffers: p.opts.uring_fixed_buffers
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
+                burst: p.burst.map(|b| b.name()),
                 ..Default::default()
             },
             Point::Rr(p) => Row {

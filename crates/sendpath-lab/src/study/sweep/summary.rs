@@ -356,6 +356,64 @@ fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
             )?);
         }
         out.extend(notification_charts(r, t)?);
+        out.extend(count_charts(r, t)?);
+    }
+    Ok(out)
+}
+
+/// Context switches and system calls per MiB by role (bars: min..max over rounds), and each
+/// message's measured latency: for the rows that have them.
+fn count_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> {
+    type PerRepeat = fn(&crate::results::Repeat) -> Option<u64>;
+    let per_mib = |f: PerRepeat| {
+        move |x: &Row| {
+            let v = |rep: &crate::results::Repeat| {
+                (rep.bytes > 0).then(|| f(rep).map(|n| n as f64 * 1048576.0 / rep.bytes as f64))?
+            };
+            let vals: Vec<f64> = x.repeats.iter().filter_map(v).collect();
+            let median = crate::results::Spread::of(&vals).median;
+            (!vals.is_empty()).then(|| (median, range_over_repeats(x, v)))
+        }
+    };
+    let charts: [(&str, PerRepeat); 4] = [
+        ("Sender context switches per MiB (log scale)", |r| {
+            r.switches_sender.map(|s| s.total())
+        }),
+        ("Receiver context switches per MiB (log scale)", |r| {
+            r.switches_receiver.map(|s| s.total())
+        }),
+        ("Sender system calls per MiB (log scale)", |r| {
+            r.syscalls_sender
+        }),
+        ("Receiver system calls per MiB (log scale)", |r| {
+            r.syscalls_receiver
+        }),
+    ];
+    let mut out = Vec::new();
+    for (what, f) in charts {
+        let s = by_size(r, t, per_mib(f));
+        if !s.is_empty() {
+            out.push(size_chart(
+                what,
+                "per MiB of payload (log scale)",
+                t,
+                true,
+                &s,
+            )?);
+        }
+    }
+    let lat = by_size(r, t, |x| {
+        let l = x.latency_us?;
+        Some((l.p99, Some((l.p50, l.max))))
+    });
+    if !lat.is_empty() {
+        out.push(size_chart(
+            "Message latency, send call to last byte read, p99 (bars: p50..max)",
+            "microseconds (log scale)",
+            t,
+            true,
+            &lat,
+        )?);
     }
     Ok(out)
 }

@@ -64,6 +64,8 @@ pub struct StreamPoint {
     /// Stamp each message with its send time and time it at our receiver (`--msg-latency`):
     /// memory paths, one connection per thread, our own receiver reading the bytes.
     pub msg_latency: bool,
+    /// Send in bursts with idle gaps between them (`--burst`); `None`: flat out.
+    pub burst: Option<crate::traffic::mix::Burst>,
 }
 
 impl StreamPoint {

@@ -3,7 +3,7 @@
 
 use super::StreamPoint;
 use crate::setting::{invalid, Setting};
-use crate::traffic::mix::{Alloc, MixSizes};
+use crate::traffic::mix::{Alloc, Burst, MixSizes};
 use crate::traffic::RecvMode;
 use crate::workload::{send_message, MsgShape, PatternFile, PART_ALIGN};
 use anyhow::Context;
@@ -139,6 +139,7 @@ pub(super) struct Sender {
     /// The file range it streams: from `first`, up to `limit` (cold runs).
     first: u64,
     limit: Option<u64>,
+    burst: Option<Burst>,
 }
 
 impl Sender {
@@ -165,6 +166,7 @@ impl Sender {
             cpu: pt.cpus.map(|c| c.0),
             first,
             limit,
+            burst: pt.burst,
         }
     }
 
@@ -178,10 +180,10 @@ impl Sender {
         start: &Barrier,
     ) -> anyhow::Result<(SendStats, Option<String>)> {
         if txs.len() > 1 {
-            if self.sizes.is_some() || self.shape.alloc == Alloc::Fresh {
+            if self.sizes.is_some() || self.shape.alloc == Alloc::Fresh || self.burst.is_some() {
                 return Err(invalid(
                     Setting::SizeMix,
-                    "a size mix and fresh buffers run one connection per sender thread, not several on one ring",
+                    "a size mix, fresh buffers and bursts run one connection per sender thread, not several on one ring",
                 ));
             }
             let run = Multiplexed {
@@ -213,7 +215,14 @@ impl Sender {
         sent: &AtomicU64,
     ) -> anyhow::Result<()> {
         let mut off = self.first;
+        let mut in_burst = 0u32;
         while !stop.load(Ordering::Relaxed) {
+            if let Some(b) = self.burst.filter(|b| in_burst == b.messages) {
+                idle(b.gap(), stop);
+                in_burst = 0;
+                continue;
+            }
+            in_burst += 1;
             let size = match self.sizes.as_mut() {
                 Some(s) => s.next().unwrap_or(self.size),
                 None => self.size,
@@ -227,6 +236,18 @@ impl Sender {
         }
         p.finish(Duration::from_secs(2))?;
         Ok(())
+    }
+}
+
+/// Sleeps `gap`, or until `stop` (checked every 5 ms at most).
+fn idle(gap: Duration, stop: &AtomicBool) {
+    let end = std::time::Instant::now() + gap;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end || stop.load(Ordering::Relaxed) {
+            return;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(5)));
     }
 }
 
