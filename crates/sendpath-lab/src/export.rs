@@ -117,7 +117,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 82] = [
+pub(crate) const CSV_HEADER: [&str; 83] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -200,6 +200,7 @@ pub(crate) const CSV_HEADER: [&str; 82] = [
     "switches_receiver_per_mib",
     "syscalls_sender_per_mib",
     "syscalls_receiver_per_mib",
+    "uring_order",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -376,6 +377,7 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         opt(p.switches_receiver),
         opt(p.syscalls_sender),
         opt(p.syscalls_receiver),
+        row.uring_order.clone().unwrap_or_default(),
     ]
 }
 

@@ -758,6 +758,27 @@ pub struct Row {
     /// Sent in bursts with idle gaps (`--burst`, `1000/5ms`); null when sent flat out.
     #[serde(default)]
     pub burst: Option<String>,
+    /// How io_uring kept the order of the sends it had in flight: `linked` (each connection's
+    /// queued sends in one linked chain, so a TCP stream's bytes stay in order), `unlinked`
+    /// (datagrams: each send a whole message), `linked pairs` (uring-splice: file to pipe to
+    /// socket); null for the paths that do not send on a ring.
+    #[serde(default)]
+    pub uring_order: Option<String>,
+}
+
+/// What [`Row::uring_order`] records for `strategy` over `protocol`.
+pub(crate) fn uring_order(
+    strategy: sendpath::Strategy,
+    protocol: crate::traffic::datagram::Protocol,
+) -> Option<String> {
+    use sendpath::Strategy::{Adaptive, Uring, UringSplice, UringZc};
+    let udp = protocol == crate::traffic::datagram::Protocol::Udp;
+    match strategy {
+        Uring | UringZc | Adaptive if udp => Some("unlinked".into()),
+        Uring | UringZc | Adaptive => Some("linked".into()),
+        UringSplice => Some("linked pairs".into()),
+        _ => None,
+    }
 }
 
 /// Context switches and system calls per MiB of payload (2^20 bytes) in a window, by role:
@@ -1164,6 +1185,19 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_uring_rows_name_how_order_was_kept() {
+        use crate::traffic::datagram::Protocol::{Tcp, Udp};
+        use sendpath::Strategy::*;
+        assert_eq!(uring_order(Uring, Tcp).as_deref(), Some("linked"));
+        assert_eq!(uring_order(UringZc, Udp).as_deref(), Some("unlinked"));
+        assert_eq!(
+            uring_order(UringSplice, Tcp).as_deref(),
+            Some("linked pairs")
+        );
+        assert_eq!(uring_order(Copy, Tcp), None);
+    }
 
     #[test]
     fn spread_is_median_min_max() {

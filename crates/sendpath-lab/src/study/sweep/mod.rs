@@ -1,5 +1,6 @@
 //! The stream and rr sweeps: points measured in interleaved rounds, one row each.
 
+mod charts;
 mod plan;
 mod results;
 mod run;

@@ -124,39 +124,46 @@ fn plan(preset: Preset, schedule: Schedule, windows_done: usize) -> SweepPlan {
     }
 }
 
+/// A preset's point with default send options (the runner sets the host profile for
+/// `adaptive`).
+fn base_point(
+    preset: &Preset,
+    strategy: sendpath::Strategy,
+    size: usize,
+    threads: usize,
+    mix: Option<&SizeMix>,
+    alloc: Alloc,
+) -> StreamPoint {
+    StreamPoint {
+        strategy,
+        size,
+        threads,
+        connections: 1,
+        fields: preset.fields,
+        recv: RecvMode::Copy,
+        recv_size: default_recv_size(mix.map_or(size, SizeMix::max)),
+        duration: preset.duration,
+        warmup: preset.warmup,
+        connect: None,
+        cpus: None,
+        cold: false,
+        opts: sendpath::Options::default(),
+        mix: mix.cloned(),
+        alloc,
+        netns: None,
+        agent: None,
+        proto: preset.proto,
+        gso: None,
+        msg_latency: preset.msg_latency,
+        burst: None,
+    }
+}
+
 /// The points of a preset, in preset order: every size with every allocation mode, then every
-/// mix, with default send options (the runner sets the host profile for `adaptive`).
+/// mix, the burst points, the paths again from registered buffers, and the GSO points.
 pub fn points(preset: &Preset) -> Vec<Point> {
-    let point = |strategy, size, threads, mix: Option<&SizeMix>, alloc| {
-        let recv_size = default_recv_size(mix.map_or(size, SizeMix::max));
-        StreamPoint {
-            strategy,
-            size,
-            threads,
-            connections: 1,
-            fields: preset.fields,
-            recv: RecvMode::Copy,
-            recv_size,
-            duration: preset.duration,
-            warmup: preset.warmup,
-            connect: None,
-            cpus: None,
-            cold: false,
-            opts: sendpath::Options::default(),
-            mix: mix.cloned(),
-            alloc,
-            netns: None,
-            agent: None,
-            proto: preset.proto,
-            gso: None,
-            msg_latency: preset.msg_latency,
-            burst: None,
-        }
-    };
-    let fixed = |mut p: StreamPoint| {
-        p.opts.uring_fixed_buffers = true;
-        p
-    };
+    let point =
+        |s, size, t, mix: Option<&SizeMix>, alloc| base_point(preset, s, size, t, mix, alloc);
     let mut v = Vec::new();
     for &alloc in &preset.allocs {
         v.extend(stream_matrix(
@@ -184,29 +191,33 @@ pub fn points(preset: &Preset) -> Vec<Point> {
                 &preset.strategies,
                 sizes,
                 &[1],
-                |s, size, t| {
-                    let mut p = point(s, size, t, None, alloc);
-                    p.burst = Some(burst);
-                    p
+                |s, size, t| StreamPoint {
+                    burst: Some(burst),
+                    ..point(s, size, t, None, alloc)
                 },
             ));
         }
     }
-    // The paths measured again from registered buffers, then the GSO points of every path.
+    v.extend(registered_and_gso(preset));
+    v
+}
+
+/// The paths measured again from registered buffers, then the GSO points of every path.
+fn registered_and_gso(preset: &Preset) -> Vec<Point> {
+    let point = |s, size| base_point(preset, s, size, 1, None, Alloc::Pool);
+    let fixed = |mut p: StreamPoint| {
+        p.opts.uring_fixed_buffers = true;
+        p
+    };
+    let mut v = Vec::new();
     for &size in &preset.sizes {
         for &s in &preset.fixed_also {
-            v.push(Point::Stream(fixed(point(s, size, 1, None, Alloc::Pool))));
+            v.push(Point::Stream(fixed(point(s, size))));
         }
     }
     for &(size, seg) in &preset.gso {
-        let plain = preset
-            .strategies
-            .iter()
-            .map(|&s| point(s, size, 1, None, Alloc::Pool));
-        let registered = preset
-            .fixed_also
-            .iter()
-            .map(|&s| fixed(point(s, size, 1, None, Alloc::Pool)));
+        let plain = preset.strategies.iter().map(|&s| point(s, size));
+        let registered = preset.fixed_also.iter().map(|&s| fixed(point(s, size)));
         v.extend(plain.chain(registered).map(|mut p| {
             p.gso = Some(seg);
             Point::Stream(p)

@@ -126,6 +126,7 @@ impl Point {
                 fixed_buffers: p.opts.uring_fixed_buffers
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
+                uring_order: crate::results::uring_order(p.strategy, p.proto),
                 ..Default::default()
             },
             Point::Rr(p) => Row {
@@ -142,6 +143,10 @@ impl Point {
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
                 window_s: Some(p.duration.as_secs_f64()),
+                uring_order: crate::results::uring_order(
+                    p.strategy,
+                    crate::traffic::datagram::Protocol::Tcp,
+                ),
                 ..Default::default()
             },
         }

@@ -2,7 +2,6 @@
 
 use crate::analysis::{self, Analysis};
 use crate::export::{write_text, Document, Exporter};
-use crate::render::plot::{line_chart, Series, XAxis};
 use crate::render::{environment_line_of, esc, Table};
 use crate::results::{Results, Row, Workload};
 use crate::units::fmt_size;
@@ -79,6 +78,7 @@ fn results_table(r: &Results) -> Table {
             "copied",
             "fallbacks",
             "latency p50/p99 us",
+            "context switches per MiB, sender/receiver",
             "zero-copy completions per notification",
             "send to completion read p50/p99/max us",
             "repeats",
@@ -104,6 +104,7 @@ fn results_table(r: &Results) -> Table {
             x.zerocopy.fallbacks.total().to_string(),
             x.latency_us
                 .map_or("-".into(), |l| format!("{:.1}/{:.1}", l.p50, l.p99)),
+            switches_cell(x),
             x.zerocopy
                 .completions_per_notification
                 .map_or("-".into(), |c| format!("{c:.1}")),
@@ -112,6 +113,17 @@ fn results_table(r: &Results) -> Table {
         ]);
     }
     res
+}
+
+/// `0.02/12.6`: context switches per MiB of the sender and receiver threads; `-` for one
+/// not measured.
+fn switches_cell(x: &Row) -> String {
+    let p = x.per_mib.unwrap_or_default();
+    let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    match (p.switches_sender, p.switches_receiver) {
+        (None, None) => "-".into(),
+        (s, r) => format!("{}/{}", f(s), f(r)),
+    }
 }
 
 /// `40.4/120.0/900.1`: a zero-copy row's send-to-completion latency; `-` without completions.
@@ -166,7 +178,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
-        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied)",
+        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied; \"per notification\" = sends completed per error-queue notification, which the paper's kernel coalesces into one range while TCP acknowledges in order, up to 512 KB per range (it saw 75 sends on one); \"send to read\" = from the send to the reading of its completion, p50/p99 us, the notification latency that bounds the working set)",
         &[
             "size",
             "process copy",
@@ -180,6 +192,8 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
             "softirq copy",
             "softirq zerocopy",
             "zerocopy copied",
+            "per notification",
+            "send to read",
         ],
     );
     for s in sizes {
@@ -214,6 +228,13 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
             z.zerocopy
                 .copied_fraction
                 .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+            z.zerocopy
+                .completions_per_notification
+                .map_or("-".into(), |c| format!("{c:.1}")),
+            match (z.zerocopy.completion_p50_us, z.zerocopy.completion_p99_us) {
+                (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
+                _ => "-".into(),
+            },
         ]);
     }
     (!t.rows.is_empty()).then_some(t)
@@ -221,275 +242,6 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
 
 /// The stream rows plotted against size: single sizes from pooled buffers (mixes and fresh
 /// buffers are in the table).
-fn stream_rows(r: &Results) -> impl Iterator<Item = &Row> {
-    r.results
-        .iter()
-        .filter(|x| x.workload == Workload::Stream && x.is_plain())
-}
-
-/// A point's value and its min..max over rounds, when known.
-type Value = (f64, Option<(f64, f64)>);
-
-/// The min..max over a row's repeats of a per-repeat value.
-fn range_over_repeats(
-    x: &Row,
-    f: impl Fn(&crate::results::Repeat) -> Option<f64>,
-) -> Option<(f64, f64)> {
-    let v: Vec<f64> = x.repeats.iter().filter_map(f).collect();
-    let lo = v.iter().copied().reduce(f64::min)?;
-    Some((lo, v.iter().copied().fold(lo, f64::max)))
-}
-
-/// Lines of `y` against size, one per path, for rows with `threads`; the min..max bars when
-/// every point has them.
-fn by_size(r: &Results, threads: usize, y: impl Fn(&Row) -> Option<Value>) -> Vec<Series> {
-    let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
-    let mut out = Vec::new();
-    for p in Strategy::ALL.into_iter().filter(|s| paths.contains(s)) {
-        let mut pts: Vec<(f64, Value)> = stream_rows(r)
-            .filter(|x| x.strategy == p && x.threads == threads)
-            .filter_map(|x| y(x).map(|v| (x.size_bytes as f64, v)))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if !pts.is_empty() {
-            out.push(Series {
-                name: p.to_string(),
-                spread: pts.iter().filter_map(|(_, (_, s))| *s).collect(),
-                points: pts.iter().map(|&(x, (y, _))| (x, y)).collect(),
-            });
-        }
-    }
-    out
-}
-
-/// A chart of one value against message size (log axis), captioned with the connection count;
-/// `y_log` for values that span decades (CPU per byte).
-fn size_chart(
-    what: &str,
-    y_desc: &str,
-    threads: usize,
-    y_log: bool,
-    series: &[Series],
-) -> anyhow::Result<(String, String)> {
-    let title = format!("{what}, {threads} connection(s)");
-    let svg = line_chart(
-        &title,
-        "message size (bytes, log scale)",
-        y_desc,
-        XAxis::LogBytes,
-        y_log,
-        series,
-    )?;
-    Ok((
-        format!("{what} vs message size, {threads} connection(s)"),
-        svg,
-    ))
-}
-
-fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
-    let threads: BTreeSet<usize> = stream_rows(r).map(|x| x.threads).collect();
-    let sizes: BTreeSet<usize> = stream_rows(r).map(|x| x.size_bytes).collect();
-    let mut out = Vec::new();
-    for &t in &threads {
-        let g = |x: &Row| x.throughput_gbps;
-        let s = by_size(r, t, |x| Some((g(x).median, Some((g(x).min, g(x).max)))));
-        out.push(size_chart(
-            "Throughput (bars: min..max over rounds)",
-            "throughput (Gbit/s)",
-            t,
-            false,
-            &s,
-        )?);
-    }
-    if threads.len() > 1 {
-        out.extend(latency_charts(r, &sizes)?);
-    }
-    for &t in &threads {
-        let cpu = |f: fn(&crate::results::CpuNsPerByte) -> f64| {
-            move |x: &Row| {
-                let per =
-                    |rep: &crate::results::Repeat| rep.cpu.as_ref().map(|c| f(&c.ns_per_byte));
-                x.cpu_ns_per_byte
-                    .map(|c| (f(&c), range_over_repeats(x, per)))
-            }
-        };
-        let p = by_size(r, t, cpu(|c| c.sender));
-        if !p.is_empty() {
-            out.push(size_chart(
-                "Sender-thread CPU per byte (log scale)",
-                "CPU (ns per byte, log scale)",
-                t,
-                true,
-                &p,
-            )?);
-        }
-        let s = by_size(r, t, cpu(|c| c.system));
-        if !s.is_empty() {
-            out.push(size_chart(
-                "System-wide CPU per byte (log scale)",
-                "CPU (ns per byte, log scale)",
-                t,
-                true,
-                &s,
-            )?);
-        }
-        let llc = by_size(r, t, |x| {
-            x.median_of(|r| r.hw_llc_misses_per_byte).map(|v| (v, None))
-        });
-        if !llc.is_empty() {
-            out.push(size_chart(
-                "LLC misses per byte",
-                "LLC misses per byte",
-                t,
-                true,
-                &llc,
-            )?);
-        }
-        let copied = by_size(r, t, |x| x.zerocopy.copied_fraction.map(|v| (v, None)));
-        if !copied.is_empty() {
-            out.push(size_chart(
-                "Zero-copy sends the kernel copied",
-                "copied fraction (0..1)",
-                t,
-                false,
-                &copied,
-            )?);
-        }
-        out.extend(notification_charts(r, t)?);
-        out.extend(count_charts(r, t)?);
-    }
-    Ok(out)
-}
-
-/// Context switches and system calls per MiB by role (bars: min..max over rounds), and each
-/// message's measured latency: for the rows that have them.
-fn count_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> {
-    type PerRepeat = fn(&crate::results::Repeat) -> Option<u64>;
-    let per_mib = |f: PerRepeat| {
-        move |x: &Row| {
-            let v = |rep: &crate::results::Repeat| {
-                (rep.bytes > 0).then(|| f(rep).map(|n| n as f64 * 1048576.0 / rep.bytes as f64))?
-            };
-            let vals: Vec<f64> = x.repeats.iter().filter_map(v).collect();
-            let median = crate::results::Spread::of(&vals).median;
-            (!vals.is_empty()).then(|| (median, range_over_repeats(x, v)))
-        }
-    };
-    let charts: [(&str, PerRepeat); 4] = [
-        ("Sender context switches per MiB (log scale)", |r| {
-            r.switches_sender.map(|s| s.total())
-        }),
-        ("Receiver context switches per MiB (log scale)", |r| {
-            r.switches_receiver.map(|s| s.total())
-        }),
-        ("Sender system calls per MiB (log scale)", |r| {
-            r.syscalls_sender
-        }),
-        ("Receiver system calls per MiB (log scale)", |r| {
-            r.syscalls_receiver
-        }),
-    ];
-    let mut out = Vec::new();
-    for (what, f) in charts {
-        let s = by_size(r, t, per_mib(f));
-        if !s.is_empty() {
-            out.push(size_chart(
-                what,
-                "per MiB of payload (log scale)",
-                t,
-                true,
-                &s,
-            )?);
-        }
-    }
-    let lat = by_size(r, t, |x| {
-        let l = x.latency_us?;
-        Some((l.p99, Some((l.p50, l.max))))
-    });
-    if !lat.is_empty() {
-        out.push(size_chart(
-            "Message latency, send call to last byte read, p99 (bars: p50..max)",
-            "microseconds (log scale)",
-            t,
-            true,
-            &lat,
-        )?);
-    }
-    Ok(out)
-}
-
-/// How the kernel coalesced zero-copy completions into notifications, and how long a buffer
-/// waited from its send to the reading of its completion: for the rows that have them.
-fn notification_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let per = by_size(r, t, |x| {
-        x.zerocopy.completions_per_notification.map(|v| (v, None))
-    });
-    if !per.is_empty() {
-        out.push(size_chart(
-            "Completions per notification (log scale)",
-            "completions per notification (coalescing)",
-            t,
-            true,
-            &per,
-        )?);
-    }
-    let lat = by_size(r, t, |x| {
-        let z = &x.zerocopy;
-        let p99 = z.completion_p99_us?;
-        Some((p99, z.completion_p50_us.zip(z.completion_max_us)))
-    });
-    if !lat.is_empty() {
-        out.push(size_chart(
-            "Send to completion read, p99 (bars: p50..max)",
-            "microseconds",
-            t,
-            true,
-            &lat,
-        )?);
-    }
-    Ok(out)
-}
-
-/// Time per message against connections, a chart per size (runs of several thread counts).
-fn latency_charts(r: &Results, sizes: &BTreeSet<usize>) -> anyhow::Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let paths: BTreeSet<Strategy> = stream_rows(r).map(|x| x.strategy).collect();
-    for &size in sizes {
-        let mut series = Vec::new();
-        for &p in &paths {
-            let mut pts: Vec<(f64, f64)> = stream_rows(r)
-                .filter(|x| x.strategy == p && x.size_bytes == size)
-                .filter_map(|x| {
-                    x.median_of(|r| Some(r.msg_time_us))
-                        .map(|m| (x.threads as f64, m))
-                })
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            series.push(Series {
-                name: p.to_string(),
-                points: pts,
-                spread: Vec::new(),
-            });
-        }
-        out.push((
-            format!(
-                "Time to receive one message vs connections, {}",
-                fmt_size(size)
-            ),
-            line_chart(
-                &format!("Latency per message, {}", fmt_size(size)),
-                "connections (threads)",
-                "time per message (us)",
-                XAxis::Linear,
-                false,
-                &series,
-            )?,
-        ));
-    }
-    Ok(out)
-}
-
 fn environment_line(r: &Results) -> String {
     format!(
         "{}{}",
@@ -580,7 +332,7 @@ pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
         s.push_str(&t.html());
     }
     s.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
-    for (cap, svg) in plots(r)? {
+    for (cap, svg) in super::charts::plots(r)? {
         let _ = writeln!(
             s,
             "<figure class=\"plot\">{svg}<figcaption>{}</figcaption></figure>",
