@@ -155,7 +155,10 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
         (a.size_mix.is_some(), "--size-mix"),
         (a.burst.is_some(), "--burst"),
         (a.connections > 1, "--connections"),
-        (a.run.alloc.contains(&Alloc::Fresh), "--alloc fresh"),
+        (
+            a.run.alloc.iter().any(|x| *x != Alloc::Pool),
+            "--alloc fresh or shared",
+        ),
         (a.run.fields > 1, "--fields"),
         (a.remote.agent.is_some(), "--agent"),
     ];
@@ -185,10 +188,12 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
 /// paths off the ring), and makes room for the connections' descriptors.
 fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> anyhow::Result<()> {
     if per_thread > 1
-        && (a.size_mix.is_some() || a.run.alloc.contains(&Alloc::Fresh) || a.burst.is_some())
+        && (a.size_mix.is_some()
+            || a.run.alloc.iter().any(|x| *x != Alloc::Pool)
+            || a.burst.is_some())
     {
         bail!(
-            "--size-mix, --alloc fresh and --burst run one connection per sender thread: drop --connections"
+            "--size-mix, --alloc fresh or shared and --burst run one connection per sender thread: drop --connections"
         );
     }
     if per_thread > 1 {
@@ -269,6 +274,9 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
     }
     if a.run.recv == RecvMode::Discard {
         bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
+    }
+    if a.run.alloc.contains(&Alloc::Shared) {
+        bail!("--alloc shared (one pool for every sender thread) is a stream setting: rr takes pool or fresh");
     }
     let responses: Vec<usize> = match &a.size_mix {
         Some(m) => vec![m.mean().round() as usize],

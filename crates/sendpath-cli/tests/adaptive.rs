@@ -187,7 +187,7 @@ fn bad_mixes_allocations_and_calibrations_fail_clearly() {
     fails_with(&["stream", "--size-mix", "4K:1", "-l", "4K"], &["--size"]);
     fails_with(
         &["stream", "--alloc", "heap"],
-        &["--alloc", "pool or fresh"],
+        &["--alloc", "pool, fresh or shared"],
     );
     fails_with(
         &[

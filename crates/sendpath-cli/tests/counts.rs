@@ -152,3 +152,67 @@ fn msg_latency_refuses_what_it_cannot_time() {
     );
     fails_with(&["stream", "--metrics", "everything"], &["--metrics"]);
 }
+
+#[test]
+fn burst_load_records_what_each_allocation_mode_allocated() {
+    let v = run_json(&[
+        "stream",
+        "-s",
+        "copy",
+        "-l",
+        "256",
+        "-P",
+        "2",
+        "--alloc",
+        "pool,fresh,shared",
+        "--burst",
+        "200/1ms",
+        "-t",
+        "0.3s",
+        "-n",
+        "1",
+        "--recv",
+        "verify",
+    ])
+    .unwrap();
+    let rows = v["results"].as_array().unwrap();
+    let per_message = |alloc: &str| {
+        let r = rows.iter().find(|r| r["alloc"] == alloc).unwrap();
+        assert_eq!(r["burst"], "200/1ms");
+        assert_eq!(r["integrity"]["mismatches"], 0, "{alloc}");
+        r["per_mib"]["allocations"].as_f64().unwrap() * 256.0 / 1048576.0
+    };
+    // A pool, private or shared, allocates nothing per message; fresh allocates its buffer.
+    let (pool, shared, fresh) = (
+        per_message("pool"),
+        per_message("shared"),
+        per_message("fresh"),
+    );
+    assert!(pool < 0.05 && shared < 0.05, "pool {pool}, shared {shared}");
+    assert!((0.9..1.5).contains(&fresh), "fresh {fresh}");
+}
+
+#[test]
+fn a_burst_that_never_sends_or_a_shared_pool_where_none_is_is_refused() {
+    fails_with(&["stream", "--burst", "0/1ms"], &["--burst", "never sends"]);
+    fails_with(&["stream", "--burst", "10"], &["--burst", "MESSAGES/GAP"]);
+    fails_with(
+        &[
+            "stream",
+            "-s",
+            "uring",
+            "--connections",
+            "4",
+            "--burst",
+            "10/1ms",
+            "-t",
+            "0.1s",
+        ],
+        &["--burst", "--connections"],
+    );
+    fails_with(&["rr", "--alloc", "shared"], &["--alloc shared", "stream"]);
+    fails_with(
+        &["stream", "--alloc", "heap"],
+        &["--alloc", "pool, fresh or shared"],
+    );
+}

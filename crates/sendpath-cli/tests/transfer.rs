@@ -56,7 +56,9 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
         text.contains("### warm file, receiver discard")
             && text.contains("### cold file, receiver discard")
             && text.contains("sendfile saves vs read-send 4KiB")
-            && text.contains("Context switches per transfer"),
+            && text.contains("Context switches per transfer")
+            && text.contains("| read-send 4KiB | 4 | 2 | disk -> page cache (DMA)")
+            && text.contains("| sendfile | 2 | 0 |"),
         "{text}"
     );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

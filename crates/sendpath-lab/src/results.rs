@@ -842,6 +842,7 @@ impl Row {
         match self.alloc {
             crate::traffic::mix::Alloc::Pool => size,
             crate::traffic::mix::Alloc::Fresh => format!("{size} fresh"),
+            crate::traffic::mix::Alloc::Shared => format!("{size} shared"),
         }
     }
 

@@ -92,7 +92,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value = "full")]
     pub metrics: Metrics,
     /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
-    /// released) and/or fresh (allocate and fill a new one per message); each is a point.
+    /// released) and/or fresh (allocate and fill a new one per message) and/or shared (stream:
+    /// one pool for every sender thread behind a lock, so a buffer released on one thread may
+    /// be taken by another); each is a point.
     #[arg(long, default_value = "pool", value_parser = alloc_list)]
     pub alloc: std::vec::Vec<sendpath_lab::traffic::mix::Alloc>,
     /// The host profile `adaptive` decides from: a file, or `defaults` for the documented

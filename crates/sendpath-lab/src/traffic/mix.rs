@@ -222,17 +222,21 @@ pub enum Alloc {
     Pool,
     /// Allocate and fill a new buffer per message, freed once the kernel released it.
     Fresh,
+    /// One pool for every sender thread, behind a lock: a buffer released on one thread may
+    /// be taken next by another (the Net.ZMQ study's pool).
+    Shared,
 }
 
 impl Alloc {
     /// Both, in the order `--help` lists them.
-    pub const ALL: [Alloc; 2] = [Alloc::Pool, Alloc::Fresh];
+    pub const ALL: [Alloc; 3] = [Alloc::Pool, Alloc::Fresh, Alloc::Shared];
 
     /// The stable name.
     pub fn name(self) -> &'static str {
         match self {
             Alloc::Pool => "pool",
             Alloc::Fresh => "fresh",
+            Alloc::Shared => "shared",
         }
     }
 }
@@ -243,7 +247,7 @@ impl std::str::FromStr for Alloc {
         Alloc::ALL
             .into_iter()
             .find(|a| a.name() == s)
-            .ok_or_else(|| format!("`{s}` is not an allocation mode: use pool or fresh"))
+            .ok_or_else(|| format!("`{s}` is not an allocation mode: use pool, fresh or shared"))
     }
 }
 
@@ -306,9 +310,10 @@ mod tests {
             assert!(e.contains(says), "{bad}: {e}");
         }
         assert_eq!("fresh".parse::<Alloc>(), Ok(Alloc::Fresh));
+        assert_eq!("shared".parse::<Alloc>(), Ok(Alloc::Shared));
         assert!("heap"
             .parse::<Alloc>()
             .unwrap_err()
-            .contains("pool or fresh"));
+            .contains("pool, fresh or shared"));
     }
 }

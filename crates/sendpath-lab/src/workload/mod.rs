@@ -6,6 +6,7 @@ pub mod sink;
 pub mod stream;
 
 use crate::setting::{invalid, About, Setting};
+use crate::traffic::mix::Alloc;
 use crate::traffic::stamp::{now_ns, StampReader};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
@@ -299,6 +300,7 @@ pub(crate) fn send_message(
     size: usize,
     off: u64,
     shape: MsgShape,
+    shared: Option<&sendpath::buffer::SharedPool>,
 ) -> anyhow::Result<()> {
     let MsgShape {
         fields,
@@ -320,11 +322,11 @@ pub(crate) fn send_message(
                 } else {
                     base
                 };
-                let mut b = match alloc {
-                    crate::traffic::mix::Alloc::Pool => p.take_buf(len),
-                    crate::traffic::mix::Alloc::Fresh => {
-                        sendpath::Buf::fresh(len, sendpath::buffer::FILL)
-                    }
+                let mut b = match (alloc, shared) {
+                    (Alloc::Pool, _) => p.take_buf(len),
+                    (Alloc::Fresh, _) => sendpath::Buf::fresh(len, sendpath::buffer::FILL),
+                    (Alloc::Shared, Some(s)) => s.take(len),
+                    (Alloc::Shared, None) => bail!("--alloc shared: this workload has no pool shared by its threads (stream has)"),
                 };
                 if fill {
                     pattern::fill(b.as_mut_slice(), o);

@@ -27,6 +27,9 @@ pub struct Buf {
     pub(crate) fixed: Option<u16>,
     /// Freed instead of reused when it comes back to a pool ([`Buf::fresh`]).
     fresh: bool,
+    /// The shared pool it goes back to when released, whichever pool it comes back through
+    /// ([`SharedPool::take`]).
+    home: Option<SharedPool>,
 }
 
 enum Storage {
@@ -65,6 +68,7 @@ impl Buf {
             data: Storage::Heap(vec![0; len]),
             fixed: None,
             fresh: false,
+            home: None,
         }
     }
 
@@ -75,6 +79,7 @@ impl Buf {
             data: Storage::Heap(vec![byte; len]),
             fixed: None,
             fresh: false,
+            home: None,
         }
     }
 
@@ -92,6 +97,7 @@ impl Buf {
             data: Storage::Aligned { v, off },
             fixed: None,
             fresh: false,
+            home: None,
         }
     }
 
@@ -114,6 +120,7 @@ impl Buf {
             data: Storage::Pages(p),
             fixed: None,
             fresh: false,
+            home: None,
         })
     }
 
@@ -125,6 +132,7 @@ impl Buf {
             data: Storage::Shared(bytes.into()),
             fixed: None,
             fresh: false,
+            home: None,
         }
     }
 
@@ -136,6 +144,7 @@ impl Buf {
                 data: Storage::Shared(a.clone()),
                 fixed: self.fixed,
                 fresh: false,
+                home: None,
             }),
             _ => None,
         }
@@ -149,6 +158,7 @@ impl Buf {
                 data: heap,
                 fixed: self.fixed,
                 fresh: false,
+                home: None,
             }),
         }
     }
@@ -243,7 +253,55 @@ impl From<Vec<u8>> for Buf {
             data: Storage::Heap(data),
             fixed: None,
             fresh: false,
+            home: None,
         }
+    }
+}
+
+/// One free list for several threads, behind a lock: a buffer taken on one thread goes back to
+/// it when released, on whichever thread its path releases it, and may be taken next by another
+/// thread (a server's global buffer pool; the Net.ZMQ study's `ConcurrentStack`). Clones share
+/// the list.
+#[derive(Clone, Default)]
+pub struct SharedPool(std::sync::Arc<std::sync::Mutex<Vec<Buf>>>);
+
+impl SharedPool {
+    /// An empty pool.
+    pub fn new() -> SharedPool {
+        SharedPool::default()
+    }
+
+    fn free(&self) -> std::sync::MutexGuard<'_, Vec<Buf>> {
+        // A thread that panicked while holding the lock left a valid list behind.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A buffer of exactly `len` bytes: the last one released to this pool, or a new one
+    /// (page-aligned from a page up, every byte written). It comes back here when released.
+    pub fn take(&self, len: usize) -> Buf {
+        let reused = self.free().pop();
+        let mut b = match reused {
+            Some(mut b) => {
+                b.resize(len);
+                b
+            }
+            None if len >= PAGE => Buf::page_aligned(len, FILL),
+            None => Buf::filled(len, FILL),
+        };
+        b.home = Some(self.clone());
+        b
+    }
+
+    /// Takes a released buffer back (without its link home: the list does not own itself).
+    fn put(&self, b: Buf) {
+        self.free().push(b);
+    }
+
+    /// Buffers ready for reuse.
+    pub fn free_len(&self) -> usize {
+        self.free().len()
     }
 }
 
@@ -289,7 +347,10 @@ impl BufPool {
 
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
     /// [`Buf::fresh`] buffer are dropped instead.
-    pub fn put(&mut self, b: Buf) {
+    pub fn put(&mut self, mut b: Buf) {
+        if let Some(home) = b.home.take() {
+            return home.put(b);
+        }
         if !b.fresh && !matches!(b.data, Storage::Shared(_)) {
             self.free.push(b);
         }
@@ -328,6 +389,26 @@ impl BufPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_buffer_goes_home_from_any_thread_and_is_taken_by_another() {
+        let shared = SharedPool::new();
+        let b = shared.take(8192);
+        assert_eq!(b.as_slice().as_ptr().align_offset(PAGE), 0);
+        let at = b.as_slice().as_ptr();
+        // Another thread's path releases it into its own pool: it goes home instead.
+        std::thread::spawn(move || {
+            let mut p = BufPool::new();
+            p.put(b);
+            assert_eq!(p.free_len(), 0);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(shared.free_len(), 1);
+        let again = shared.clone().take(100);
+        assert_eq!((again.len(), again.as_slice().as_ptr()), (100, at));
+        assert_eq!(shared.free_len(), 0);
+    }
 
     #[test]
     fn emptied_lists_come_back_for_the_next_message() {

@@ -218,6 +218,7 @@ impl Point {
             (Alloc::Pool, "") => String::new(),
             (Alloc::Pool, v) => format!(" {v}"),
             (Alloc::Fresh, _) => " fresh".into(),
+            (Alloc::Shared, _) => " shared".into(),
         };
         match per_thread {
             1 => format!("{strategy} {size}{alloc} x{threads}"),

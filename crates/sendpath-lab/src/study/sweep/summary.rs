@@ -178,7 +178,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
-        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied; \"per notification\" = sends completed per error-queue notification, which the paper's kernel coalesces into one range while TCP acknowledges in order, up to 512 KB per range (it saw 75 sends on one); \"send to read\" = from the send to the reading of its completion, p50/p99 us, the notification latency that bounds the working set)",
+        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied; \"per notification\" = sends completed per error-queue notification, which the paper's kernel coalesces into one range while TCP acknowledges in order (it saw 75 sends share one ubuf_info, then capped one at 512 KB); \"send to read\" = from the send to the reading of its completion, p50/p99 us, the notification latency that bounds the working set)",
         &[
             "size",
             "process copy",

@@ -59,6 +59,7 @@ pub fn summary(r: &TransferResults) -> String {
         out += &switch_table(r, &axes, cache);
         out += &syscall_table(r, &axes, cache);
     }
+    out += &copies_table(&axes);
     out += &format!(
         "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
         r.settings.filesystem,
@@ -82,6 +83,26 @@ pub fn summary(r: &TransferResults) -> String {
         out += "\nWarnings:\n";
         out += &warned.join("\n");
         out += "\n";
+    }
+    out
+}
+
+/// The copies each method makes by construction, beside the study's four for read + send and
+/// two for sendfile.
+fn copies_table(axes: &Axes) -> String {
+    let mut out = String::from("\nCopies of the data by construction, from the disk to the NIC (a receiver on this host reads from the socket instead of a NIC). The study counts 4 for read + send (2 by the CPU) and 2 for sendfile.\n\n| method | copies | by the CPU | which |\n|---|---|---|---|\n");
+    for m in &axes.methods {
+        let Some(c) = m.strategy.data_copies() else {
+            continue;
+        };
+        let cpu = c.iter().filter(|c| c.by_cpu).count();
+        let which: Vec<String> = c.iter().map(ToString::to_string).collect();
+        out += &format!(
+            "| {} | {} | {cpu} | {} |\n",
+            m.label(),
+            c.len(),
+            which.join("; ")
+        );
     }
     out
 }

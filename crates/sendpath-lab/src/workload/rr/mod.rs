@@ -92,7 +92,7 @@ fn serve(
             }
         }
         let size = sizes.next().unwrap_or(pt.response);
-        send_message(p.as_mut(), pt.strategy, size, off, shape)?;
+        send_message(p.as_mut(), pt.strategy, size, off, shape, None)?;
         p.flush()?;
         off += size as u64;
     }

@@ -174,6 +174,8 @@ struct Shared {
     stop: Arc<OwnLine<AtomicBool>>,
     /// Set while the window is measured: receivers time messages only then.
     measuring: Arc<OwnLine<AtomicBool>>,
+    /// The buffers every sender thread shares (`--alloc shared`).
+    pool: sendpath::buffer::SharedPool,
     finished: Arc<AtomicUsize>,
     start: Arc<Barrier>,
     received: Vec<Arc<RecvCounters>>,
@@ -186,6 +188,7 @@ impl Shared {
         Shared {
             stop: Arc::new(OwnLine(AtomicBool::new(false))),
             measuring: Arc::new(OwnLine(AtomicBool::new(false))),
+            pool: sendpath::buffer::SharedPool::new(),
             finished: Arc::new(AtomicUsize::new(0)),
             start: Arc::new(Barrier::new(threads + 1)),
             received: (0..threads).map(|_| Arc::default()).collect(),
@@ -377,7 +380,7 @@ fn start_thread(
             v.map(|v| (v, stamps))
         }));
     }
-    let sender = Sender::new(pt, i, file);
+    let sender = Sender::new(pt, i, file, &shared.pool);
     let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());
     let (finished, start) = (shared.finished.clone(), shared.start.clone());
     let tids = tids.clone();

@@ -140,10 +140,17 @@ pub(super) struct Sender {
     first: u64,
     limit: Option<u64>,
     burst: Option<Burst>,
+    /// The pool every sender thread of the repeat shares (`--alloc shared`).
+    shared: Option<sendpath::buffer::SharedPool>,
 }
 
 impl Sender {
-    pub(super) fn new(pt: &StreamPoint, i: usize, file: Option<&PatternFile>) -> Sender {
+    pub(super) fn new(
+        pt: &StreamPoint,
+        i: usize,
+        file: Option<&PatternFile>,
+        shared: &sendpath::buffer::SharedPool,
+    ) -> Sender {
         let stall = super::stall_limit(pt);
         let mut opts = pt.opts.clone();
         opts.file = file.map(|f| f.file.clone());
@@ -167,6 +174,7 @@ impl Sender {
             first,
             limit,
             burst: pt.burst,
+            shared: (pt.alloc == Alloc::Shared).then(|| shared.clone()),
         }
     }
 
@@ -180,10 +188,10 @@ impl Sender {
         start: &Barrier,
     ) -> anyhow::Result<(SendStats, Option<String>)> {
         if txs.len() > 1 {
-            if self.sizes.is_some() || self.shape.alloc == Alloc::Fresh || self.burst.is_some() {
+            if self.sizes.is_some() || self.shape.alloc != Alloc::Pool || self.burst.is_some() {
                 return Err(invalid(
                     Setting::SizeMix,
-                    "a size mix, fresh buffers and bursts run one connection per sender thread, not several on one ring",
+                    "a size mix, fresh or shared buffers and bursts run one connection per sender thread, not several on one ring",
                 ));
             }
             let run = Multiplexed {
@@ -230,7 +238,14 @@ impl Sender {
             if self.limit.is_some_and(|l| off + size as u64 > l) {
                 break;
             }
-            send_message(p, self.strategy, size, off, self.shape)?;
+            send_message(
+                p,
+                self.strategy,
+                size,
+                off,
+                self.shape,
+                self.shared.as_ref(),
+            )?;
             off += size as u64;
             sent.fetch_add(size as u64, Ordering::Relaxed);
         }
