@@ -300,10 +300,12 @@ impl Snapshot {
         });
         Repeat {
             heap,
-            switches_sender: sender.switches,
-            switches_receiver: receiver.and_then(|r| r.switches),
-            syscalls_sender: sender.calls,
-            syscalls_receiver: receiver.and_then(|r| r.calls),
+            roles: crate::results::RoleCounts {
+                switches_sender: sender.switches,
+                switches_receiver: receiver.and_then(|r| r.switches),
+                syscalls_sender: sender.calls,
+                syscalls_receiver: receiver.and_then(|r| r.calls),
+            },
             throughput_gbps: bytes as f64 * 8.0 / elapsed / 1e9,
             messages_per_s: messages as f64 / elapsed,
             bytes,

@@ -145,20 +145,10 @@ pub struct Repeat {
     pub hw_llc_misses_per_byte: Option<f64>,
     /// Context switches of the process in the window; null when not measured.
     pub context_switches: Option<u64>,
-    /// Context switches of the sender threads in the window (`/proc/self/task/TID/status`);
-    /// null when not measured.
-    #[serde(default)]
-    pub switches_sender: Option<ContextSwitches>,
-    /// The same for our receiver threads; null when the receiver is not ours.
-    #[serde(default)]
-    pub switches_receiver: Option<ContextSwitches>,
-    /// System calls of the sender threads in the window (the `raw_syscalls:sys_enter`
-    /// tracepoint, `--metrics syscalls`); null when not counted (the environment says why).
-    #[serde(default)]
-    pub syscalls_sender: Option<u64>,
-    /// The same for our receiver threads.
-    #[serde(default)]
-    pub syscalls_receiver: Option<u64>,
+    /// Context switches and system calls of the window's threads, by role (system calls with
+    /// `--metrics syscalls`; the environment says why when not).
+    #[serde(flatten)]
+    pub roles: RoleCounts,
     /// What the whole process allocated in the window, and held at its end (the `sendpath`
     /// binary counts every allocation); null where allocations are not counted.
     #[serde(default)]
@@ -192,6 +182,26 @@ pub struct Repeat {
     /// A UDP stream's datagrams over the whole repeat; null for TCP.
     #[serde(default)]
     pub datagrams: Option<Datagrams>,
+}
+
+/// Context switches and system calls of a measurement's threads by role, over a window or one
+/// transfer; each null where it was not read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleCounts {
+    /// The sender threads' context switches (`/proc/self/task/TID/status`).
+    #[serde(default)]
+    pub switches_sender: Option<ContextSwitches>,
+    /// Our receiver threads'; null when the receiver is not ours.
+    #[serde(default)]
+    pub switches_receiver: Option<ContextSwitches>,
+    /// The sender threads' system calls, as the kernel counts them (the
+    /// `raw_syscalls:sys_enter` tracepoint); null when not counted (the results file says
+    /// why).
+    #[serde(default)]
+    pub syscalls_sender: Option<u64>,
+    /// Our receiver threads'.
+    #[serde(default)]
+    pub syscalls_receiver: Option<u64>,
 }
 
 /// The process's heap over one window.
@@ -813,10 +823,10 @@ impl PerMib {
             (!v.is_empty()).then(|| Spread::of(&v).median)
         };
         let p = PerMib {
-            switches_sender: med(&|r| r.switches_sender.map(ContextSwitches::total)),
-            switches_receiver: med(&|r| r.switches_receiver.map(ContextSwitches::total)),
-            syscalls_sender: med(&|r| r.syscalls_sender),
-            syscalls_receiver: med(&|r| r.syscalls_receiver),
+            switches_sender: med(&|r| r.roles.switches_sender.map(ContextSwitches::total)),
+            switches_receiver: med(&|r| r.roles.switches_receiver.map(ContextSwitches::total)),
+            syscalls_sender: med(&|r| r.roles.syscalls_sender),
+            syscalls_receiver: med(&|r| r.roles.syscalls_receiver),
             allocations: med(&|r| r.heap.map(|h| h.allocations)),
             allocated_bytes: med(&|r| r.heap.map(|h| h.allocated_bytes)),
         };

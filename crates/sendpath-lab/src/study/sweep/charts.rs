@@ -163,16 +163,16 @@ fn count_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> 
     };
     let charts: [(&str, PerRepeat); 4] = [
         ("Sender context switches per MiB (log scale)", |r| {
-            r.switches_sender.map(|s| s.total())
+            r.roles.switches_sender.map(|s| s.total())
         }),
         ("Receiver context switches per MiB (log scale)", |r| {
-            r.switches_receiver.map(|s| s.total())
+            r.roles.switches_receiver.map(|s| s.total())
         }),
         ("Sender system calls per MiB (log scale)", |r| {
-            r.syscalls_sender
+            r.roles.syscalls_sender
         }),
         ("Receiver system calls per MiB (log scale)", |r| {
-            r.syscalls_receiver
+            r.roles.syscalls_receiver
         }),
     ];
     let mut out = Vec::new();

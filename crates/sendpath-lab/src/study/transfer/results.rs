@@ -25,19 +25,11 @@ pub struct TransferRepeat {
     pub cpu_receiver_ms: Option<f64>,
     /// Bytes the receiver got (always the file size, or the run fails).
     pub bytes_received: u64,
-    /// The sending thread's context switches over the transfer; null when not read.
-    #[serde(default)]
-    pub switches_sender: Option<ContextSwitches>,
-    /// Our receiving thread's; null when the receiver is remote or it was not read.
-    #[serde(default)]
-    pub switches_receiver: Option<ContextSwitches>,
-    /// System calls the sending thread made over the transfer, as the kernel counts them;
-    /// null when they cannot be counted here (the reason is `syscalls_unavailable`).
-    #[serde(default)]
-    pub syscalls_sender: Option<u64>,
-    /// Our receiving thread's; null when the receiver is remote or they cannot be counted.
-    #[serde(default)]
-    pub syscalls_receiver: Option<u64>,
+    /// The sending and our receiving thread's context switches and system calls over the
+    /// transfer (the receiver's null when it is remote; the reason system calls are null is
+    /// `syscalls_unavailable`).
+    #[serde(flatten)]
+    pub roles: crate::results::RoleCounts,
 }
 
 /// One (size, cache, method) point over its rounds.
@@ -94,10 +86,10 @@ impl TransferRow {
         let med = |v: Vec<f64>| (!v.is_empty()).then(|| Spread::of(&v).median);
         self.cpu_sender_ms = med(col(|r| r.cpu_sender_ms));
         self.cpu_receiver_ms = med(col(|r| r.cpu_receiver_ms));
-        self.switches_sender = med(col(|r| total_switches(r.switches_sender)));
-        self.switches_receiver = med(col(|r| total_switches(r.switches_receiver)));
-        self.syscalls_sender = med(col(|r| r.syscalls_sender.map(|n| n as f64)));
-        self.syscalls_receiver = med(col(|r| r.syscalls_receiver.map(|n| n as f64)));
+        self.switches_sender = med(col(|r| total_switches(r.roles.switches_sender)));
+        self.switches_receiver = med(col(|r| total_switches(r.roles.switches_receiver)));
+        self.syscalls_sender = med(col(|r| r.roles.syscalls_sender.map(|n| n as f64)));
+        self.syscalls_receiver = med(col(|r| r.roles.syscalls_receiver.map(|n| n as f64)));
         let res = col(|r| r.resident_fraction);
         self.resident_fraction = match self.cache {
             Cache::Cold => res.iter().copied().reduce(f64::max),

@@ -233,10 +233,12 @@ fn transfer_once(
             cpu_sender_ms: Some(cpu_all.saturating_sub(local_rx) as f64 / 1e6),
             cpu_receiver_ms: Some(got.cpu_ns as f64 / 1e6),
             bytes_received: got.bytes,
-            switches_sender,
-            switches_receiver: got.switches,
-            syscalls_sender,
-            syscalls_receiver: got.syscalls,
+            roles: crate::results::RoleCounts {
+                switches_sender,
+                switches_receiver: got.switches,
+                syscalls_sender,
+                syscalls_receiver: got.syscalls,
+            },
         },
         note,
     ))

@@ -325,12 +325,16 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
                 opt(x.cpu_sender_ms),
                 opt(x.cpu_receiver_ms),
                 x.bytes_received.to_string(),
-                sw(x.switches_sender, |c| c.voluntary),
-                sw(x.switches_sender, |c| c.involuntary),
-                sw(x.switches_receiver, |c| c.voluntary),
-                sw(x.switches_receiver, |c| c.involuntary),
-                x.syscalls_sender.map_or(String::new(), |n| n.to_string()),
-                x.syscalls_receiver.map_or(String::new(), |n| n.to_string()),
+                sw(x.roles.switches_sender, |c| c.voluntary),
+                sw(x.roles.switches_sender, |c| c.involuntary),
+                sw(x.roles.switches_receiver, |c| c.voluntary),
+                sw(x.roles.switches_receiver, |c| c.involuntary),
+                x.roles
+                    .syscalls_sender
+                    .map_or(String::new(), |n| n.to_string()),
+                x.roles
+                    .syscalls_receiver
+                    .map_or(String::new(), |n| n.to_string()),
             ])?;
         }
     }
