@@ -365,6 +365,7 @@ impl BufPool {
 
     /// Gives a message's buffers back for reuse, and keeps their emptied list for
     /// [`BufPool::take_fields`].
+    #[inline]
     pub fn put_fields(&mut self, mut fields: Vec<Buf>) {
         for b in fields.drain(..) {
             self.put(b);
@@ -376,6 +377,7 @@ impl BufPool {
 
     /// An empty list for a message's buffers: one [`BufPool::put_fields`] kept, so a steady
     /// loop allocates no list per message.
+    #[inline]
     pub fn take_fields(&mut self) -> Vec<Buf> {
         self.spares.pop().unwrap_or_default()
     }
