@@ -109,8 +109,9 @@ impl MsgZerocopy {
     }
 
     /// Sends by copy (`send` for one buffer, `sendmsg` without `MSG_ZEROCOPY` for several);
-    /// the buffers are free at once.
-    #[inline]
+    /// the buffers are free at once. Inlined into `adaptive`'s copy tier, which should cost
+    /// what `copy` costs.
+    #[inline(always)]
     fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
         if let [one] = f.as_slice() {
             let sent = send_all(self.sock.as_fd(), one.as_slice(), &mut self.stats);
