@@ -197,6 +197,34 @@ impl Bounds {
     }
 }
 
+/// The upper corner over the lower data (points and the tops of their bars in the third of the
+/// x range under it), so that the legend covers as little as it can: left for values that rise
+/// with size (throughput), right for values that fall (calls or switches per MiB).
+fn legend_corner(series: &[Series], x: &std::ops::Range<f64>) -> SeriesLabelPosition {
+    let third = (x.end - x.start) / 3.0;
+    let top = |near: &dyn Fn(f64) -> bool| {
+        series
+            .iter()
+            .flat_map(|s| {
+                let tops =
+                    s.points.iter().enumerate().map(|(i, &(px, py))| {
+                        (px, s.spread.get(i).map_or(py, |&(_, hi)| hi.max(py)))
+                    });
+                tops.collect::<Vec<_>>()
+            })
+            .filter(|&(px, _)| near(px))
+            .map(|(_, y)| y)
+            .fold(f64::MIN, f64::max)
+    };
+    let left = top(&|px| px <= x.start + third);
+    let right = top(&|px| px >= x.end - third);
+    if right < left {
+        SeriesLabelPosition::UpperRight
+    } else {
+        SeriesLabelPosition::UpperLeft
+    }
+}
+
 /// Draws `series` on `root`: the title and axis descriptions of `text`, the mesh, a line with
 /// points per series in its path's colour, and the legend.
 fn draw(
@@ -206,6 +234,7 @@ fn draw(
     [x_label, y_label]: [&dyn Fn(&f64) -> String; 2],
     series: &[Series],
 ) -> anyhow::Result<()> {
+    let corner = legend_corner(series, &b.x);
     let mut c = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
@@ -239,7 +268,7 @@ fn draw(
         )?;
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(corner)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .draw()?;
@@ -249,6 +278,26 @@ fn draw(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_legend_sits_over_the_lower_end_of_the_data() {
+        let line = |pts: Vec<(f64, f64)>| Series {
+            name: "copy".into(),
+            points: pts,
+            spread: Vec::new(),
+        };
+        let rising = [line(vec![(8.0, 1.0), (20.0, 40.0)])];
+        let falling = [line(vec![(8.0, 4000.0), (20.0, 1.0)])];
+        let x = 8.0..20.0;
+        assert!(matches!(
+            legend_corner(&rising, &x),
+            SeriesLabelPosition::UpperLeft
+        ));
+        assert!(matches!(
+            legend_corner(&falling, &x),
+            SeriesLabelPosition::UpperRight
+        ));
+    }
 
     #[test]
     fn every_path_has_a_colour_of_its_own() {
