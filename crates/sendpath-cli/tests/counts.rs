@@ -216,3 +216,30 @@ fn a_burst_that_never_sends_or_a_shared_pool_where_none_is_is_refused() {
         &["--alloc", "pool, fresh or shared"],
     );
 }
+
+#[test]
+fn uring_splice_enters_the_kernel_once_per_pair() {
+    let Some(v) = run_json(&[
+        "stream",
+        "-s",
+        "uring-splice",
+        "-l",
+        "4K",
+        "-t",
+        "0.3s",
+        "-n",
+        "1",
+        "--metrics",
+        "syscalls",
+        "--recv",
+        "discard",
+    ]) else {
+        return;
+    };
+    // One io_uring_enter submits the linked pair and waits for both halves: 256 per MiB of
+    // 4 KiB messages (a wait per completion made three).
+    let per_mib = row(&v, "uring-splice")["per_mib"]["syscalls_sender"]
+        .as_f64()
+        .unwrap();
+    assert!((250.0..300.0).contains(&per_mib), "{per_mib}");
+}

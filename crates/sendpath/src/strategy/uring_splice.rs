@@ -47,10 +47,11 @@ impl UringSplice {
         })
     }
 
-    /// Waits for the completions of the pair in flight; `Ok(true)` when the job is done.
+    /// Waits for the completions of the pair in flight (both, in the first wait); `Ok(true)`
+    /// when the job is done.
     fn settle(&mut self, job: &mut SpliceJob) -> Result<bool> {
+        self.driver.submit_and_wait_for(2)?;
         loop {
-            self.driver.run(true)?;
             // Room on the connection is not news here (nothing is queued on it), but left
             // unread it would keep the next pass from waiting.
             self.driver.take_writable(&mut self.writable);
@@ -71,6 +72,7 @@ impl UringSplice {
                     }
                 }
             }
+            self.driver.run(true)?;
         }
     }
 }
