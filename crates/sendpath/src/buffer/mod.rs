@@ -61,26 +61,26 @@ impl Default for Buf {
 }
 
 impl Buf {
-    /// A zeroed heap buffer of `len` bytes. Large ones may be backed by the kernel's shared zero
-    /// page until written: fill it before sending, or use [`Buf::filled`].
-    pub fn zeroed(len: usize) -> Buf {
+    /// A buffer of `data`, unregistered, reused when it comes back to a pool.
+    fn of(data: Storage) -> Buf {
         Buf {
-            data: Storage::Heap(vec![0; len]),
+            data,
             fixed: None,
             fresh: false,
             home: None,
         }
     }
 
+    /// A zeroed heap buffer of `len` bytes. Large ones may be backed by the kernel's shared zero
+    /// page until written: fill it before sending, or use [`Buf::filled`].
+    pub fn zeroed(len: usize) -> Buf {
+        Buf::of(Storage::Heap(vec![0; len]))
+    }
+
     /// A heap buffer of `len` bytes, every one written with `byte` (so its pages are the
     /// process's own, never the shared zero page).
     pub fn filled(len: usize, byte: u8) -> Buf {
-        Buf {
-            data: Storage::Heap(vec![byte; len]),
-            fixed: None,
-            fresh: false,
-            home: None,
-        }
+        Buf::of(Storage::Heap(vec![byte; len]))
     }
 
     /// A heap buffer of `len` bytes that starts on a page boundary, every byte written with
@@ -93,12 +93,7 @@ impl Buf {
         let mut v: Vec<u8> = Vec::with_capacity(len + PAGE - 1);
         let off = v.as_ptr().align_offset(PAGE).min(PAGE - 1);
         v.resize(off + len, byte);
-        Buf {
-            data: Storage::Aligned { v, off },
-            fixed: None,
-            fresh: false,
-            home: None,
-        }
+        Buf::of(Storage::Aligned { v, off })
     }
 
     /// A newly allocated heap buffer of `len` bytes, every one written with `byte`, that a
@@ -116,24 +111,14 @@ impl Buf {
     pub fn pages(len: usize) -> std::io::Result<Buf> {
         let mut p = PageBuf::new(len)?;
         p.as_mut_slice().fill(FILL);
-        Ok(Buf {
-            data: Storage::Pages(p),
-            fixed: None,
-            fresh: false,
-            home: None,
-        })
+        Ok(Buf::of(Storage::Pages(p)))
     }
 
     /// A buffer whose bytes never change once made, so one copy can be in many sends at once
     /// (a response body sent on every connection): see [`Buf::share`]. Writing to it
     /// ([`Buf::as_mut_slice`], [`Buf::resize`]) first makes a private copy.
     pub fn shared(bytes: Vec<u8>) -> Buf {
-        Buf {
-            data: Storage::Shared(bytes.into()),
-            fixed: None,
-            fresh: false,
-            home: None,
-        }
+        Buf::of(Storage::Shared(bytes.into()))
     }
 
     /// Another handle on the same bytes, for a buffer made by [`Buf::shared`] (with its
@@ -141,10 +126,8 @@ impl Buf {
     pub fn share(&self) -> Option<Buf> {
         match &self.data {
             Storage::Shared(a) => Some(Buf {
-                data: Storage::Shared(a.clone()),
                 fixed: self.fixed,
-                fresh: false,
-                home: None,
+                ..Buf::of(Storage::Shared(a.clone()))
             }),
             _ => None,
         }
@@ -155,10 +138,8 @@ impl Buf {
         match self.data {
             Storage::Pages(p) => Ok(p),
             heap => Err(Buf {
-                data: heap,
                 fixed: self.fixed,
-                fresh: false,
-                home: None,
+                ..Buf::of(heap)
             }),
         }
     }
@@ -249,12 +230,20 @@ impl Buf {
 
 impl From<Vec<u8>> for Buf {
     fn from(data: Vec<u8>) -> Buf {
-        Buf {
-            data: Storage::Heap(data),
-            fixed: None,
-            fresh: false,
-            home: None,
+        Buf::of(Storage::Heap(data))
+    }
+}
+
+/// `reused` resized to `len` bytes, or a new buffer of `len` bytes when there is none:
+/// page-aligned from a page up ([`Buf::page_aligned`]), every byte written with [`FILL`].
+fn reuse_or_new(reused: Option<Buf>, len: usize) -> Buf {
+    match reused {
+        Some(mut b) => {
+            b.resize(len);
+            b
         }
+        None if len >= PAGE => Buf::page_aligned(len, FILL),
+        None => Buf::filled(len, FILL),
     }
 }
 
@@ -282,14 +271,7 @@ impl SharedPool {
     /// (page-aligned from a page up, every byte written). It comes back here when released.
     pub fn take(&self, len: usize) -> Buf {
         let reused = self.free().pop();
-        let mut b = match reused {
-            Some(mut b) => {
-                b.resize(len);
-                b
-            }
-            None if len >= PAGE => Buf::page_aligned(len, FILL),
-            None => Buf::filled(len, FILL),
-        };
+        let mut b = reuse_or_new(reused, len);
         b.home = Some(self.clone());
         b
     }
@@ -330,19 +312,9 @@ impl BufPool {
     /// from a page up ([`Buf::page_aligned`]). Every byte of it has been written (by an earlier
     /// message, or with [`FILL`]).
     pub fn take(&mut self, len: usize) -> Buf {
-        match self.free.pop() {
-            Some(mut b) => {
-                b.resize(len);
-                b
-            }
-            None => {
-                self.allocated += 1;
-                match len >= PAGE {
-                    true => Buf::page_aligned(len, FILL),
-                    false => Buf::filled(len, FILL),
-                }
-            }
-        }
+        let reused = self.free.pop();
+        self.allocated += u64::from(reused.is_none());
+        reuse_or_new(reused, len)
     }
 
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
