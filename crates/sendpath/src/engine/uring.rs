@@ -491,21 +491,6 @@ impl UringDriver {
             .map_err(Error::sys("io_uring SPLICE"))
     }
 
-    /// Submits what is queued and waits in the same `io_uring_enter` until `n` more completions
-    /// have come, then routes them: for a caller that knows how many its requests make (a
-    /// linked `SPLICE` pair: two), one syscall and one sleep instead of a [`UringDriver::run`]
-    /// per completion.
-    pub fn submit_and_wait_for(&mut self, n: usize) -> Result<()> {
-        self.reap();
-        self.dispatch();
-        self.ring
-            .submit_and_wait(n)
-            .map_err(Error::sys("io_uring_enter"))?;
-        self.reap();
-        self.dispatch();
-        Ok(())
-    }
-
     /// Moves the events since the last call into `out`.
     pub fn take_events(&mut self, out: &mut Vec<Event>) {
         out.append(&mut self.events);
@@ -969,11 +954,45 @@ impl UringDriver {
         self.reap();
         self.dispatch();
         let n = self.start_chains();
+        self.enter_and_route(n)
+    }
+
+    /// Submits what is queued and waits in the same `io_uring_enter` until `n` more completions
+    /// have come, then routes them: for a caller that knows how many its requests make (a
+    /// linked `SPLICE` pair: two), one syscall and one sleep instead of a [`UringDriver::run`]
+    /// per completion.
+    pub fn submit_and_wait_for(&mut self, n: usize) -> Result<()> {
+        self.reap();
+        self.dispatch();
+        self.enter_and_route(n)
+    }
+
+    /// One `io_uring_enter` that submits and waits for `n` completions, then routes them.
+    fn enter_and_route(&mut self, n: usize) -> Result<()> {
         self.ring
             .submit_and_wait(n)
             .map_err(Error::sys("io_uring_enter"))?;
         self.reap();
         self.dispatch();
+        Ok(())
+    }
+
+    /// Queues a message's buffers on `id` in order, the last one ending the message, waiting
+    /// for room whenever the connection's queue is full; `fields` comes back empty, for the
+    /// next message.
+    pub fn push_message(&mut self, id: ConnId, fields: &mut Vec<Buf>) -> Result<()> {
+        let n = fields.len();
+        for (i, mut b) in fields.drain(..).enumerate() {
+            loop {
+                match self.push(id, b, i + 1 == n) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        b = back;
+                        self.wait_room(id)?;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 

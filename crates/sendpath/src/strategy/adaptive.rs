@@ -199,18 +199,7 @@ impl AdaptivePath {
             r.zc.store(zerocopy, Ordering::Relaxed);
         }
         let mut f = fields("adaptive", msg)?;
-        let n = f.len();
-        for (i, mut b) in f.drain(..).enumerate() {
-            loop {
-                match r.driver.push(r.id, b, i + 1 == n) {
-                    Ok(()) => break,
-                    Err(back) => {
-                        b = back;
-                        r.driver.wait_room(r.id)?;
-                    }
-                }
-            }
-        }
+        r.driver.push_message(r.id, &mut f)?;
         // As `uring` does: a full batch goes in now, without waiting for the queue to fill.
         r.driver.submit_ready()?;
         let queued = r.driver.conn_error(r.id);

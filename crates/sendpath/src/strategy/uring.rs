@@ -66,19 +66,7 @@ impl SendPath for UringPath {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let mut f = fields(self.name, msg)?;
-        let n = f.len();
-        for (i, b) in f.drain(..).enumerate() {
-            let mut b = b;
-            loop {
-                match self.driver.push(self.id, b, i + 1 == n) {
-                    Ok(()) => break,
-                    Err(back) => {
-                        b = back;
-                        self.driver.wait_room(self.id)?;
-                    }
-                }
-            }
-        }
+        self.driver.push_message(self.id, &mut f)?;
         self.spare = f;
         // A full batch goes in now, without waiting; a partial one waits for more or a flush.
         self.driver.submit_ready()?;
