@@ -184,6 +184,20 @@ pub struct Repeat {
     pub datagrams: Option<Datagrams>,
 }
 
+impl Repeat {
+    /// `n` per MiB (2^20 bytes) of the window's payload; `None` without `n` or payload.
+    pub(crate) fn per_mib(&self, n: Option<u64>) -> Option<f64> {
+        (self.bytes > 0).then(|| n.map(|n| n as f64 * (1u64 << 20) as f64 / self.bytes as f64))?
+    }
+
+    /// Records the window's latencies: their percentiles (none when it has none) and the
+    /// histogram's buckets, which rows merge over repeats.
+    pub(crate) fn set_latency(&mut self, h: &hdrhistogram::Histogram<u64>) {
+        self.latency_us = (!h.is_empty()).then(|| LatencyUs::of(h));
+        self.latency_hist_ns = hist_pairs(h);
+    }
+}
+
 /// Context switches and system calls of a measurement's threads by role, over a window or one
 /// transfer; each null where it was not read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -812,16 +826,9 @@ pub struct PerMib {
 }
 
 impl PerMib {
-    /// The medians over `repeats`; `None` when no repeat measured any.
-    fn of(repeats: &[Repeat]) -> Option<PerMib> {
-        let med = |f: &dyn Fn(&Repeat) -> Option<u64>| {
-            let v: Vec<f64> = repeats
-                .iter()
-                .filter(|r| r.bytes > 0)
-                .filter_map(|r| f(r).map(|n| n as f64 * (1u64 << 20) as f64 / r.bytes as f64))
-                .collect();
-            (!v.is_empty()).then(|| Spread::of(&v).median)
-        };
+    /// The medians over `row`'s repeats; `None` when no repeat measured any.
+    fn of(row: &Row) -> Option<PerMib> {
+        let med = |f: &dyn Fn(&Repeat) -> Option<u64>| row.median_of(|r| r.per_mib(f(r)));
         let p = PerMib {
             switches_sender: med(&|r| r.roles.switches_sender.map(ContextSwitches::total)),
             switches_receiver: med(&|r| r.roles.switches_receiver.map(ContextSwitches::total)),
@@ -963,7 +970,7 @@ impl Row {
         self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
         self.summarise_latency();
         self.summarise_counts();
-        self.per_mib = PerMib::of(&self.repeats);
+        self.per_mib = PerMib::of(self);
         self.data_copies = self
             .strategy
             .data_copies()

@@ -153,12 +153,8 @@ fn count_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> 
     type PerRepeat = fn(&crate::results::Repeat) -> Option<u64>;
     let per_mib = |f: PerRepeat| {
         move |x: &Row| {
-            let v = |rep: &crate::results::Repeat| {
-                (rep.bytes > 0).then(|| f(rep).map(|n| n as f64 * 1048576.0 / rep.bytes as f64))?
-            };
-            let vals: Vec<f64> = x.repeats.iter().filter_map(v).collect();
-            let median = crate::results::Spread::of(&vals).median;
-            (!vals.is_empty()).then(|| (median, range_over_repeats(x, v)))
+            let v = |rep: &crate::results::Repeat| rep.per_mib(f(rep));
+            x.median_of(v).map(|m| (m, range_over_repeats(x, v)))
         }
     };
     let charts: [(&str, PerRepeat); 4] = [

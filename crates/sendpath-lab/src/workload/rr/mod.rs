@@ -8,7 +8,7 @@ mod agent;
 use super::{join_senders, send_message, MsgShape, RecvMode};
 use crate::cancel::Cancel;
 use crate::measure::{Edges, Meter, Roles, Snapshot};
-use crate::results::{hist_pairs, Integrity, LatencyUs};
+use crate::results::Integrity;
 use crate::traffic::mix::{Alloc, SizeMix};
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
@@ -238,8 +238,7 @@ pub(crate) fn run_once(
     }
     let bytes = transactions * (pt.request + pt.response) as u64;
     let mut repeat = w.repeat(bytes, transactions, pt.concurrency, cpu_mhz);
-    repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
-    repeat.latency_hist_ns = hist_pairs(&hist);
+    repeat.set_latency(&hist);
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;
     Ok(Some(Outcome { repeat, note }))

@@ -568,9 +568,8 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.integrity = ended.integrity;
     repeat.cut_short = ended.cut_short;
-    if let Some(h) = ended.latency.filter(|h| !h.is_empty()) {
-        repeat.latency_us = Some(crate::results::LatencyUs::of(&h));
-        repeat.latency_hist_ns = crate::results::hist_pairs(&h);
+    if let Some(h) = &ended.latency {
+        repeat.set_latency(h);
     }
     Outcome {
         repeat,
