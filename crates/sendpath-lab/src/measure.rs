@@ -1,6 +1,6 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat};
+use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat, RoleCounts};
 use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
@@ -108,35 +108,51 @@ fn calls_now(counters: &[PerfCounter]) -> Option<u64> {
 
 /// Context switches and system calls of one role's threads at one instant.
 #[derive(Debug, Clone, Copy, Default)]
-struct RoleCounts {
+struct RoleReading {
     switches: Option<ContextSwitches>,
     calls: Option<u64>,
 }
 
-impl RoleCounts {
-    fn read(tids: &[i32], calls: Option<&[PerfCounter]>) -> RoleCounts {
+impl RoleReading {
+    fn read(tids: &[i32], calls: Option<&[PerfCounter]>) -> RoleReading {
         let switches: Option<Vec<ContextSwitches>> = tids
             .iter()
             .map(|&t| context_switches_in(&format!("/proc/self/task/{t}/status")))
             .collect();
-        RoleCounts {
-            switches: switches.map(|v| {
-                v.into_iter()
-                    .fold(ContextSwitches::default(), |a, b| ContextSwitches {
-                        voluntary: a.voluntary + b.voluntary,
-                        involuntary: a.involuntary + b.involuntary,
-                    })
-            }),
+        RoleReading {
+            switches: switches.map(|v| v.into_iter().sum()),
             calls: calls.and_then(calls_now),
         }
     }
 
     /// What changed from `self` to `end`: switches, and calls less the counters' own reads
     /// (none: they are read from another thread).
-    fn since(self, end: RoleCounts) -> RoleCounts {
-        RoleCounts {
+    fn since(self, end: RoleReading) -> RoleReading {
+        RoleReading {
             switches: self.switches.zip(end.switches).map(|(a, b)| b.since(a)),
             calls: self.calls.zip(end.calls).map(|(a, b)| b.saturating_sub(a)),
+        }
+    }
+}
+
+/// Both roles' readings at one instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct RolesReading {
+    sender: RoleReading,
+    /// `None` when the receiver is another program.
+    receiver: Option<RoleReading>,
+}
+
+impl RolesReading {
+    /// What the roles' threads did from `self` to `end`.
+    fn window(self, end: RolesReading) -> RoleCounts {
+        let s = self.sender.since(end.sender);
+        let r = self.receiver.zip(end.receiver).map(|(a, b)| a.since(b));
+        RoleCounts {
+            switches_sender: s.switches,
+            switches_receiver: r.and_then(|r| r.switches),
+            syscalls_sender: s.calls,
+            syscalls_receiver: r.and_then(|r| r.calls),
         }
     }
 }
@@ -167,16 +183,17 @@ impl Roles {
 
     /// Each role's context switches, and system calls when `count` (its counters opened on
     /// first use).
-    fn counts(&self, count: bool) -> (RoleCounts, Option<RoleCounts>) {
+    fn counts(&self, count: bool) -> RolesReading {
         let calls = count
             .then(|| self.calls.get_or_init(|| RoleCalls::open(self)).as_ref())
             .flatten();
-        let s = RoleCounts::read(&self.senders, calls.map(|c| c.senders.as_slice()));
-        let r = self.receivers.as_ref().map(|r| {
-            let c = calls.and_then(|c| c.receivers.as_deref());
-            RoleCounts::read(r, c)
-        });
-        (s, r)
+        RolesReading {
+            sender: RoleReading::read(&self.senders, calls.map(|c| c.senders.as_slice())),
+            receiver: self
+                .receivers
+                .as_ref()
+                .map(|r| RoleReading::read(r, calls.and_then(|c| c.receivers.as_deref()))),
+        }
     }
 }
 
@@ -191,7 +208,7 @@ pub(crate) struct Snapshot {
     cpu: Option<CpuReading>,
     hw: Option<[u64; 3]>,
     /// Context switches and system calls, sender and receiver threads.
-    roles: (RoleCounts, Option<RoleCounts>),
+    roles: RolesReading,
     /// The process's allocations so far (when the program counts them).
     heap: Option<sendpath::heap::HeapCounts>,
 }
@@ -232,7 +249,7 @@ impl Snapshot {
                 at: Instant::now(),
                 cpu: None,
                 hw: None,
-                roles: (RoleCounts::default(), None),
+                roles: RolesReading::default(),
                 heap: sendpath::heap::heap_counts(),
             };
         }
@@ -291,8 +308,6 @@ impl Snapshot {
             ]),
             _ => None,
         };
-        let sender = self.roles.0.since(end.roles.0);
-        let receiver = self.roles.1.zip(end.roles.1).map(|(a, b)| a.since(b));
         let heap = self.heap.zip(end.heap).map(|(a, b)| HeapWindow {
             allocations: b.allocations.saturating_sub(a.allocations),
             allocated_bytes: b.allocated_bytes.saturating_sub(a.allocated_bytes),
@@ -300,12 +315,7 @@ impl Snapshot {
         });
         Repeat {
             heap,
-            roles: crate::results::RoleCounts {
-                switches_sender: sender.switches,
-                switches_receiver: receiver.and_then(|r| r.switches),
-                syscalls_sender: sender.calls,
-                syscalls_receiver: receiver.and_then(|r| r.calls),
-            },
+            roles: self.roles.window(end.roles),
             throughput_gbps: bytes as f64 * 8.0 / elapsed / 1e9,
             messages_per_s: messages as f64 / elapsed,
             bytes,

@@ -239,6 +239,16 @@ pub struct ContextSwitches {
     pub involuntary: u64,
 }
 
+impl std::iter::Sum for ContextSwitches {
+    /// The switches of several threads together.
+    fn sum<I: Iterator<Item = ContextSwitches>>(it: I) -> ContextSwitches {
+        it.fold(ContextSwitches::default(), |a, b| ContextSwitches {
+            voluntary: a.voluntary + b.voluntary,
+            involuntary: a.involuntary + b.involuntary,
+        })
+    }
+}
+
 impl ContextSwitches {
     /// Voluntary and involuntary together.
     pub fn total(self) -> u64 {
