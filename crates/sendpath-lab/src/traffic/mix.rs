@@ -228,7 +228,7 @@ pub enum Alloc {
 }
 
 impl Alloc {
-    /// Both, in the order `--help` lists them.
+    /// Every mode, in the order `--help` lists them.
     pub const ALL: [Alloc; 3] = [Alloc::Pool, Alloc::Fresh, Alloc::Shared];
 
     /// The stable name.

@@ -283,8 +283,8 @@ pub(crate) struct MsgShape {
     pub(crate) fill: bool,
     /// Length of the source file (file paths).
     pub(crate) file_len: u64,
-    /// Pooled or freshly allocated buffers.
-    pub(crate) alloc: crate::traffic::mix::Alloc,
+    /// Pooled, freshly allocated, or shared by the run's threads.
+    pub(crate) alloc: Alloc,
     /// Write the send time into each memory message's first bytes (`--msg-latency`).
     pub(crate) stamp: bool,
 }
@@ -326,7 +326,7 @@ pub(crate) fn send_message(
                     (Alloc::Pool, _) => p.take_buf(len),
                     (Alloc::Fresh, _) => sendpath::Buf::fresh(len, sendpath::buffer::FILL),
                     (Alloc::Shared, Some(s)) => s.take(len),
-                    (Alloc::Shared, None) => bail!("--alloc shared: this workload has no pool shared by its threads (stream has)"),
+                    (Alloc::Shared, None) => bail!("shared buffers: this workload has no pool shared by its threads (stream has)"),
                 };
                 if fill {
                     pattern::fill(b.as_mut_slice(), o);

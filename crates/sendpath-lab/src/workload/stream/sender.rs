@@ -190,7 +190,7 @@ impl Sender {
         if txs.len() > 1 {
             if self.sizes.is_some() || self.shape.alloc != Alloc::Pool || self.burst.is_some() {
                 return Err(invalid(
-                    Setting::SizeMix,
+                    Setting::Connections,
                     "a size mix, fresh or shared buffers and bursts run one connection per sender thread, not several on one ring",
                 ));
             }
