@@ -90,7 +90,7 @@ impl<B> HeldMessages<B> {
     pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> HeldRelease<B> {
         let r = self.tracker.on_notification(n, now_ns);
         let mut out = HeldRelease {
-            freed: Vec::new(),
+            freed: Vec::with_capacity(r.tokens.len()),
             completions: r.tokens.len() as u64,
             copied: r.copied,
             unexpected: r.unexpected,

@@ -107,17 +107,20 @@ impl<T> ZcTracker<T> {
 
     /// Applies one notification range, releasing the sends it covers.
     pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> Released<T> {
-        let mut out = Released {
-            tokens: Vec::new(),
-            latencies_ns: Vec::new(),
-            copied: 0,
-            unexpected: 0,
-        };
         // Ids are 32-bit and wrap: place the range relative to the oldest outstanding id, as a
         // signed offset so that ids just before the window (already completed) are recognised.
         let count = n.hi.wrapping_sub(n.lo) as i64 + 1;
         let first = n.lo.wrapping_sub(self.base as u32) as i32 as i64;
         let len = self.pending.len() as i64;
+        // One allocation per list per notification, not one per doubling (a merged range
+        // completes hundreds of sends).
+        let room = count.min(len) as usize;
+        let mut out = Released {
+            tokens: Vec::with_capacity(room),
+            latencies_ns: Vec::with_capacity(room),
+            copied: 0,
+            unexpected: 0,
+        };
         for k in 0..count {
             let idx = first + k;
             if idx >= len {
