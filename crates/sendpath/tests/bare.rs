@@ -1,6 +1,7 @@
 //! `examples/bare`, the speed-of-light twin `scripts/overhead-vs-bare` compares sendpath with:
-//! every path it has runs on loopback TCP and its receiver reads every byte it sent, every
-//! io_uring order runs, and bad input is refused with exit status 2.
+//! every path it has runs on loopback TCP (plain and through the library, `--lib`) and its
+//! receiver reads every byte it sent, every io_uring order runs, and bad input is refused with
+//! exit status 2.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -98,20 +99,24 @@ fn every_path_sends_and_its_receiver_reads_every_byte() {
         "splice",
         "uring-splice",
     ];
+    // Plain, and through the library's path in bare's loop (`--lib`): bare checks in both
+    // that its receiver read every byte sent.
     for p in paths {
-        let Some(rate) = sends(&[
-            p,
-            "16K",
-            "--seconds",
-            "0.2",
-            "--warmup",
-            "0.05",
-            "--file-size",
-            "1M",
-        ]) else {
-            return;
-        };
-        assert!(rate > 0.0, "{p} sent nothing");
+        for lib in [None, Some("--lib")] {
+            let mut args = vec![
+                p,
+                "16K",
+                "--seconds",
+                "0.2",
+                "--warmup",
+                "0.05",
+                "--file-size",
+                "1M",
+            ];
+            args.extend(lib);
+            let Some(rate) = sends(&args) else { return };
+            assert!(rate > 0.0, "{p} {lib:?} sent nothing");
+        }
     }
 }
 
@@ -172,6 +177,10 @@ fn bad_input_is_refused_with_status_2() {
         ),
         (&["sendfile", "4K", "--proto", "udp"][..], "memory paths"),
         (&["copy", "64K", "--cpu", "x"][..], "--cpu"),
+        (
+            &["uring", "64K", "--lib", "--order", "none"][..],
+            "--lib sends as the library does",
+        ),
     ] {
         let Some(out) = run(args) else { return };
         let err = String::from_utf8_lossy(&out.stderr);

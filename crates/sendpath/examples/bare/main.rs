@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
 //!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
-//!     [--fixed] [--fixed-file] [--pool] [--reap-every 32] [--recv-size N] [--file-size N]
+//!     [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
 //!     [--pipe-size N] [--gso SEG] [--mtu 65535]
 //! ```
 //!
@@ -31,9 +31,15 @@
 //! warm `--file-size` file (64 MiB) round and round: `read-send` (`pread`, `send`),
 //! `mmap-send` (`send` from a mapping), `sendfile`, `splice` (file, pipe, socket) and
 //! `uring-splice` (the two splices as a linked pair on a ring).
+//!
+//! `--lib` sends through the library instead (`sendpath::open` with its default options at
+//! `--depth`; see `lib_loop.rs`), on the same connection to the same receiver: bare against
+//! `bare --lib` is what the library adds, `bare --lib` against `sendpath stream` what the
+//! stream harness adds.
 
 use std::time::{Duration, Instant};
 
+mod lib_loop;
 mod pool;
 mod route;
 use route::Route;
@@ -54,7 +60,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -77,6 +83,7 @@ pub(crate) struct Args {
     pub(crate) fixed: bool,
     pub(crate) fixed_file: bool,
     pub(crate) pool: bool,
+    pub(crate) lib: bool,
     pub(crate) reap_every: usize,
     pub(crate) mtu: u32,
     pub(crate) cpu: Option<(usize, Option<usize>)>,
@@ -149,6 +156,7 @@ fn parse() -> Result<Args, String> {
         fixed: false,
         fixed_file: false,
         pool: false,
+        lib: false,
         reap_every: 32,
         mtu: 65_535,
         cpu: None,
@@ -173,6 +181,7 @@ fn parse() -> Result<Args, String> {
             "--fixed" => a.fixed = true,
             "--fixed-file" => a.fixed_file = true,
             "--pool" => a.pool = true,
+            "--lib" => a.lib = true,
             "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
             "--file-size" => a.file_size = size(it.next(), "--file-size")?,
@@ -193,6 +202,9 @@ fn check(a: Args) -> Result<Args, String> {
     }
     if a.udp && (a.gso.is_none() && a.size > 65_507 || route::is_file_path(&a.path)) {
         return Err(format!("--proto udp runs the memory paths: {USAGE}"));
+    }
+    if a.lib && (a.udp || a.order.is_some() || a.fixed_file) {
+        return Err(format!("--lib sends as the library does (TCP, linked chains, no registered socket): drop --proto udp, --order and --fixed-file: {USAGE}"));
     }
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
         return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));
@@ -256,12 +268,13 @@ fn main() {
         Ok(_) => {}
     }
     println!(
-        "bare {} {} B{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
+        "bare {} {} B{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
         a.path,
         a.size,
         a.gso.map_or(String::new(), |g| format!(" gso {g}")),
         if a.fixed { " fixed" } else { "" },
         if a.pool { " pool" } else { "" },
+        if a.lib { " lib" } else { "" },
         a.order
             .map_or(String::new(), |o| format!(" order {o:?}").to_lowercase()),
         t.bytes as f64 * 8.0 / secs / 1e9,

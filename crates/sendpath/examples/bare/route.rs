@@ -1,6 +1,7 @@
 //! Where bare sends: a TCP connection over loopback to a receiver thread of its own, or a UDP
 //! socket in a namespace whose veth peer is down; and which system calls each path makes.
 
+use super::lib_loop::LibPath;
 use super::pool::Pool;
 use super::{sys, Args, Tally};
 use std::fs::File;
@@ -26,6 +27,8 @@ pub(crate) fn is_file_path(path: &str) -> bool {
 pub(crate) struct Route {
     link: Link,
     zc_next: u32,
+    /// With `--lib`, the library's path that sends instead of bare's system calls.
+    lib: Option<LibPath>,
 }
 
 enum Link {
@@ -46,7 +49,11 @@ impl Route {
             let ns = Blackhole::create(a.mtu)?;
             let sock = ns.socket(a.gso)?;
             let link = Link::Udp { sock, _ns: ns };
-            return Ok(Route { link, zc_next: 0 });
+            return Ok(Route {
+                link,
+                zc_next: 0,
+                lib: None,
+            });
         }
         let file = match is_file_path(&a.path) {
             true => Some(source_file(a.file_size).map_err(|e| format!("the source file: {e}"))?),
@@ -65,8 +72,16 @@ impl Route {
             }
             sys::discard(rx.as_raw_fd(), read)
         });
+        let lib = match a.lib {
+            true => Some(LibPath::open(a, &tx, file.as_ref())?),
+            false => None,
+        };
         let link = Link::Tcp { tx, receiver, file };
-        Ok(Route { link, zc_next: 0 })
+        Ok(Route {
+            link,
+            zc_next: 0,
+            lib,
+        })
     }
 
     fn fd(&self) -> RawFd {
@@ -78,6 +93,9 @@ impl Route {
 
     /// Sends by `a.path` until `until`.
     pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
+        if let Some(lib) = self.lib.as_mut() {
+            return lib.send(a, until);
+        }
         let fd = self.fd();
         if let Link::Tcp { file: Some(f), .. } = &self.link {
             return sys::file::send(fd, f.as_fd(), a, until);
@@ -103,6 +121,7 @@ impl Route {
 
     /// Half-closes a TCP connection and waits for its receiver to read to the end.
     pub(crate) fn close(self) -> io::Result<u64> {
+        drop(self.lib);
         match self.link {
             Link::Tcp { tx, receiver, .. } => {
                 tx.shutdown(Shutdown::Write)?;

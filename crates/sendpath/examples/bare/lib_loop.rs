@@ -1,0 +1,88 @@
+//! `--lib`: the same sends made through the library's own path (`sendpath::open`), on bare's
+//! connection, to bare's receiver, in bare's loop. Against plain bare it measures what the
+//! library adds; against `sendpath stream` what the stream harness (its threads, counters and
+//! windows) adds.
+
+use super::{Args, Tally};
+use sendpath::{Msg, Options, SendPath, Source, Strategy};
+use std::fs::File;
+use std::io;
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A library path open on bare's connection, and where in the file it is.
+pub(crate) struct LibPath {
+    path: Box<dyn SendPath>,
+    /// The file's length for the file paths; 0 for the memory paths.
+    file_len: u64,
+    offset: u64,
+}
+
+impl LibPath {
+    /// Opens `a.path` on a duplicate of `tx`, with the library's default options at bare's
+    /// depth (and `file`, for the file paths).
+    pub(crate) fn open(a: &Args, tx: &TcpStream, file: Option<&File>) -> Result<LibPath, String> {
+        let strategy = Strategy::parse(&a.path).map_err(|e| e.to_string())?;
+        let mut opts = Options {
+            uring_depth: a.depth,
+            uring_fixed_buffers: a.fixed,
+            zc_reap_every: a.reap_every,
+            ..Options::default()
+        };
+        let file_len = match file.filter(|_| strategy.source() == Source::File) {
+            Some(f) => {
+                let len = f.metadata().map_err(|e| e.to_string())?.len();
+                opts.file = Some(Arc::new(f.try_clone().map_err(|e| e.to_string())?));
+                len
+            }
+            None => 0,
+        };
+        let sock = std::os::fd::OwnedFd::from(tx.try_clone().map_err(|e| e.to_string())?);
+        let path = sendpath::open(strategy, sock, &opts).map_err(|e| e.to_string())?;
+        Ok(LibPath {
+            path,
+            file_len,
+            offset: 0,
+        })
+    }
+
+    /// Sends `a.size`-byte messages until `until`, then waits for the last completions.
+    pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
+        let p = self.path.as_mut();
+        let before = (p.stats().zc_completions, p.stats().zc_copied);
+        let mut t = Tally::default();
+        while Instant::now() < until {
+            if self.file_len > 0 {
+                self.offset = send_file(p, a.size, self.offset, self.file_len)?;
+            } else {
+                let mut f = p.take_fields();
+                f.push(p.take_buf(a.size));
+                p.send(Msg::Fields(f)).map_err(io::Error::other)?;
+            }
+            t.sends += 1;
+            t.bytes += a.size as u64;
+        }
+        p.finish(Duration::from_secs(2)).map_err(io::Error::other)?;
+        t.completions = p.stats().zc_completions - before.0;
+        t.copied = p.stats().zc_copied - before.1;
+        Ok(t)
+    }
+}
+
+/// One message of `size` bytes from the file at `offset`, round and round; the next offset.
+fn send_file(p: &mut dyn SendPath, size: usize, offset: u64, len: u64) -> io::Result<u64> {
+    let mut at = offset % len;
+    let mut left = size as u64;
+    while left > 0 {
+        let n = left.min(len - at);
+        p.send(Msg::File {
+            offset: at,
+            len: n as usize,
+        })
+        .map_err(io::Error::other)?;
+        left -= n;
+        at = (at + n) % len;
+    }
+    Ok(at)
+}
