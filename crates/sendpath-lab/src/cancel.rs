@@ -3,12 +3,19 @@
 //! writes the windows already measured.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A cancellation token; clones share one flag.
+/// A cancellation token; clones share one flag, and one bell that wakes whoever waits on it.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel(Arc<Token>);
+
+#[derive(Debug, Default)]
+struct Token {
+    cancelled: AtomicBool,
+    gate: Mutex<()>,
+    bell: Condvar,
+}
 
 impl Cancel {
     /// A token not cancelled yet.
@@ -16,27 +23,46 @@ impl Cancel {
         Cancel::default()
     }
 
-    /// Cancels; returns whether it was already cancelled (a second Ctrl-C).
+    /// Cancels and wakes every waiter; returns whether it was already cancelled (a second
+    /// Ctrl-C).
     pub fn cancel(&self) -> bool {
-        self.0.swap(true, Ordering::Relaxed)
+        let was = self.0.cancelled.swap(true, Ordering::Relaxed);
+        self.ring();
+        was
     }
 
     /// Whether the run was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.cancelled.load(Ordering::Relaxed)
     }
 
-    /// Sleeps up to `d`, waking early when cancelled or when `done()` holds. Returns false if
-    /// cancelled.
+    /// Wakes every [`Cancel::sleep_unless`] to check its condition again: call it after
+    /// changing what a waiter's `done` reads.
+    pub(crate) fn ring(&self) {
+        let _g = self.0.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        self.0.bell.notify_all();
+    }
+
+    /// Sleeps up to `d`, waking early when cancelled or when `done()` holds (checked when
+    /// [`Cancel::ring`] rings). Returns false if cancelled. It sleeps in one wait, not in
+    /// steps: a thread waking every few milliseconds on a measured CPU (the receiver's) cost
+    /// 10-12% of a 64 KiB zero-copy stream on the project's machine.
     pub(crate) fn sleep_unless(&self, d: Duration, done: impl Fn() -> bool) -> bool {
         let end = Instant::now() + d;
-        while Instant::now() < end && !done() {
+        let mut g = self.0.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
             if self.is_cancelled() {
                 return false;
             }
-            std::thread::sleep((end - Instant::now()).min(Duration::from_millis(5)));
+            let now = Instant::now();
+            if now >= end || done() {
+                return true;
+            }
+            g = match self.0.bell.wait_timeout(g, end - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
         }
-        !self.is_cancelled()
     }
 
     /// Sleeps up to `d`, waking early when cancelled. Returns false if cancelled.
@@ -106,6 +132,32 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(!t.join().unwrap(), "first cancel");
         assert!(c.cancel(), "second cancel reports the first");
+    }
+
+    #[test]
+    fn a_ring_ends_the_sleep_once_its_condition_holds() {
+        let c = Cancel::new();
+        let done = Arc::new(AtomicBool::new(false));
+        let (d, flag) = (c.clone(), done.clone());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            d.ring(); // rung before the condition holds: the sleeper goes back to sleep
+            std::thread::sleep(Duration::from_millis(20));
+            flag.store(true, Ordering::Relaxed);
+            d.ring();
+        });
+        let start = Instant::now();
+        assert!(c.sleep_unless(Duration::from_secs(10), || done.load(Ordering::Relaxed)));
+        assert!(
+            done.load(Ordering::Relaxed),
+            "woke only once the condition held"
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        // Without a ring the sleep lasts its time.
+        let start = Instant::now();
+        assert!(c.sleep_unless(Duration::from_millis(30), || false));
+        assert!(start.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]

@@ -15,12 +15,12 @@ use crate::traffic::mix::{Alloc, SizeMix};
 use crate::traffic::stamp::{Sizes, StampReader};
 use anyhow::{anyhow, Context};
 use ending::{check_arrival, stalled_senders, stop_draining, stop_stalled_senders};
-use sender::Sender;
+use sender::{Finished, Sender};
 use sendpath::metrics::SendStats;
 use sendpath::pattern::Verifier;
 use sendpath::{Options, Strategy};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -176,7 +176,7 @@ struct Shared {
     measuring: Arc<OwnLine<AtomicBool>>,
     /// The buffers every sender thread shares (`--alloc shared`).
     pool: sendpath::buffer::SharedPool,
-    finished: Arc<AtomicUsize>,
+    finished: Arc<Finished>,
     start: Arc<Barrier>,
     received: Vec<Arc<RecvCounters>>,
     sent: Vec<Arc<OwnLine<AtomicU64>>>,
@@ -184,12 +184,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(threads: usize, per_thread: usize) -> Shared {
+    fn new(threads: usize, per_thread: usize, bell: &Cancel) -> Shared {
         Shared {
             stop: Arc::new(OwnLine(AtomicBool::new(false))),
             measuring: Arc::new(OwnLine(AtomicBool::new(false))),
             pool: sendpath::buffer::SharedPool::new(),
-            finished: Arc::new(AtomicUsize::new(0)),
+            finished: Arc::new(Finished::new(bell)),
             start: Arc::new(Barrier::new(threads + 1)),
             received: (0..threads).map(|_| Arc::default()).collect(),
             sent: (0..threads).map(|_| Arc::default()).collect(),
@@ -276,7 +276,7 @@ pub(crate) fn run_once(
     if let (Some(f), true) = (file, cold) {
         f.make_cold()?;
     }
-    let shared = Shared::new(pt.threads, pt.connections.max(1));
+    let shared = Shared::new(pt.threads, pt.connections.max(1), cancel);
     let (tid_tx, tid_rx) = mpsc::channel::<(bool, i32)>();
     // The duplicates of the senders' ends: only where the open-files limit has room for them
     // (both ends of every connection, the duplicates, a margin), so that they never cost a run
@@ -425,7 +425,7 @@ fn measure_window(
         shared.per_conn_now(),
     );
     shared.measuring.store(true, Ordering::Relaxed);
-    let all_done = || shared.finished.load(Ordering::Relaxed) == pt.threads;
+    let all_done = || shared.finished.count() == pt.threads;
     let completed = cancel.sleep_unless(pt.duration, all_done);
     shared.measuring.store(false, Ordering::Relaxed);
     let (s1, b1, c1) = (

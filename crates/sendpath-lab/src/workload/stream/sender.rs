@@ -2,6 +2,7 @@
 //! multiplexed on one io_uring ring.
 
 use super::StreamPoint;
+use crate::cancel::Cancel;
 use crate::setting::{invalid, Setting};
 use crate::traffic::mix::{Alloc, Burst, MixSizes};
 use crate::traffic::RecvMode;
@@ -26,6 +27,33 @@ pub(super) fn file_part(file_len: u64, i: usize, n: usize, cold: bool) -> (u64, 
     (start, Some((start + part).min(file_len)))
 }
 
+/// How many sender threads have ended. Each end rings the run's bell ([`Cancel::ring`]), so
+/// the wait for the window ends as soon as the last sender does, without waking to look.
+pub(super) struct Finished {
+    count: AtomicUsize,
+    bell: Cancel,
+}
+
+impl Finished {
+    pub(super) fn new(bell: &Cancel) -> Finished {
+        Finished {
+            count: AtomicUsize::new(0),
+            bell: bell.clone(),
+        }
+    }
+
+    /// One more sender thread has ended.
+    pub(super) fn one_more(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.bell.ring();
+    }
+
+    /// Sender threads ended so far.
+    pub(super) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
 /// One sender thread's many connections on one io_uring ring.
 struct Multiplexed<'a> {
     strategy: Strategy,
@@ -42,7 +70,7 @@ impl Multiplexed<'_> {
         txs: Vec<TcpStream>,
         stop: &AtomicBool,
         sent: &AtomicU64,
-        finished: &AtomicUsize,
+        finished: &Finished,
         start: &Barrier,
     ) -> anyhow::Result<(SendStats, Option<String>)> {
         let opened = self.open(txs);
@@ -61,7 +89,7 @@ impl Multiplexed<'_> {
             }
             Ok((stats, d.note()))
         });
-        finished.fetch_add(1, Ordering::Relaxed);
+        finished.one_more();
         result.with_context(|| format!("{} sender", self.strategy))
     }
 
@@ -184,7 +212,7 @@ impl Sender {
         mut txs: Vec<TcpStream>,
         stop: &AtomicBool,
         sent: &AtomicU64,
-        finished: &AtomicUsize,
+        finished: &Finished,
         start: &Barrier,
     ) -> anyhow::Result<(SendStats, Option<String>)> {
         if txs.len() > 1 {
@@ -207,7 +235,7 @@ impl Sender {
         start.wait();
         let mut p = opened?;
         let result = self.pump(p.as_mut(), stop, sent);
-        finished.fetch_add(1, Ordering::Relaxed);
+        finished.one_more();
         let _ = p.socket().shutdown(std::net::Shutdown::Write);
         result
             .map_err(|e| stalled(e, self.stall))

@@ -35,7 +35,7 @@ pub(super) fn run_once(
 ) -> anyhow::Result<Option<Outcome>> {
     let ours = pt.connect.is_none() && !pt.netns.as_ref().is_some_and(|n| n.is_blackhole());
     // One socket per sender thread: TCP's per-connection counts stay unused.
-    let shared = Shared::new(pt.threads, 1);
+    let shared = Shared::new(pt.threads, 1, cancel);
     let (tid_tx, tid_rx) = mpsc::channel();
     let (mut senders, mut receivers) = (Vec::new(), Vec::new());
     for i in 0..pt.threads {
@@ -48,7 +48,7 @@ pub(super) fn run_once(
     drop(tid_tx);
     let roles = Roles::gather(&tid_rx, pt.threads, ours.then_some(pt.threads));
     shared.start.wait();
-    let all_done = || shared.finished.load(Ordering::Relaxed) == pt.threads;
+    let all_done = || shared.finished.count() == pt.threads;
     let mut completed = cancel.sleep(pt.warmup);
     let mut window = None;
     if completed {
@@ -151,7 +151,7 @@ fn start_sender(
             fin?;
             Ok((p.stats().clone(), p.note().map(String::from)))
         });
-        finished.fetch_add(1, Ordering::Relaxed);
+        finished.one_more();
         result.with_context(|| format!("{strategy} sender (UDP)"))
     })
 }
@@ -190,9 +190,7 @@ fn start_receiver(
     std::thread::spawn(move || {
         pin(cpu);
         let _ = tids.send((false, sendpath::host::gettid()));
-        receive(&rx, mode, &c, || {
-            finished.load(Ordering::Relaxed) == threads
-        })
+        receive(&rx, mode, &c, || finished.count() == threads)
     })
 }
 
