@@ -24,6 +24,14 @@ fn run_json(args: &[&str]) -> Option<Value> {
     Some(serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap())
 }
 
+/// A short stream (one 0.3 s window) of 4 KiB messages by `paths`, with `extra` flags, as
+/// [`run_json`] runs it.
+fn stream_4k(paths: &str, extra: &[&str]) -> Option<Value> {
+    let mut args = vec!["stream", "-s", paths, "-l", "4K", "-t", "0.3s", "-n", "1"];
+    args.extend_from_slice(extra);
+    run_json(&args)
+}
+
 fn row<'a>(v: &'a Value, path: &str) -> &'a Value {
     v["results"]
         .as_array()
@@ -75,18 +83,7 @@ fn every_memory_message_is_timed_and_still_verified() {
 
 #[test]
 fn rows_count_switches_by_role_and_name_the_copies_of_their_path() {
-    let v = run_json(&[
-        "stream",
-        "-s",
-        "copy,read-send",
-        "-l",
-        "4K",
-        "-t",
-        "0.3s",
-        "-n",
-        "1",
-    ])
-    .unwrap();
+    let v = stream_4k("copy,read-send", &[]).unwrap();
     let c = row(&v, "copy");
     let rep = &c["repeats"][0];
     for role in ["switches_sender", "switches_receiver"] {
@@ -104,19 +101,7 @@ fn rows_count_switches_by_role_and_name_the_copies_of_their_path() {
 
 #[test]
 fn system_calls_are_counted_per_send_when_asked() {
-    let Some(v) = run_json(&[
-        "stream",
-        "-s",
-        "copy",
-        "-l",
-        "4K",
-        "-t",
-        "0.3s",
-        "-n",
-        "1",
-        "--metrics",
-        "syscalls",
-    ]) else {
+    let Some(v) = stream_4k("copy", &["--metrics", "syscalls"]) else {
         return;
     };
     assert!(v["environment"]["syscalls_unavailable"].is_null());
@@ -219,21 +204,10 @@ fn a_burst_that_never_sends_or_a_shared_pool_where_none_is_is_refused() {
 
 #[test]
 fn uring_splice_enters_the_kernel_once_per_pair() {
-    let Some(v) = run_json(&[
-        "stream",
-        "-s",
+    let Some(v) = stream_4k(
         "uring-splice",
-        "-l",
-        "4K",
-        "-t",
-        "0.3s",
-        "-n",
-        "1",
-        "--metrics",
-        "syscalls",
-        "--recv",
-        "discard",
-    ]) else {
+        &["--metrics", "syscalls", "--recv", "discard"],
+    ) else {
         return;
     };
     // One io_uring_enter submits the linked pair and waits for both halves: 256 per MiB of
