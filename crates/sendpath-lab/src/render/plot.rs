@@ -206,11 +206,9 @@ fn legend_corner(series: &[Series], x: &std::ops::Range<f64>) -> SeriesLabelPosi
         series
             .iter()
             .flat_map(|s| {
-                let tops =
-                    s.points.iter().enumerate().map(|(i, &(px, py))| {
-                        (px, s.spread.get(i).map_or(py, |&(_, hi)| hi.max(py)))
-                    });
-                tops.collect::<Vec<_>>()
+                s.points.iter().enumerate().map(move |(i, &(px, py))| {
+                    (px, s.spread.get(i).map_or(py, |&(_, hi)| hi.max(py)))
+                })
             })
             .filter(|&(px, _)| near(px))
             .map(|(_, y)| y)
