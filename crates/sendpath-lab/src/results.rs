@@ -187,7 +187,8 @@ pub struct Repeat {
 impl Repeat {
     /// `n` per MiB (2^20 bytes) of the window's payload; `None` without `n` or payload.
     pub(crate) fn per_mib(&self, n: Option<u64>) -> Option<f64> {
-        (self.bytes > 0).then(|| n.map(|n| n as f64 * (1u64 << 20) as f64 / self.bytes as f64))?
+        n.filter(|_| self.bytes > 0)
+            .map(|n| n as f64 * (1u64 << 20) as f64 / self.bytes as f64)
     }
 
     /// Records the window's latencies: their percentiles (none when it has none) and the
