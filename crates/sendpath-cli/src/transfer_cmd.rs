@@ -100,13 +100,17 @@ fn measure(
         cfg.sink.name()
     );
     let mut results = TransferResults::new(cfg, environment());
-    let total = points * cfg.rounds as usize;
+    let counted = results.syscalls_unavailable.is_none();
+    let total = points * (cfg.rounds as usize + usize::from(counted));
     let mut done = 0usize;
-    let err = transfer::run(cfg, &mut results, cancel, |row, rep| {
+    let err = transfer::run(cfg, &mut results, cancel, |row, rep, pass| {
         done += 1;
+        let what = match pass {
+            transfer::Pass::Timed => format!("round {}", rep.round + 1),
+            transfer::Pass::Counted => "syscalls".into(),
+        };
         eprintln!(
-            "[{done}/{total}] round {}: {} {} {:<16} {:>9.1} ms  {:>7.3} Gbit/s  resident {}  cpu {} / {} ms",
-            rep.round + 1,
+            "[{done}/{total}] {what}: {} {} {:<16} {:>9.1} ms  {:>7.3} Gbit/s  resident {}  cpu {} / {} ms",
             transfer::size_label(row.file_bytes),
             row.cache.name(),
             row.label,

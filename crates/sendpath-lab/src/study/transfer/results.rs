@@ -64,18 +64,53 @@ pub struct TransferRow {
     /// The receiver thread's.
     #[serde(default)]
     pub switches_receiver: Option<f64>,
-    /// System calls per transfer, sender and receiver threads, medians over rounds; null when
-    /// not counted.
+    /// System calls per transfer, sender and receiver threads, from [`TransferRow::counted`];
+    /// null when not counted.
     #[serde(default)]
     pub syscalls_sender: Option<f64>,
     /// The receiver thread's.
     #[serde(default)]
     pub syscalls_receiver: Option<f64>,
+    /// One more transfer after the rounds, the only one whose system calls are counted: the
+    /// kernel's counter slows every call while it is open, so a path that makes many (read-send
+    /// in small chunks) would lose time to it that one making few (sendfile) does not. Its time
+    /// is in no spread above; its `round` is the number of rounds. Null when system calls
+    /// cannot be counted, or the run stopped before.
+    #[serde(default)]
+    pub counted: Option<TransferRepeat>,
     /// Warnings (a cold file that was still cached, a wide spread).
     pub warnings: Vec<String>,
 }
 
 impl TransferRow {
+    /// A point with nothing measured yet.
+    pub(crate) fn empty(
+        file_bytes: u64,
+        cache: Cache,
+        method: Method,
+        note: Option<String>,
+    ) -> TransferRow {
+        TransferRow {
+            file_bytes,
+            cache,
+            method,
+            label: method.label(),
+            note,
+            repeats: Vec::new(),
+            ms: Spread::default(),
+            throughput_gbps: Spread::default(),
+            cpu_sender_ms: None,
+            cpu_receiver_ms: None,
+            resident_fraction: None,
+            switches_sender: None,
+            switches_receiver: None,
+            syscalls_sender: None,
+            syscalls_receiver: None,
+            counted: None,
+            warnings: Vec::new(),
+        }
+    }
+
     pub(crate) fn summarise(&mut self) {
         self.repeats.sort_by_key(|r| r.round);
         let col = |f: fn(&TransferRepeat) -> Option<f64>| -> Vec<f64> {
@@ -88,8 +123,9 @@ impl TransferRow {
         self.cpu_receiver_ms = med(col(|r| r.cpu_receiver_ms));
         self.switches_sender = med(col(|r| total_switches(r.roles.switches_sender)));
         self.switches_receiver = med(col(|r| total_switches(r.roles.switches_receiver)));
-        self.syscalls_sender = med(col(|r| r.roles.syscalls_sender.map(|n| n as f64)));
-        self.syscalls_receiver = med(col(|r| r.roles.syscalls_receiver.map(|n| n as f64)));
+        let counted = self.counted.as_ref().map(|c| c.roles);
+        self.syscalls_sender = counted.and_then(|c| c.syscalls_sender).map(|n| n as f64);
+        self.syscalls_receiver = counted.and_then(|c| c.syscalls_receiver).map(|n| n as f64);
         let res = col(|r| r.resident_fraction);
         self.resident_fraction = match self.cache {
             Cache::Cold => res.iter().copied().reduce(f64::max),

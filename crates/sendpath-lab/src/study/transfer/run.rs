@@ -10,12 +10,16 @@
 //! when asked), then answers one byte; stop the clock when it arrives. The receiver's CPU is
 //! its thread's CPU time; the sender's is the process's less the receiver's, so the io-wq
 //! workers io_uring hands file splices to are counted.
+//!
+//! System calls are counted in one more transfer of each point after the timed rounds, not in
+//! the timed ones: the kernel's counter slows every system call while it is open, read-send's
+//! thousands far more than sendfile's few (read-send 4 KiB ran at 0.87 of its uncounted speed
+//! on the project's machine, sendfile unchanged), which would tilt the study's comparison.
 
 use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults, TransferRow};
 use crate::cancel::Cancel;
 use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns, SyscallCount};
 use crate::results::ContextSwitches;
-use crate::results::Spread;
 use crate::setting::{invalid, About, Setting};
 use crate::study::sweep::round_order;
 use crate::units::fmt_size;
@@ -44,11 +48,12 @@ fn receive_one(
     sink: &Sink,
     recv_size: usize,
     timeout: Duration,
+    count: bool,
 ) -> anyhow::Result<Received> {
     conn.set_read_timeout(Some(timeout)).ok();
     let cpu0 = thread_cpu_ns();
     let sw0 = thread_context_switches();
-    let mut calls = SyscallCount::start();
+    let mut calls = count.then(SyscallCount::start);
     let bytes = match sink {
         Sink::File { path, fsync } => {
             let mut out = std::fs::File::create(path).about(Setting::SinkFile, || {
@@ -80,7 +85,7 @@ fn receive_one(
             c.bytes.load(std::sync::atomic::Ordering::Relaxed)
         }
     };
-    let syscalls = calls.since_start();
+    let syscalls = calls.as_mut().and_then(SyscallCount::since_start);
     let cpu_ns = thread_cpu_ns() - cpu0;
     let switches = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     conn.write_all(b"k")
@@ -120,8 +125,13 @@ enum Far {
 }
 
 impl Far {
-    /// Readies a receiver for one connection; the address to send to.
-    fn open(listener: &TcpListener, cfg: &TransferConfig) -> anyhow::Result<(Far, SocketAddr)> {
+    /// Readies a receiver for one connection, counting its system calls when `count`; the
+    /// address to send to.
+    fn open(
+        listener: &TcpListener,
+        cfg: &TransferConfig,
+        count: bool,
+    ) -> anyhow::Result<(Far, SocketAddr)> {
         if let Some(t) = &cfg.agent {
             let mut c = crate::remote::AgentClient::connect(t)?;
             let at = c.receive(t.addr, 1, cfg.sink.recv_mode(), cfg.recv_size, cfg.timeout)?;
@@ -133,7 +143,7 @@ impl Far {
         let h = std::thread::spawn(move || -> anyhow::Result<Received> {
             crate::workload::stream::pin(cpu_rx);
             let (conn, _) = l.accept().context("accepting the transfer's connection")?;
-            receive_one(conn, &sink, recv_size, timeout)
+            receive_one(conn, &sink, recv_size, timeout, count)
         });
         Ok((Far::Local(h), listener.local_addr()?))
     }
@@ -163,21 +173,23 @@ impl Far {
     }
 }
 
-/// One transfer of `file` with `method`, and the path's fallback note.
+/// One transfer of `file` with `method`, its system calls counted when `count`, and the
+/// path's fallback note.
 fn transfer_once(
     listener: &TcpListener,
     file: &PatternFile,
     method: &Method,
     cfg: &TransferConfig,
+    count: bool,
 ) -> anyhow::Result<(TransferRepeat, Option<String>)> {
     let timeout = cfg.timeout;
-    let (mut far, addr) = Far::open(listener, cfg)?;
+    let (mut far, addr) = Far::open(listener, cfg, count)?;
     let resident = file.resident_fraction();
     // The file is opened again by its descriptor's /proc path: a real open(), timed.
     let path = format!("/proc/self/fd/{}", file.file.as_raw_fd());
     let cpu0 = process_cpu_ns();
     let sw0 = thread_context_switches();
-    let mut calls = SyscallCount::start();
+    let mut calls = count.then(SyscallCount::start);
     let t0 = Instant::now();
     let mut connected = false;
     let sent = (|| -> anyhow::Result<Option<String>> {
@@ -205,7 +217,7 @@ fn transfer_once(
         Ok(note)
     })();
     let seconds = t0.elapsed().as_secs_f64();
-    let syscalls_sender = calls.since_start();
+    let syscalls_sender = calls.as_mut().and_then(SyscallCount::since_start);
     let cpu_all = process_cpu_ns() - cpu0;
     let switches_sender = thread_context_switches().zip(sw0).map(|(b, a)| b.since(a));
     if !connected {
@@ -286,13 +298,15 @@ fn source_files(sizes: &[u64], cold: bool) -> anyhow::Result<Vec<PatternFile>> {
 }
 
 /// Runs every (size, cache, method) `cfg.rounds` times into `results`, rounds interleaved, the
-/// methods of one (size, cache) back to back in a shuffled order. `on_window` hears each
-/// transfer. On an error or Ctrl-C, what was measured stays in `results`.
+/// methods of one (size, cache) back to back in a shuffled order; then, where the kernel lets
+/// system calls be counted, once more each with them counted ([`TransferRow::counted`]).
+/// `on_window` hears each transfer. On an error or Ctrl-C, what was measured stays in
+/// `results`.
 pub fn run(
     cfg: &TransferConfig,
     results: &mut TransferResults,
     cancel: &Cancel,
-    mut on_window: impl FnMut(&TransferRow, &TransferRepeat),
+    mut on_window: impl FnMut(&TransferRow, &TransferRepeat, Pass),
 ) -> anyhow::Result<()> {
     if cfg.sizes.is_empty() || cfg.methods.is_empty() || cfg.caches.is_empty() {
         bail!("nothing to transfer: give at least one size, path and cache state");
@@ -319,7 +333,13 @@ pub fn run(
         }
     }
     let blocks: Vec<(usize, Cache)> = points.iter().map(|p| (p.0, p.1)).collect();
-    for round in 0..cfg.rounds {
+    let counted = results.syscalls_unavailable.is_none().then_some(cfg.rounds);
+    for round in (0..cfg.rounds).chain(counted) {
+        let pass = if round < cfg.rounds {
+            Pass::Timed
+        } else {
+            Pass::Counted
+        };
         for i in round_order(&blocks, cfg.seed, round) {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -330,43 +350,52 @@ pub fn run(
                 Cache::Cold => file.make_cold()?,
                 Cache::Warm => warm_up(file)?,
             }
-            let (mut rep, note) = transfer_once(&listener, file, &m, cfg)
-                .with_context(|| format!("round {}", round + 1))?;
+            let (mut rep, note) = transfer_once(&listener, file, &m, cfg, pass == Pass::Counted)
+                .with_context(|| match pass {
+                    Pass::Timed => format!("round {}", round + 1),
+                    Pass::Counted => "the transfer that counts system calls".into(),
+                })?;
             rep.round = round;
-            let row = match results
-                .rows
-                .iter()
-                .position(|r| r.file_bytes == file.len && r.cache == cache && r.method == m)
-            {
-                Some(j) => &mut results.rows[j],
-                None => {
-                    results.rows.push(TransferRow {
-                        file_bytes: file.len,
-                        cache,
-                        method: m,
-                        label: m.label(),
-                        note,
-                        repeats: Vec::new(),
-                        ms: Spread::default(),
-                        throughput_gbps: Spread::default(),
-                        cpu_sender_ms: None,
-                        cpu_receiver_ms: None,
-                        resident_fraction: None,
-                        switches_sender: None,
-                        switches_receiver: None,
-                        syscalls_sender: None,
-                        syscalls_receiver: None,
-                        warnings: Vec::new(),
-                    });
-                    results.rows.last_mut().expect("pushed")
-                }
-            };
-            row.repeats.push(rep.clone());
+            let row = row_of(results, file.len, cache, m, note);
+            match pass {
+                Pass::Timed => row.repeats.push(rep.clone()),
+                Pass::Counted => row.counted = Some(rep.clone()),
+            }
             row.summarise();
-            on_window(row, &rep);
+            on_window(row, &rep, pass);
         }
     }
     Ok(())
+}
+
+/// Which pass a transfer belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// A timed round: system calls not counted.
+    Timed,
+    /// The transfer after the rounds that counts system calls; its time is not a round's.
+    Counted,
+}
+
+/// The row of a point, made empty the first time.
+fn row_of(
+    results: &mut TransferResults,
+    file_bytes: u64,
+    cache: Cache,
+    m: Method,
+    note: Option<String>,
+) -> &mut TransferRow {
+    let at = results
+        .rows
+        .iter()
+        .position(|r| r.file_bytes == file_bytes && r.cache == cache && r.method == m);
+    let j = at.unwrap_or_else(|| {
+        results
+            .rows
+            .push(TransferRow::empty(file_bytes, cache, m, note));
+        results.rows.len() - 1
+    });
+    &mut results.rows[j]
 }
 
 #[cfg(test)]
@@ -385,13 +414,33 @@ mod tests {
     }
 
     #[test]
+    fn system_calls_and_time_come_from_their_own_passes() {
+        let rep = |round, seconds, calls| TransferRepeat {
+            round,
+            seconds,
+            roles: crate::results::RoleCounts {
+                syscalls_sender: calls,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut row = TransferRow {
+            repeats: vec![rep(0, 1.0, None), rep(1, 3.0, None)],
+            ..TransferRow::empty(1, Cache::Warm, STUDY_BASELINE, None)
+        };
+        row.summarise();
+        assert_eq!(row.syscalls_sender, None);
+        row.counted = Some(rep(2, 50.0, Some(1234)));
+        row.summarise();
+        assert_eq!(row.syscalls_sender, Some(1234.0));
+        // The counted transfer's slower time is no round's.
+        assert_eq!((row.ms.min, row.ms.max), (1000.0, 3000.0));
+        assert_eq!(row.repeats.len(), 2);
+    }
+
+    #[test]
     fn saved_pairs_rounds() {
         let row = |secs: &[f64]| TransferRow {
-            file_bytes: 1,
-            cache: Cache::Warm,
-            method: STUDY_BASELINE,
-            label: String::new(),
-            note: None,
             repeats: secs
                 .iter()
                 .enumerate()
@@ -401,16 +450,7 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
-            ms: Spread::default(),
-            throughput_gbps: Spread::default(),
-            cpu_sender_ms: None,
-            cpu_receiver_ms: None,
-            resident_fraction: None,
-            switches_sender: None,
-            switches_receiver: None,
-            syscalls_sender: None,
-            syscalls_receiver: None,
-            warnings: vec![],
+            ..TransferRow::empty(1, Cache::Warm, STUDY_BASELINE, None)
         };
         let s = saved_per_round(&row(&[1.0, 2.0, 4.0]), &row(&[0.5, 0.5, 3.0])).unwrap();
         assert_eq!((s.min, s.median, s.max), (0.25, 0.5, 0.75));

@@ -224,7 +224,7 @@ fn syscall_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
         return String::new();
     }
     let title = format!(
-        "System calls per transfer (medians, as the kernel counts them), sender / receiver thread, {} file. The study counts 2 per chunk for read + send (read, send) and 1 for sendfile; per MiB below.",
+        "System calls per transfer (as the kernel counts them, in one transfer after the timed rounds: counting slows every call), sender / receiver thread, {} file. The study counts 2 per chunk for read + send (read, send) and 1 for sendfile; per MiB below.",
         cache.name()
     );
     let per_mib = format!(
@@ -277,7 +277,8 @@ fn pair_table(
     out
 }
 
-/// One CSV line per transfer.
+/// One CSV line per transfer: the timed rounds (`counted` false, system calls empty), then the
+/// transfer that counted system calls (`counted` true; its time is not a round's).
 pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<()> {
     let mut w =
         csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
@@ -301,6 +302,7 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         "switches_receiver_involuntary",
         "syscalls_sender",
         "syscalls_receiver",
+        "counted",
     ])?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
     let sw = |c: Option<crate::results::ContextSwitches>,
@@ -308,7 +310,8 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         c.map_or(String::new(), |c| f(&c).to_string())
     };
     for row in &r.rows {
-        for x in &row.repeats {
+        let timed = row.repeats.iter().map(|x| (x, false));
+        for (x, counted) in timed.chain(row.counted.iter().map(|x| (x, true))) {
             w.write_record([
                 row.file_bytes.to_string(),
                 row.cache.name().into(),
@@ -335,6 +338,7 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
                 x.roles
                     .syscalls_receiver
                     .map_or(String::new(), |n| n.to_string()),
+                counted.to_string(),
             ])?;
         }
     }
