@@ -218,6 +218,19 @@ fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> 
     Ok(())
 }
 
+/// Refuses points with more threads than system calls are counted for (one counter each), which
+/// would leave their windows' counts null.
+fn check_counted(points: &[Point]) -> Result<(), String> {
+    use sendpath_lab::measure::MAX_COUNTED;
+    match points.iter().map(Point::counted_threads).max() {
+        Some(n) if n > MAX_COUNTED => Err(format!(
+            "it counts the calls of at most {MAX_COUNTED} threads, and a point here has {n} (a sender and a receiver per -P thread or rr connection): give at most {} threads or connections, or leave out --metrics syscalls",
+            MAX_COUNTED / 2
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Why a run without `--metrics syscalls` has no system-call counts.
 const NOT_ASKED: &str = "not counted: --metrics syscalls counts them (the tracepoint slows every system call while it runs)";
 
@@ -241,6 +254,16 @@ fn run_matrix(
     rec.results.environment.profile = profile.map(|p| (*p).clone());
     rec.results.environment.topology = topology;
     rec.results.environment.agent = agent;
+    let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
+    rec.results.environment.syscalls_unavailable = match a.metrics {
+        crate::cli::Metrics::Syscalls => {
+            match check_counted(points).and_then(|()| meter.count_syscalls()) {
+                Ok(()) => None,
+                Err(why) => bail!("--metrics syscalls: {why}"),
+            }
+        }
+        _ => Some(NOT_ASKED.into()),
+    };
     if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",
@@ -249,14 +272,6 @@ fn run_matrix(
             schedule.seed
         ));
     }
-    let mut meter = Meter::open(a.metrics == crate::cli::Metrics::Minimal);
-    rec.results.environment.syscalls_unavailable = match a.metrics {
-        crate::cli::Metrics::Syscalls => match meter.count_syscalls() {
-            Ok(()) => None,
-            Err(why) => bail!("--metrics syscalls: {why}"),
-        },
-        _ => Some(NOT_ASKED.into()),
-    };
     let ran = rec.run_rounds(points, file, &mut meter, &|| {});
     // A failed round still shows the windows that finished before it.
     if ran.is_ok() || !rec.results.results.is_empty() {

@@ -113,6 +113,41 @@ fn system_calls_are_counted_per_send_when_asked() {
 }
 
 #[test]
+fn system_calls_are_refused_for_more_threads_than_are_counted() {
+    // 40 sender threads and their 40 receivers: more than the 64 counters, refused before a
+    // window runs (a window would have left them null).
+    fails_with(
+        &[
+            "stream",
+            "-P",
+            "1,40",
+            "--metrics",
+            "syscalls",
+            "-t",
+            "0.1s",
+        ],
+        &[
+            "--metrics syscalls",
+            "at most 64 threads",
+            "80",
+            "at most 32",
+        ],
+    );
+    fails_with(
+        &[
+            "rr",
+            "--concurrency",
+            "33",
+            "--metrics",
+            "syscalls",
+            "-t",
+            "0.1s",
+        ],
+        &["at most 64 threads", "66"],
+    );
+}
+
+#[test]
 fn msg_latency_refuses_what_it_cannot_time() {
     fails_with(
         &["stream", "--msg-latency", "--recv", "discard", "-t", "0.1s"],

@@ -135,8 +135,9 @@ pub(crate) enum Metrics {
     /// Throughput only.
     Minimal,
     /// Full, and each thread's system calls (the kernel's raw_syscalls:sys_enter tracepoint;
-    /// root). While it counts, every system call on the host is slower: compare speeds only
-    /// with runs that also counted.
+    /// root; up to 32 threads or connections, a counter for each sender and receiver). While
+    /// it counts, every system call on the host is slower: compare speeds only with runs that
+    /// also counted.
     Syscalls,
 }
 

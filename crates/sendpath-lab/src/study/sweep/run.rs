@@ -88,6 +88,15 @@ pub enum Point {
 }
 
 impl Point {
+    /// The most threads whose system calls a window of this point counts: a sender and a
+    /// receiver per stream thread or rr connection (fewer when the other end is elsewhere).
+    pub fn counted_threads(&self) -> usize {
+        match self {
+            Point::Stream(p) => 2 * p.threads,
+            Point::Rr(p) => 2 * p.concurrency,
+        }
+    }
+
     /// The row a point's windows go into, without any measurement yet.
     fn row(&self, file: Option<&PatternFile>) -> Row {
         match self {
