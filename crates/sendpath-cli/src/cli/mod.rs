@@ -54,7 +54,8 @@ pub(crate) enum Command {
     Calibrate(CalibrateArgs),
     /// Time whole-file transfers (7 MB..1 GB by default), each over a fresh connection from
     /// open() to the receiver's acknowledgement: read-send, mmap-send, sendfile, splice and
-    /// io_uring splice, warm and cold.
+    /// io_uring splice, warm and cold. System calls are counted in one more transfer of each
+    /// point after the timed rounds (counting slows every call).
     Transfer(TransferArgs),
     /// Run the other end on request, on another host or in a namespace: the receiver of
     /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
