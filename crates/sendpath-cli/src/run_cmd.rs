@@ -224,8 +224,7 @@ fn check_counted(points: &[Point]) -> Result<(), String> {
     use sendpath_lab::measure::MAX_COUNTED;
     match points.iter().map(Point::counted_threads).max() {
         Some(n) if n > MAX_COUNTED => Err(format!(
-            "it counts the calls of at most {MAX_COUNTED} threads, and a point here has {n} (a sender and a receiver per -P thread or rr connection): give at most {} threads or connections, or leave out --metrics syscalls",
-            MAX_COUNTED / 2
+            "it counts the calls of at most {MAX_COUNTED} threads, and a point here has {n} (a sender per -P thread or rr connection, and its receiver when it runs here): give fewer threads or connections, or leave out --metrics syscalls"
         )),
         _ => Ok(()),
     }

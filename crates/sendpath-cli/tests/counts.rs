@@ -129,8 +129,8 @@ fn system_calls_are_refused_for_more_threads_than_are_counted() {
         &[
             "--metrics syscalls",
             "at most 64 threads",
-            "80",
-            "at most 32",
+            "has 80",
+            "fewer threads",
         ],
     );
     fails_with(

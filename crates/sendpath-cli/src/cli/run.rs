@@ -135,7 +135,7 @@ pub(crate) enum Metrics {
     /// Throughput only.
     Minimal,
     /// Full, and each thread's system calls (the kernel's raw_syscalls:sys_enter tracepoint;
-    /// root; up to 32 threads or connections, a counter for each sender and receiver). While
+    /// root; a counter for each sender and receiver thread, 64 at most). While
     /// it counts, every system call on the host is slower: compare speeds only with runs that
     /// also counted.
     Syscalls,

@@ -88,11 +88,13 @@ pub enum Point {
 }
 
 impl Point {
-    /// The most threads whose system calls a window of this point counts: a sender and a
-    /// receiver per stream thread or rr connection (fewer when the other end is elsewhere).
+    /// The most threads whose system calls a window of this point counts: a sender per stream
+    /// thread or rr connection, and its receiver unless the other end is elsewhere.
     pub fn counted_threads(&self) -> usize {
         match self {
+            Point::Stream(p) if p.connect.is_some() || p.agent.is_some() => p.threads,
             Point::Stream(p) => 2 * p.threads,
+            Point::Rr(p) if p.agent.is_some() => p.concurrency,
             Point::Rr(p) => 2 * p.concurrency,
         }
     }
