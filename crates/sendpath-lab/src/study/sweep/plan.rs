@@ -232,6 +232,22 @@ mod tests {
     use crate::results::{Repeat, Row};
 
     #[test]
+    fn a_receiver_elsewhere_has_no_threads_counted_here() {
+        let quick = presets::find("quick").unwrap();
+        let mut pt = base_point(
+            &quick,
+            sendpath::Strategy::Copy,
+            4096,
+            40,
+            None,
+            Alloc::Pool,
+        );
+        assert_eq!(Point::Stream(pt.clone()).counted_threads(), 80);
+        pt.connect = Some("127.0.0.1:9".parse().unwrap());
+        assert_eq!(Point::Stream(pt).counted_threads(), 40);
+    }
+
+    #[test]
     fn every_preset_plans_its_whole_matrix() {
         for p in presets::all() {
             let plan = new_sweep(p.name, &Overrides::default(), 9).unwrap();
