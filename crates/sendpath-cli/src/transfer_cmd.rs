@@ -100,8 +100,7 @@ fn measure(
         cfg.sink.name()
     );
     let mut results = TransferResults::new(cfg, environment());
-    let counted = results.syscalls_unavailable.is_none();
-    let total = points * (cfg.rounds as usize + usize::from(counted));
+    let total = points * (cfg.rounds as usize + usize::from(results.counts_syscalls()));
     let mut done = 0usize;
     let err = transfer::run(cfg, &mut results, cancel, |row, rep, pass| {
         done += 1;

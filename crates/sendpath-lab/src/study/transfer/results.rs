@@ -190,6 +190,12 @@ pub struct TransferResults {
 }
 
 impl TransferResults {
+    /// Whether [`run`](super::run) transfers each point once more, after the rounds, to count
+    /// its system calls ([`TransferRow::counted`]): where the kernel lets them be counted.
+    pub fn counts_syscalls(&self) -> bool {
+        self.syscalls_unavailable.is_none()
+    }
+
     /// The row of a point, if measured.
     pub(crate) fn row(
         &self,

@@ -333,7 +333,7 @@ pub fn run(
         }
     }
     let blocks: Vec<(usize, Cache)> = points.iter().map(|p| (p.0, p.1)).collect();
-    let counted = results.syscalls_unavailable.is_none().then_some(cfg.rounds);
+    let counted = results.counts_syscalls().then_some(cfg.rounds);
     for round in (0..cfg.rounds).chain(counted) {
         let pass = if round < cfg.rounds {
             Pass::Timed
