@@ -40,6 +40,10 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     check_connections(a, per_thread, most_threads)?;
     check_udp(a)?;
     check_msg_latency(a)?;
+    if a.proto == Protocol::Tcp {
+        let local = a.connect.is_none() && a.remote.agent.is_none();
+        crate::cli::check_congestion(a.congestion.as_deref(), local)?;
+    }
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -83,6 +87,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                 gso: a.gso,
                 msg_latency: a.msg_latency,
                 burst: a.burst,
+                congestion: a.congestion.clone(),
             },
         ));
     }

@@ -151,6 +151,10 @@ fn attach_receiver(
         );
     }
     let udp = plan.preset.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
+    check_resumed_congestion(a, rec)?;
+    if !udp {
+        crate::cli::check_congestion(a.congestion.as_deref(), agent.is_none())?;
+    }
     let netns = match (udp, a.topology.topology.as_str()) {
         // A UDP preset runs on the black-hole route unless another is asked for.
         (true, "loopback") => {
@@ -167,6 +171,7 @@ fn attach_receiver(
     for p in &mut plan.points {
         if let sendpath_lab::study::sweep::Point::Stream(s) = p {
             s.opts.profile = profile.clone();
+            s.congestion = a.congestion.clone();
             s.agent = agent.clone();
             s.netns = netns.clone();
         }
@@ -175,6 +180,24 @@ fn attach_receiver(
     rec.results.environment.agent = agent_name;
     rec.results.environment.topology = topology;
     Ok(())
+}
+
+/// A resumed sweep's TCP rows must be measured under the congestion control its first rows
+/// were.
+fn check_resumed_congestion(a: &SweepArgs, rec: &Recorder) -> anyhow::Result<()> {
+    let now = sendpath_lab::workload::congestion::in_effect(a.congestion.as_deref());
+    let before = rec
+        .results
+        .results
+        .iter()
+        .find_map(|r| r.tcp_congestion.clone());
+    match before {
+        Some(b) if a.resume.is_some() && now.as_deref() != Some(b.as_str()) => bail!(
+            "this sweep's connections used TCP congestion control {b}: resume it with \
+             --congestion {b}"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Measures the windows left, with a progress bar on a terminal; after a failure, writes what

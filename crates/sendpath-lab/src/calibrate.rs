@@ -84,6 +84,7 @@ pub fn points(sizes: &[usize], duration: Duration, warmup: Duration, route: &Rou
                 gso: None,
                 msg_latency: false,
                 burst: None,
+                congestion: None,
             }));
         }
     }

@@ -117,7 +117,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 83] = [
+pub(crate) const CSV_HEADER: [&str; 84] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -201,6 +201,7 @@ pub(crate) const CSV_HEADER: [&str; 83] = [
     "syscalls_sender_per_mib",
     "syscalls_receiver_per_mib",
     "uring_order",
+    "tcp_congestion",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -378,6 +379,7 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         opt(p.syscalls_sender),
         opt(p.syscalls_receiver),
         row.uring_order.clone().unwrap_or_default(),
+        row.tcp_congestion.clone().unwrap_or_default(),
     ]
 }
 

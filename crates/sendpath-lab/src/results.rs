@@ -799,6 +799,12 @@ pub struct Row {
     /// socket); null for the paths that do not send on a ring.
     #[serde(default)]
     pub uring_order: Option<String>,
+    /// TCP congestion control of the senders' connections: `--congestion`, else the
+    /// namespace's default (`net.ipv4.tcp_congestion_control`). `bbr` paces each connection,
+    /// with a timer of its own where no `fq` qdisc does it (loopback). Null for UDP, and in
+    /// files written before it was recorded.
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
 }
 
 /// What [`Row::uring_order`] records for `strategy` over `protocol`.

@@ -261,6 +261,11 @@ pub(crate) struct SweepArgs {
     /// profile).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// TCP congestion control of the stream points' connections (as `iperf3 -C`): e.g. cubic,
+    /// reno, bbr (default: the host's, net.ipv4.tcp_congestion_control). bbr paces each
+    /// loopback connection with a timer; recorded per row (`tcp_congestion`).
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     #[command(flatten)]
     pub remote: AgentClientArgs,
     #[command(flatten)]
@@ -285,6 +290,24 @@ pub(crate) struct ProbeArgs {
     /// Show the transmit offloads of this interface only (e.g. eth0; `ip link` lists them).
     #[arg(long, value_name = "NAME")]
     pub iface: Option<String>,
+}
+
+/// Refuses a `--congestion` this kernel cannot set before anything runs, and says when the
+/// connections of a run on this host (`local`: loopback or a namespace, no fq qdisc) will be
+/// paced by bbr.
+pub(crate) fn check_congestion(name: Option<&str>, local: bool) -> anyhow::Result<()> {
+    use sendpath_lab::workload::congestion;
+    if let Some(n) = name {
+        congestion::check(n)?;
+    }
+    if local && congestion::paces(name) {
+        eprintln!(
+            "note: TCP congestion control is bbr, which paces every connection: here, with a \
+             timer per connection, at a rate that differs from one connection to the next. \
+             --congestion cubic measures the send paths unpaced."
+        );
+    }
+    Ok(())
 }
 
 /// Refuses to load an address off this host unless `--allow-remote` was given: a mistyped

@@ -230,6 +230,12 @@ pub(crate) struct StreamArgs {
     /// what the process allocated per window (`heap`). One connection per thread.
     #[arg(long, value_name = "MESSAGES/GAP", value_parser = sendpath_lab::traffic::mix::Burst::parse)]
     pub burst: Option<sendpath_lab::traffic::mix::Burst>,
+    /// TCP congestion control of the senders' connections (as `iperf3 -C`): e.g. cubic, reno,
+    /// bbr (default: the host's, net.ipv4.tcp_congestion_control). bbr paces each loopback
+    /// connection with a timer, at a rate that varies from one connection to the next; the
+    /// algorithm is recorded per row (`tcp_congestion`).
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     #[command(flatten)]
     pub topology: TopologyArgs,
     #[command(flatten)]

@@ -1,5 +1,6 @@
 //! Workloads: what runs on the connections while a window is measured.
 
+pub mod congestion;
 pub mod routes;
 pub mod rr;
 pub mod sink;

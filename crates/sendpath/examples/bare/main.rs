@@ -32,6 +32,9 @@
 //! `mmap-send` (`send` from a mapping), `sendfile`, `splice` (file, pipe, socket) and
 //! `uring-splice` (the two splices as a linked pair on a ring).
 //!
+//! `--congestion ALGO` sets the sending end's TCP congestion control (bbr paces each
+//! connection; on loopback with a timer of its own).
+//!
 //! `--lib` sends through the library instead (`sendpath::open` with its default options at
 //! `--depth`; see `lib_loop.rs`), on the same connection to the same receiver: bare against
 //! `bare --lib` is what the library adds, `bare --lib` against `sendpath stream` what the
@@ -60,7 +63,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -90,6 +93,8 @@ pub(crate) struct Args {
     pub(crate) recv_size: Option<usize>,
     pub(crate) file_size: u64,
     pub(crate) pipe_size: usize,
+    /// TCP congestion control of the sending end (`TCP_CONGESTION`); `None`: the host's.
+    pub(crate) congestion: Option<String>,
 }
 
 /// A size with an optional K/M/G suffix (powers of 1024).
@@ -163,6 +168,7 @@ fn parse() -> Result<Args, String> {
         recv_size: None,
         file_size: 64 << 20,
         pipe_size: 1 << 20,
+        congestion: None,
     };
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -186,6 +192,12 @@ fn parse() -> Result<Args, String> {
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
             "--file-size" => a.file_size = size(it.next(), "--file-size")?,
             "--pipe-size" => a.pipe_size = size(it.next(), "--pipe-size")? as usize,
+            "--congestion" => {
+                a.congestion = Some(
+                    it.next()
+                        .ok_or(format!("--congestion needs a value: {USAGE}"))?,
+                )
+            }
             _ => return Err(format!("unknown flag `{flag}`: {USAGE}")),
         }
     }
@@ -193,6 +205,9 @@ fn parse() -> Result<Args, String> {
 }
 
 fn check(a: Args) -> Result<Args, String> {
+    if a.udp && a.congestion.is_some() {
+        return Err("--congestion is TCP's: drop it with --proto udp".into());
+    }
     let max = if a.udp { 65_507 } else { 1 << 30 };
     let bad_time = !(a.seconds > 0.0 && a.warmup >= 0.0 && a.seconds + a.warmup < 1e6);
     if a.size == 0 || a.size > max || bad_time {

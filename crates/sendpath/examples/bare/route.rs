@@ -63,6 +63,9 @@ impl Route {
         let tx = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
             .map_err(|e| e.to_string())?;
         let rx = l.accept().map_err(|e| e.to_string())?.0;
+        if let Some(cc) = &a.congestion {
+            sys::set_congestion(tx.as_raw_fd(), cc)?;
+        }
         // As `stream --recv discard` reads: the message size clamped to 16 KiB..1 MiB.
         let read = a.recv_size.unwrap_or(a.size.clamp(16 << 10, 1 << 20));
         let cpu = a.cpu.and_then(|c| c.1);

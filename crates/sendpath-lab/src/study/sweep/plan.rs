@@ -156,6 +156,7 @@ fn base_point(
         gso: None,
         msg_latency: preset.msg_latency,
         burst: None,
+        congestion: None,
     }
 }
 

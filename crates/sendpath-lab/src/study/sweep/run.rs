@@ -15,7 +15,7 @@ use crate::traffic::mix::Alloc;
 use crate::units::fmt_size;
 use crate::workload::rr::{self, RrPoint};
 use crate::workload::stream::{self, Outcome, StreamPoint};
-use crate::workload::{cold_file_dir, PatternFile};
+use crate::workload::{cold_file_dir, congestion, PatternFile};
 use anyhow::{bail, Context};
 use sendpath::{Source, Strategy};
 use std::path::PathBuf;
@@ -138,6 +138,9 @@ impl Point {
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
                 uring_order: crate::results::uring_order(p.strategy, p.proto),
+                tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
+                    .then(|| congestion::in_effect(p.congestion.as_deref()))
+                    .flatten(),
                 ..Default::default()
             },
             Point::Rr(p) => Row {
@@ -158,6 +161,7 @@ impl Point {
                     p.strategy,
                     crate::traffic::datagram::Protocol::Tcp,
                 ),
+                tcp_congestion: congestion::in_effect(None),
                 ..Default::default()
             },
         }

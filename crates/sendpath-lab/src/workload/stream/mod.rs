@@ -66,6 +66,9 @@ pub struct StreamPoint {
     pub msg_latency: bool,
     /// Send in bursts with idle gaps between them (`--burst`); `None`: flat out.
     pub burst: Option<crate::traffic::mix::Burst>,
+    /// TCP congestion control of the senders' connections (`--congestion`); `None`: the
+    /// namespace's default.
+    pub congestion: Option<String>,
 }
 
 impl StreamPoint {
@@ -347,6 +350,9 @@ fn start_thread(
             None => tx.with_context(what)?,
         };
         tx.set_nodelay(false).ok();
+        if let Some(cc) = &pt.congestion {
+            super::congestion::set(&tx, cc)?;
+        }
         // A send that makes no progress for the whole repeat and the grace after it ends with
         // EAGAIN (blocking paths), so a stalled receiver cannot hold the run for ever.
         tx.set_write_timeout(Some(stall_limit(pt))).ok();

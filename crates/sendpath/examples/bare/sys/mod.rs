@@ -43,6 +43,23 @@ pub(super) fn setsockopt(fd: RawFd, level: i32, name: i32, v: i32) -> Result<(),
         .map_err(|e| format!("setsockopt({level}, {name}): {e}"))
 }
 
+/// `setsockopt(TCP_CONGESTION, name)`: the connection's congestion control.
+pub(super) fn set_congestion(fd: RawFd, name: &str) -> Result<(), String> {
+    // SAFETY: `name` is live for the call and the length passed is its length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    cvt(r as isize).map(drop).map_err(|e| {
+        format!("--congestion {name}: {e} (see net.ipv4.tcp_available_congestion_control)")
+    })
+}
+
 /// `recv(MSG_TRUNC)` of `read` bytes at a time until the end of the stream: the bytes are
 /// dropped in the kernel, never copied out. Returns how many were read.
 pub(super) fn discard(fd: RawFd, read: usize) -> io::Result<u64> {
