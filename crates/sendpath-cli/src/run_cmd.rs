@@ -40,10 +40,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     check_connections(a, per_thread, most_threads)?;
     check_udp(a)?;
     check_msg_latency(a)?;
-    if a.proto == Protocol::Tcp {
-        let local = a.connect.is_none() && a.remote.agent.is_none();
-        crate::cli::check_congestion(a.congestion.as_deref(), local)?;
-    }
+    check_congestion(a)?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -132,6 +129,20 @@ fn check_msg_latency(a: &StreamArgs) -> anyhow::Result<()> {
         bail!("--msg-latency writes an {STAMP_BYTES}-byte stamp into each message's first field: {smallest} B in {fields} field(s) is too small; use messages of at least {} B", STAMP_BYTES * fields);
     }
     Ok(())
+}
+
+/// Refuses a `--congestion` this kernel lacks, and notes when our loopback connections will
+/// be paced by bbr.
+fn check_congestion(a: &StreamArgs) -> anyhow::Result<()> {
+    if a.proto == Protocol::Udp {
+        anyhow::ensure!(
+            a.congestion.is_none(),
+            "--congestion is TCP's: drop it with --proto udp"
+        );
+        return Ok(());
+    }
+    let local = a.connect.is_none() && a.remote.agent.is_none();
+    crate::cli::check_congestion(a.congestion.as_deref(), local)
 }
 
 /// Refuses what a UDP stream cannot do, and `--gso` without it.

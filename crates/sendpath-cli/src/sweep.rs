@@ -57,6 +57,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
                 .study,
         ),
     };
+    check_congestion_flag(a, study.as_ref())?;
     if let Some(Study::Http) = study {
         if a.topology.topology != "loopback" {
             bail!("the http-server preset runs its servers here and the load here or on --agent: --topology applies to the other presets");
@@ -180,6 +181,26 @@ fn attach_receiver(
     rec.results.environment.agent = agent_name;
     rec.results.environment.topology = topology;
     Ok(())
+}
+
+/// Refuses `--congestion` before any directory is made where it cannot apply: a preset that
+/// sends UDP, or one that does not stream (http-server, transfer).
+fn check_congestion_flag(a: &SweepArgs, study: Option<&Study>) -> anyhow::Result<()> {
+    let Some(cc) = &a.congestion else {
+        return Ok(());
+    };
+    match study {
+        Some(Study::Rows(p)) if p.proto == sendpath_lab::traffic::datagram::Protocol::Udp => {
+            bail!("--congestion is TCP's: the {} preset sends UDP", p.name)
+        }
+        Some(Study::Http | Study::Transfer) => {
+            bail!(
+                "--congestion applies to the stream presets, not {}",
+                a.preset
+            )
+        }
+        _ => sendpath_lab::workload::congestion::check(cc),
+    }
 }
 
 /// A resumed sweep's TCP rows must be measured under the congestion control its first rows

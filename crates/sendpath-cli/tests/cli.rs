@@ -188,6 +188,68 @@ fn stream_all_paths_verify_and_write_json_and_csv() {
 }
 
 #[test]
+fn congestion_is_set_on_the_connections_and_recorded_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let a = sendpath()
+        .args([
+            "stream",
+            "-s",
+            "copy,uring",
+            "-l",
+            "4K",
+            "--congestion",
+            "reno",
+        ])
+        .args([
+            "-t", "0.2", "--warmup", "0.05", "-n", "1", "--recv", "discard",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert!(!stderr_of(&a).contains("paces"), "reno is not paced");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["tcp_congestion"], "reno", "{}", r["strategy"]);
+    }
+    // Without the flag a row records the host's default, whatever it is.
+    let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    let a = sendpath()
+        .args([
+            "stream", "-s", "copy", "-l", "4K", "-t", "0.1", "--warmup", "0",
+        ])
+        .args(["-n", "1", "--recv", "discard", "--json", "-"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert_eq!(v["results"][0]["tcp_congestion"], default.trim());
+    assert_eq!(
+        stderr_of(&a).contains("bbr, which paces"),
+        default.trim() == "bbr",
+        "the note says when bbr paces the run"
+    );
+    fails_with(
+        &[
+            "stream",
+            "-l",
+            "4K",
+            "-t",
+            "0.1",
+            "--congestion",
+            "no-such-cc",
+        ],
+        &["--congestion no-such-cc", "available here", "reno"],
+    );
+    fails_with(
+        &["stream", "--proto", "udp", "--congestion", "cubic"],
+        &["--congestion is TCP's"],
+    );
+}
+
+#[test]
 fn rr_reports_latency_percentiles() {
     let out = sendpath()
         .args(["rr", "--request", "64", "--response", "64", "-C", "1,2"])

@@ -160,6 +160,67 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
 }
 
 #[test]
+fn congestion_is_recorded_kept_on_resume_and_refused_where_it_cannot_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s");
+    sendpath()
+        .args([
+            "sweep",
+            "--congestion",
+            "reno",
+            "-t",
+            "0.05",
+            "--warmup",
+            "0",
+            "-n",
+            "1",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+    let rows = rows(&out);
+    assert!(!rows.is_empty());
+    for r in &rows {
+        assert_eq!(r["tcp_congestion"], "reno", "{r}");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",tcp_congestion"));
+    assert!(csv.lines().skip(1).all(|l| l.ends_with(",reno")));
+    // Resuming under another algorithm would mix two in one file.
+    let o = out.to_str().unwrap();
+    let mut resume = vec!["sweep", "--resume", o];
+    if common::default_congestion() == "reno" {
+        resume.extend(["--congestion", "cubic"]);
+    }
+    fails_with(&resume, &["resume it with --congestion reno"]);
+    for (preset, says) in [
+        ("udp-zerocopy", "sends UDP"),
+        ("file-transfer", "stream presets"),
+    ] {
+        let where_ = dir.path().join(preset);
+        fails_with(
+            &[
+                "sweep",
+                "-p",
+                preset,
+                "--congestion",
+                "reno",
+                "--out",
+                where_.to_str().unwrap(),
+            ],
+            &[says],
+        );
+        assert!(
+            !where_.exists(),
+            "{preset}: refused before making {}",
+            where_.display()
+        );
+    }
+}
+
+#[test]
 fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -150,6 +150,28 @@ fn every_io_uring_order_runs() {
 }
 
 #[test]
+fn congestion_control_is_set_or_refused() {
+    let Some(rate) = sends(&["copy", "64K", "--seconds", "0.2", "--congestion", "reno"]) else {
+        return;
+    };
+    assert!(rate > 0.0);
+    for (args, says) in [
+        (
+            &["copy", "4K", "--congestion", "no-such-cc"][..],
+            "--congestion no-such-cc",
+        ),
+        (
+            &["copy", "4K", "--proto", "udp", "--congestion", "cubic"][..],
+            "TCP's",
+        ),
+    ] {
+        let out = run(args).expect("bare was found above");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && e.contains(says), "{args:?}: {e}");
+    }
+}
+
+#[test]
 fn help_prints_the_usage() {
     let Some(out) = run(&["--help"]) else { return };
     assert!(out.status.success());

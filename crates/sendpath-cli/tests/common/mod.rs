@@ -61,3 +61,11 @@ pub(crate) fn rounds_of(row: &serde_json::Value) -> Vec<u64> {
         .map(|x| x["round"].as_u64().unwrap())
         .collect()
 }
+
+/// The TCP congestion control new connections get here (`net.ipv4.tcp_congestion_control`).
+pub(crate) fn default_congestion() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("Linux names its TCP congestion control")
+        .trim()
+        .to_owned()
+}

@@ -28,9 +28,16 @@ pub fn paces(name: Option<&str>) -> bool {
     in_effect(name).as_deref() == Some("bbr")
 }
 
-/// Sets `name` on `sock` (`setsockopt(TCP_CONGESTION)`).
+/// Sets `name` on `sock` (`setsockopt(TCP_CONGESTION)`) and reads it back.
 pub fn set(sock: impl AsFd, name: &str) -> anyhow::Result<()> {
-    rustix::net::sockopt::set_tcp_congestion(&sock, name).map_err(|e| unavailable(name, e))
+    rustix::net::sockopt::set_tcp_congestion(&sock, name).map_err(|e| unavailable(name, e))?;
+    let got = rustix::net::sockopt::tcp_congestion(&sock)
+        .context("getsockopt(TCP_CONGESTION) after setting it")?;
+    anyhow::ensure!(
+        got == name,
+        "--congestion {name}: the kernel gave the connection `{got}` instead"
+    );
+    Ok(())
 }
 
 /// Refuses, before anything runs, an algorithm this kernel cannot give a connection.
@@ -38,14 +45,7 @@ pub fn check(name: &str) -> anyhow::Result<()> {
     use rustix::net::{socket, AddressFamily, SocketType};
     let sock = socket(AddressFamily::INET, SocketType::STREAM, None)
         .context("a TCP socket to check --congestion on")?;
-    set(&sock, name)?;
-    let got = rustix::net::sockopt::tcp_congestion(&sock)
-        .context("getsockopt(TCP_CONGESTION) after setting it")?;
-    anyhow::ensure!(
-        got == name,
-        "--congestion {name}: the kernel gave the socket `{got}` instead"
-    );
-    Ok(())
+    set(&sock, name)
 }
 
 fn unavailable(name: &str, e: rustix::io::Errno) -> anyhow::Error {
