@@ -154,7 +154,8 @@ fn attach_receiver(
     let udp = plan.preset.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
     check_resumed_congestion(a, rec)?;
     if !udp {
-        crate::cli::check_congestion(a.congestion.as_deref(), agent.is_none())?;
+        // `check_congestion_flag` refused an unavailable name before the directory was made.
+        crate::cli::note_paced(a.congestion.as_deref(), agent.is_none());
     }
     let netns = match (udp, a.topology.topology.as_str()) {
         // A UDP preset runs on the black-hole route unless another is asked for.
@@ -206,6 +207,9 @@ fn check_congestion_flag(a: &SweepArgs, study: Option<&Study>) -> anyhow::Result
 /// A resumed sweep's TCP rows must be measured under the congestion control its first rows
 /// were.
 fn check_resumed_congestion(a: &SweepArgs, rec: &Recorder) -> anyhow::Result<()> {
+    if a.resume.is_none() {
+        return Ok(());
+    }
     let now = sendpath_lab::workload::congestion::in_effect(a.congestion.as_deref());
     let before = rec
         .results
@@ -213,7 +217,7 @@ fn check_resumed_congestion(a: &SweepArgs, rec: &Recorder) -> anyhow::Result<()>
         .iter()
         .find_map(|r| r.tcp_congestion.clone());
     match before {
-        Some(b) if a.resume.is_some() && now.as_deref() != Some(b.as_str()) => bail!(
+        Some(b) if now.as_deref() != Some(b.as_str()) => bail!(
             "this sweep's connections used TCP congestion control {b}: resume it with \
              --congestion {b}"
         ),

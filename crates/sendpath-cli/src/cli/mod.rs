@@ -292,22 +292,26 @@ pub(crate) struct ProbeArgs {
     pub iface: Option<String>,
 }
 
-/// Refuses a `--congestion` this kernel cannot set before anything runs, and says when the
-/// connections of a run on this host (`local`: loopback or a namespace, no fq qdisc) will be
-/// paced by bbr.
+/// Refuses a `--congestion` this kernel cannot set before anything runs, then
+/// [`note_paced`].
 pub(crate) fn check_congestion(name: Option<&str>, local: bool) -> anyhow::Result<()> {
-    use sendpath_lab::workload::congestion;
     if let Some(n) = name {
-        congestion::check(n)?;
+        sendpath_lab::workload::congestion::check(n)?;
     }
-    if local && congestion::paces(name) {
+    note_paced(name, local);
+    Ok(())
+}
+
+/// Says when the connections of a run on this host (`local`: loopback or a namespace, no fq
+/// qdisc) will be paced by bbr.
+pub(crate) fn note_paced(name: Option<&str>, local: bool) {
+    if local && sendpath_lab::workload::congestion::paces(name) {
         eprintln!(
             "note: TCP congestion control is bbr, which paces every connection: here, with a \
              timer per connection, at a rate that differs from one connection to the next. \
              --congestion cubic measures the send paths unpaced."
         );
     }
-    Ok(())
 }
 
 /// Refuses to load an address off this host unless `--allow-remote` was given: a mistyped

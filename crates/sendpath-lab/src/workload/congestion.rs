@@ -12,9 +12,11 @@ const DEFAULT: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 
 /// The algorithm new TCP connections of this network namespace get
-/// (`net.ipv4.tcp_congestion_control`); `None` when it cannot be read.
+/// (`net.ipv4.tcp_congestion_control`); `None` when it cannot be read. Read once per process:
+/// every row of a run asks (a sweep's rows are made again to key each window).
 pub fn system_default() -> Option<String> {
-    read(DEFAULT)
+    static ONCE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| read(DEFAULT)).clone()
 }
 
 /// What a row records: `name` when the run set it, else the namespace's default.
