@@ -10,7 +10,7 @@
 //! zero-copy send, so with the defaults the sender backs off from zero-copy after a few sends.
 
 use sendpath::profile::Profile;
-use sendpath::{open, Msg, Options, Strategy};
+use sendpath::{open, Options, Strategy};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A buffer the kernel has released (or a new one), filled by us before it is sent.
         let mut buf = path.take_buf(len);
         buf.as_mut_slice().fill(b'a' + (i % 26) as u8);
-        path.send(Msg::one(buf))?;
+        path.send_buf(buf)?;
         sent += len as u64;
     }
     // Wait (at most 2 s) until the kernel has released every zero-copy buffer.

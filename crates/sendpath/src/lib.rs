@@ -22,14 +22,14 @@
 //! copied anyway, and every fallback to copying, by reason ([`metrics::SendStats`]).
 //!
 //! ```no_run
-//! use sendpath::{open, Msg, Options, Strategy};
+//! use sendpath::{open, Options, Strategy};
 //! use std::time::Duration;
 //!
 //! let sock = std::net::TcpStream::connect("127.0.0.1:9000")?;
 //! let mut path = open(Strategy::MsgZerocopy, sock, &Options::default())?;
 //! let mut buf = path.take_buf(65536); // a buffer the kernel has released
 //! buf.as_mut_slice().fill(b'x');
-//! path.send(Msg::one(buf))?; // moved in: no safe code can touch it now
+//! path.send_buf(buf)?; // moved in: no safe code can touch it now (several: Msg::Fields)
 //! path.finish(Duration::from_secs(2))?; // wait for every completion (bounded)
 //! let s = path.stats().summary();
 //! println!("copied {:?}, fallbacks {:?}", s.copied_fraction, s.fallbacks);
@@ -44,7 +44,7 @@
 //!
 //! ```no_run
 //! use sendpath::profile::Profile;
-//! use sendpath::{open, Msg, Options, Strategy};
+//! use sendpath::{open, Options, Strategy};
 //! use std::sync::Arc;
 //!
 //! let (profile, _file) = Profile::load_active()?; // the defaults when no profile exists
@@ -54,7 +54,7 @@
 //! for len in [88, 4096, 1 << 20] {
 //!     let mut buf = path.take_buf(len);
 //!     buf.as_mut_slice().fill(b'x');
-//!     path.send(Msg::one(buf))?; // copy or zero-copy, by the profile's tier for `len`
+//!     path.send_buf(buf)?; // copy or zero-copy, by the profile's tier for `len`
 //! }
 //! path.finish(std::time::Duration::from_secs(2))?;
 //! println!("{:?}", path.stats().decisions); // sends per path, switches, back-offs

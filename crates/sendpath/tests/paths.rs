@@ -39,6 +39,86 @@ fn memory_paths_hand_back_their_lists_of_buffers() {
 }
 
 #[test]
+fn every_memory_path_sends_one_buffer_by_send_buf() {
+    use Strategy::*;
+    for s in [
+        Copy,
+        Serialize,
+        Gather,
+        MsgZerocopy,
+        Uring,
+        UringZc,
+        Vmsplice,
+        Adaptive,
+    ] {
+        let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, true);
+        report(s.name(), &o);
+        assert_intact(&o);
+        assert_eq!(o.stats.sends, 300, "{s}: every send_buf is one send");
+    }
+}
+
+#[test]
+fn adaptive_counts_a_run_of_copies_by_send_buf_as_by_send() {
+    use sendpath::Msg;
+    // Copy-tier sizes only (the defaults copy below 64 KiB): no completion can change a
+    // decision, so both ways in must count the same.
+    let sizes: Vec<usize> = [300; 20]
+        .into_iter()
+        .chain([77; 5])
+        .chain([300; 20])
+        .collect();
+    let decisions = |by_buf: bool| {
+        let (addr, rx) = common::receiver(NO_PAUSE);
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        let mut p = sendpath::open(Strategy::Adaptive, sock, &Options::default()).unwrap();
+        let mut off = 0u64;
+        for &len in &sizes {
+            let mut b = p.take_buf(len);
+            sendpath::pattern::fill(b.as_mut_slice(), off);
+            off += len as u64;
+            match by_buf {
+                true => p.send_buf(b).unwrap(),
+                false => p.send(Msg::one(b)).unwrap(),
+            }
+        }
+        p.finish(Duration::from_secs(2)).unwrap();
+        let s = p.stats().summary();
+        drop(p);
+        let v = rx.join().unwrap();
+        assert_eq!((v.bytes_verified(), v.mismatches), (off, 0));
+        assert_eq!(s.sends, sizes.len() as u64);
+        s.decisions.unwrap()
+    };
+    let by_buf = decisions(true);
+    assert_eq!(by_buf.copy_sends, sizes.len() as u64, "{by_buf:?}");
+    assert_eq!(by_buf.switches, 0, "{by_buf:?}");
+    assert_eq!(by_buf, decisions(false));
+}
+
+#[test]
+fn the_copying_paths_take_back_a_sent_buffer_at_once() {
+    use Strategy::*;
+    for s in [Copy, Serialize, Gather] {
+        let (addr, rx) = common::receiver(NO_PAUSE);
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        let mut p = sendpath::open(s, sock, &Options::default()).unwrap();
+        let mut b = p.take_buf(4096);
+        sendpath::pattern::fill(b.as_mut_slice(), 0);
+        let at = b.as_slice().as_ptr();
+        p.send_buf(b).unwrap();
+        assert_eq!(
+            p.take_buf(4096).as_slice().as_ptr(),
+            at,
+            "{s}: the buffer is reused"
+        );
+        drop(p);
+        let v = rx.join().unwrap();
+        assert_eq!((v.bytes_verified(), v.mismatches), (4096, 0), "{s}");
+    }
+}
+
+#[test]
 fn copy_is_byte_exact() {
     plain(Strategy::Copy, 65536, 1, 200);
     plain(Strategy::Copy, 100, 1, 2000);
@@ -409,10 +489,14 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
         }
         sizes.extend([300, 300_000, 5000, 40_000, 1 << 20, 7].map(|x| x + round));
     }
-    for &len in &sizes {
+    for (i, &len) in sizes.iter().enumerate() {
         let mut b = p.take_buf(len);
         pattern::fill(b.as_mut_slice(), off);
-        p.send(Msg::one(b)).unwrap();
+        // Both ways in: one buffer alone, and as a list of one field.
+        match i % 3 {
+            0 => p.send(Msg::one(b)).unwrap(),
+            _ => p.send_buf(b).unwrap(),
+        }
         off += len as u64;
     }
     p.finish(Duration::from_secs(5)).unwrap();
@@ -434,6 +518,9 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
         "{d:?}"
     );
     assert!(d.switches >= 30, "{d:?}");
+    // Every send is one decision, whichever way it came in.
+    let decided = d.copy_sends + d.zerocopy_sends + d.run_copies + d.backoff_copies + d.cap_copies;
+    assert_eq!(decided, s.sends, "{d:?}");
     // A zero-copy pick may still go by copy under the path's own byte cap (counted).
     assert_eq!(
         s.zc_attempts + s.fallbacks.inflight_cap,

@@ -12,7 +12,7 @@ use crate::traffic::stamp::{now_ns, StampReader};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
-use sendpath::{Msg, SendPath, Source, Strategy};
+use sendpath::{Buf, Msg, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -314,6 +314,27 @@ pub(crate) fn send_message(
         Source::Memory => {
             let n = fields.clamp(1, size);
             let base = size / n;
+            let take = |p: &mut dyn SendPath, len: usize, o: u64| -> anyhow::Result<Buf> {
+                let mut b = match (alloc, shared) {
+                    (Alloc::Pool, _) => p.take_buf(len),
+                    (Alloc::Fresh, _) => Buf::fresh(len, sendpath::buffer::FILL),
+                    (Alloc::Shared, Some(s)) => s.take(len),
+                    (Alloc::Shared, None) => bail!("shared buffers: this workload has no pool shared by its threads (stream has)"),
+                };
+                if fill {
+                    pattern::fill(b.as_mut_slice(), o);
+                }
+                Ok(b)
+            };
+            if n == 1 {
+                // One field, the common case: no list of fields.
+                let mut b = take(p, size, off)?;
+                if stamp {
+                    crate::traffic::stamp::stamp(b.as_mut_slice());
+                }
+                p.send_buf(b)?;
+                return Ok(());
+            }
             let mut f = p.take_fields();
             f.reserve(n);
             let mut o = off;
@@ -323,17 +344,8 @@ pub(crate) fn send_message(
                 } else {
                     base
                 };
-                let mut b = match (alloc, shared) {
-                    (Alloc::Pool, _) => p.take_buf(len),
-                    (Alloc::Fresh, _) => sendpath::Buf::fresh(len, sendpath::buffer::FILL),
-                    (Alloc::Shared, Some(s)) => s.take(len),
-                    (Alloc::Shared, None) => bail!("shared buffers: this workload has no pool shared by its threads (stream has)"),
-                };
-                if fill {
-                    pattern::fill(b.as_mut_slice(), o);
-                }
+                f.push(take(p, len, o)?);
                 o += len as u64;
-                f.push(b);
             }
             if stamp {
                 crate::traffic::stamp::stamp(f[0].as_mut_slice());

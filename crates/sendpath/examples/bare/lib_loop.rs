@@ -47,21 +47,23 @@ impl LibPath {
         })
     }
 
-    /// Sends `a.size`-byte messages until `until`, then waits for the last completions.
+    /// Sends `a.size`-byte messages until `until` (read every 64 sends, as bare's loops read
+    /// it), then waits for the last completions.
     pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
         let p = self.path.as_mut();
         let before = (p.stats().zc_completions, p.stats().zc_copied);
         let mut t = Tally::default();
         while Instant::now() < until {
-            if self.file_len > 0 {
-                self.offset = send_file(p, a.size, self.offset, self.file_len)?;
-            } else {
-                let mut f = p.take_fields();
-                f.push(p.take_buf(a.size));
-                p.send(Msg::Fields(f)).map_err(io::Error::other)?;
+            for _ in 0..64 {
+                if self.file_len > 0 {
+                    self.offset = send_file(p, a.size, self.offset, self.file_len)?;
+                } else {
+                    let b = p.take_buf(a.size);
+                    p.send_buf(b).map_err(io::Error::other)?;
+                }
+                t.sends += 1;
+                t.bytes += a.size as u64;
             }
-            t.sends += 1;
-            t.bytes += a.size as u64;
         }
         p.finish(Duration::from_secs(2)).map_err(io::Error::other)?;
         t.completions = p.stats().zc_completions - before.0;

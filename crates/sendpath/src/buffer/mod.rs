@@ -145,18 +145,25 @@ impl Buf {
     }
 
     /// Number of bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.as_slice().len()
     }
 
     /// Whether the buffer holds no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Sets the length, writing [`FILL`] into new bytes. Keeps the allocation (and any
     /// registration) when shrinking or growing within capacity.
+    #[inline]
     pub fn resize(&mut self, len: usize) {
+        // A pool's steady loop takes buffers back at the size they left at.
+        if matches!(&self.data, Storage::Aligned { v, off } if v.len() == off + len) {
+            return;
+        }
         match &mut self.data {
             Storage::Heap(v) => {
                 if len > v.capacity() {
@@ -191,6 +198,7 @@ impl Buf {
     }
 
     /// The bytes.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         match &self.data {
             Storage::Heap(v) => v,
@@ -201,6 +209,7 @@ impl Buf {
     }
 
     /// The bytes, writable: possible only while the caller owns the buffer.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         if let Storage::Shared(a) = &self.data {
             *self = Buf::from(a.to_vec());
@@ -236,6 +245,7 @@ impl From<Vec<u8>> for Buf {
 
 /// `reused` resized to `len` bytes, or a new buffer of `len` bytes when there is none:
 /// page-aligned from a page up ([`Buf::page_aligned`]), every byte written with [`FILL`].
+#[inline]
 fn reuse_or_new(reused: Option<Buf>, len: usize) -> Buf {
     match reused {
         Some(mut b) => {
@@ -311,6 +321,7 @@ impl BufPool {
     /// A buffer of exactly `len` bytes: a recycled one if any, otherwise a new one, page-aligned
     /// from a page up ([`Buf::page_aligned`]). Every byte of it has been written (by an earlier
     /// message, or with [`FILL`]).
+    #[inline]
     pub fn take(&mut self, len: usize) -> Buf {
         let reused = self.free.pop();
         self.allocated += u64::from(reused.is_none());
@@ -319,6 +330,7 @@ impl BufPool {
 
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
     /// [`Buf::fresh`] buffer are dropped instead.
+    #[inline]
     pub fn put(&mut self, mut b: Buf) {
         if let Some(home) = b.home.take() {
             return home.put(b);

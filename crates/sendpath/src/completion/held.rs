@@ -112,6 +112,7 @@ impl<B> HeldMessages<B> {
     }
 
     /// Completion ids not yet reported.
+    #[inline]
     pub fn outstanding(&self) -> usize {
         self.tracker.outstanding()
     }

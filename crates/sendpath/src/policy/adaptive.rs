@@ -177,6 +177,7 @@ impl Adaptive {
     /// The path for a memory send of `len` bytes (one of the profile's tier paths, or the
     /// copying path of a zero-copy one), with `zc_inflight` zero-copy sends of this sender
     /// awaiting completion.
+    #[inline]
     pub fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
         let tier = self.tier(len);
         let pick = if !tier.avoids_send_copy() {
@@ -207,7 +208,18 @@ impl Adaptive {
         pick
     }
 
+    /// Counts `n` more sends of a size whose tier is `copy`, each after a `copy` pick: what
+    /// `choose` would have counted for each of them (the caller's fast path for a run of them).
+    pub fn count_copies(&mut self, n: u64) {
+        if n > 0 {
+            debug_assert_eq!(self.last, Some(Strategy::Copy));
+            self.run = 0;
+            self.counts.copy_sends += n;
+        }
+    }
+
     /// The profile's tier for `len` bytes, remembered for the last size asked.
+    #[inline]
     pub fn tier(&mut self, len: usize) -> Strategy {
         if self.memo.0 != len {
             self.memo = (len, self.profile.tier(len));
@@ -223,6 +235,7 @@ impl Adaptive {
         Strategy::Sendfile
     }
 
+    #[inline]
     fn switch_to(&mut self, pick: Strategy) {
         if self.last.is_some_and(|l| l != pick) {
             self.counts.switches += 1;
@@ -347,6 +360,24 @@ mod tests {
             }
             pick
         }
+    }
+
+    #[test]
+    fn a_run_of_copies_counted_at_once_is_counted_as_chosen_one_by_one() {
+        let mut one_by_one = Adaptive::new(profile(false), no_runs());
+        let mut at_once = Adaptive::new(profile(false), no_runs());
+        for a in [&mut one_by_one, &mut at_once] {
+            assert_eq!(a.choose(100 * K, 0), MsgZerocopy);
+            assert_eq!(a.choose(300, 0), Copy);
+        }
+        for _ in 0..5 {
+            one_by_one.choose(300, 0);
+        }
+        at_once.count_copies(5);
+        at_once.count_copies(0);
+        assert_eq!(one_by_one.decisions(), at_once.decisions());
+        assert_eq!(at_once.decisions().copy_sends, 6);
+        assert_eq!(at_once.decisions().switches, 1);
     }
 
     #[test]

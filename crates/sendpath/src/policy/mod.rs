@@ -79,6 +79,7 @@ pub fn admit(
 /// that a new buffer is cheaper than the system calls that would find one, and the kernel
 /// merges the completions that wait on the queue into ranges, so one read releases many (the
 /// MSG_ZEROCOPY paper's batching). `every` of 1 reads the queue whenever the pool is empty.
+#[inline]
 pub fn reap_before_take(
     free_bufs: usize,
     outstanding_sends: usize,

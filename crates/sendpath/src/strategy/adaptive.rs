@@ -91,6 +91,12 @@ pub(super) struct AdaptivePath {
     /// sends (merging the halves' histograms costs microseconds: not per send).
     stats: SendStats,
     sends: u64,
+    /// The size whose last send went by copy with nothing zero-copy in flight and nothing on
+    /// the ring (`usize::MAX`: none): its next sends go straight to `copy`, since the policy
+    /// picks copy for a copy tier whatever its state ...
+    copy_len: usize,
+    /// ... and are counted here, then in the policy's decisions by `refresh`.
+    copy_streak: u64,
 }
 
 impl AdaptivePath {
@@ -114,6 +120,8 @@ impl AdaptivePath {
             on_ring: false,
             stats: SendStats::default(),
             sends: 0,
+            copy_len: usize::MAX,
+            copy_streak: 0,
         };
         p.refresh();
         p
@@ -157,6 +165,65 @@ impl AdaptivePath {
         })
     }
 
+    /// Sends a memory message of `len` bytes by the path the decision picks for it.
+    #[inline]
+    fn send_memory(&mut self, f: Fields, len: usize) -> Result<()> {
+        self.decide
+            .count_copies(std::mem::take(&mut self.copy_streak));
+        let inflight = self.zc_inflight();
+        let path = self.decide.choose(len, inflight);
+        match (path, f) {
+            (Strategy::Uring | Strategy::UringZc, f) => {
+                let msg = Msg::Fields(f.into_list(&mut self.blocking));
+                self.send_on_ring(msg, path == Strategy::UringZc)?
+            }
+            (path, f) => {
+                if self.on_ring {
+                    self.flush_ring()?;
+                }
+                match (path == Strategy::MsgZerocopy, f) {
+                    (true, f) => {
+                        let list = f.into_list(&mut self.blocking);
+                        self.blocking.send(Msg::Fields(list))?
+                    }
+                    (false, Fields::One(b)) => self.blocking.send_copy_buf(b)?,
+                    (false, Fields::List(f)) => self.blocking.send_copy_counted(f, len)?,
+                }
+            }
+        }
+        // With nothing zero-copy in flight before a send that was not zero-copy, no
+        // completion or refusal can have come in: skip the feedback (the common case below
+        // the crossover, where every nanosecond per send shows).
+        if inflight > 0 || path.avoids_send_copy() {
+            self.feedback();
+        }
+        self.copy_len = match (path, inflight, self.on_ring) {
+            (Strategy::Copy, 0, false) => len,
+            _ => usize::MAX,
+        };
+        self.counted();
+        Ok(())
+    }
+
+    /// Zero-copy sends not yet completed, on the socket and on the ring.
+    #[inline]
+    fn zc_inflight(&self) -> usize {
+        self.blocking.outstanding()
+            + self
+                .ring
+                .as_ref()
+                .map_or(0, |r| r.driver.state(r.id).zc_inflight())
+    }
+
+    /// Counts a send; every 4096 sends, refreshes the merged counters.
+    #[inline]
+    fn counted(&mut self) {
+        self.sends += 1;
+        if self.sends.is_multiple_of(4096) {
+            self.refresh();
+        }
+    }
+
     /// Puts every byte queued on the ring on the socket.
     fn flush_ring(&mut self) -> Result<()> {
         if let Some(r) = &mut self.ring {
@@ -180,6 +247,8 @@ impl AdaptivePath {
 
     /// Recomputes the merged stats.
     fn refresh(&mut self) {
+        self.decide
+            .count_copies(std::mem::take(&mut self.copy_streak));
         let mut s = self.blocking.stats().clone();
         if let Some(r) = &self.ring {
             s.merge(r.driver.stats(r.id));
@@ -209,6 +278,26 @@ impl AdaptivePath {
     }
 }
 
+/// A memory message as it came: one buffer ([`SendPath::send_buf`]) or a list of fields.
+enum Fields {
+    One(Buf),
+    List(Vec<Buf>),
+}
+
+impl Fields {
+    /// The message as a list of fields (one buffer goes into a list the path kept).
+    fn into_list(self, p: &mut MsgZerocopy) -> Vec<Buf> {
+        match self {
+            Fields::One(b) => {
+                let mut f = p.take_fields();
+                f.push(b);
+                f
+            }
+            Fields::List(f) => f,
+        }
+    }
+}
+
 impl SendPath for AdaptivePath {
     fn name(&self) -> &'static str {
         "adaptive"
@@ -221,6 +310,9 @@ impl SendPath for AdaptivePath {
     fn send(&mut self, msg: Msg) -> Result<()> {
         match msg {
             Msg::File { offset, len } => {
+                self.decide
+                    .count_copies(std::mem::take(&mut self.copy_streak));
+                self.copy_len = usize::MAX;
                 let Some(file) = self.file.clone() else {
                     return Err(Error::Config(
                         "the adaptive path sends file data with sendfile: give Options::file"
@@ -240,39 +332,25 @@ impl SendPath for AdaptivePath {
             }
             Msg::Fields(f) => {
                 let len: usize = f.iter().map(Buf::len).sum();
-                let inflight = self.blocking.outstanding()
-                    + self
-                        .ring
-                        .as_ref()
-                        .map_or(0, |r| r.driver.state(r.id).zc_inflight());
-                let path = self.decide.choose(len, inflight);
-                match path {
-                    Strategy::Uring => self.send_on_ring(Msg::Fields(f), false)?,
-                    Strategy::UringZc => self.send_on_ring(Msg::Fields(f), true)?,
-                    path => {
-                        if self.on_ring {
-                            self.flush_ring()?;
-                        }
-                        if path == Strategy::MsgZerocopy {
-                            self.blocking.send(Msg::Fields(f))?;
-                        } else {
-                            self.blocking.send_copy_counted(f, len)?;
-                        }
-                    }
-                }
-                // With nothing zero-copy in flight before a send that was not zero-copy, no
-                // completion or refusal can have come in: skip the feedback (the common case
-                // below the crossover, where every nanosecond per send shows).
-                if inflight > 0 || path.avoids_send_copy() {
-                    self.feedback();
-                }
+                return self.send_memory(Fields::List(f), len);
             }
         }
-        self.sends += 1;
-        if self.sends.is_multiple_of(4096) {
-            self.refresh();
-        }
+        self.counted();
         Ok(())
+    }
+
+    #[inline]
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        let len = b.len();
+        // The size the last send copied with nothing in flight: the common case below the
+        // crossover, sent as `copy` sends it (a copy send puts nothing in flight).
+        if len == self.copy_len {
+            self.copy_streak += 1;
+            self.blocking.send_copy_buf(b)?;
+            self.counted();
+            return Ok(());
+        }
+        self.send_memory(Fields::One(b), len)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -296,6 +374,9 @@ impl SendPath for AdaptivePath {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
+        if len == self.copy_len {
+            return self.blocking.take_buf(len);
+        }
         let on_ring = matches!(self.decide.tier(len), Strategy::Uring | Strategy::UringZc);
         let ring = if on_ring { self.ring() } else { None };
         match ring {

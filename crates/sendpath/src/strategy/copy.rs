@@ -55,6 +55,18 @@ impl SendPath for Copy {
         Ok(())
     }
 
+    #[inline]
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        if self.fallback_note.is_some() {
+            self.stats.fallbacks.unsupported += 1;
+        }
+        send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
+        self.stats.bytes += b.len() as u64;
+        self.stats.sends += 1;
+        self.bufs.put(b);
+        Ok(())
+    }
+
     fn take_buf(&mut self, len: usize) -> Buf {
         self.bufs.take(len)
     }

@@ -62,6 +62,17 @@ impl SendPath for Gather {
         self.bufs.take(len)
     }
 
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        let iov = [b.as_slice()];
+        let flags = crate::sys::SendFlags::default();
+        let (_, sent) = sendmsg_all(self.sock.as_fd(), &iov, flags, &mut self.stats);
+        sent.map_err(Error::sys("sendmsg"))?;
+        self.stats.sends += 1;
+        self.stats.bytes += b.len() as u64;
+        self.bufs.put(b);
+        Ok(())
+    }
+
     fn take_fields(&mut self) -> Vec<Buf> {
         self.bufs.take_fields()
     }

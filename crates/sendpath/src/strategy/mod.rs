@@ -88,6 +88,15 @@ pub trait SendPath: Send {
     /// Sends one message, in order after the previous ones.
     fn send(&mut self, msg: Msg) -> Result<()>;
 
+    /// Sends one buffer as a message: `send(Msg::Fields)` of one field without the list, the
+    /// common case, which the copying paths (`copy`, `serialize`, `gather`) make as lean as a
+    /// bare `send()` loop; the other paths send it as a one-field message.
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        let mut f = self.take_fields();
+        f.push(b);
+        self.send(Msg::Fields(f))
+    }
+
     /// Makes sure every message passed to `send` has been handed to the socket.
     fn flush(&mut self) -> Result<()> {
         Ok(())
@@ -403,6 +412,7 @@ fn required_file(path: &str, opts: &Options) -> Result<std::sync::Arc<File>> {
 }
 
 /// `send()` until every byte of `buf` is on the socket.
+#[inline]
 fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result<()> {
     while !buf.is_empty() {
         match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
@@ -425,6 +435,7 @@ fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result
 /// consumed, so the caller can hold its buffers until they are reported. An `ENOBUFS` after part
 /// of the message went zero-copy finishes the message by copy, counted as an `enobufs` fallback;
 /// before any byte went, it is returned to the caller to decide.
+#[inline]
 fn sendmsg_all(
     fd: BorrowedFd<'_>,
     bufs: &[&[u8]],

@@ -77,7 +77,19 @@ impl MsgZerocopy {
         Ok(())
     }
 
+    /// Sends one buffer by copy, counted as a send: [`MsgZerocopy::send_copy_counted`] without
+    /// the list, `adaptive`'s copy tier for [`SendPath::send_buf`].
+    #[inline(always)]
+    pub(super) fn send_copy_buf(&mut self, b: Buf) -> Result<()> {
+        send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
+        self.stats.sends += 1;
+        self.stats.bytes += b.len() as u64;
+        self.pool.put(b);
+        Ok(())
+    }
+
     /// Zero-copy sends awaiting their completion.
+    #[inline]
     pub(super) fn outstanding(&self) -> usize {
         self.held.outstanding()
     }
@@ -235,14 +247,17 @@ impl SendPath for MsgZerocopy {
         Ok(())
     }
 
+    #[inline]
     fn take_buf(&mut self, len: usize) -> Buf {
-        let reap = policy::reap_before_take(
-            self.pool.free_len(),
-            self.held.outstanding(),
-            self.held.outstanding_bytes(),
-            self.reap_every,
-            self.limits,
-        );
+        // A free buffer first: then nothing of the completions' state is touched.
+        let reap = self.pool.free_len() == 0
+            && policy::reap_before_take(
+                self.pool.free_len(),
+                self.held.outstanding(),
+                self.held.outstanding_bytes(),
+                self.reap_every,
+                self.limits,
+            );
         if reap {
             // Completions usually wait on the error queue by now, merged into ranges; reading
             // them keeps the pool from growing. An error here resurfaces on the next send.

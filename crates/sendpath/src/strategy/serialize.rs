@@ -48,6 +48,16 @@ impl SendPath for Serialize {
         self.bufs.take(len)
     }
 
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        self.staging.clear();
+        self.staging.extend_from_slice(b.as_slice());
+        send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
+        self.stats.sends += 1;
+        self.stats.bytes += self.staging.len() as u64;
+        self.bufs.put(b);
+        Ok(())
+    }
+
     fn take_fields(&mut self) -> Vec<Buf> {
         self.bufs.take_fields()
     }

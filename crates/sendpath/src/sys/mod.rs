@@ -32,6 +32,12 @@ impl SendFlags {
     fn bits(self) -> libc::c_int {
         self.0
     }
+
+    /// The same flags as rustix's type (the `MSG_*` values are the kernel's either way).
+    #[inline]
+    fn rustix(self) -> rustix::net::SendFlags {
+        rustix::net::SendFlags::from_bits_retain(self.0 as u32)
+    }
 }
 
 impl std::ops::BitOr for SendFlags {

@@ -61,8 +61,22 @@ pub(crate) fn stream(
     size: usize,
     nfields: usize,
     count: usize,
+    opts: Options,
+    pause: Duration,
+) -> Outcome {
+    stream_as(strategy, size, nfields, count, opts, pause, false)
+}
+
+/// [`stream`]; with `by_buf`, each one-field message goes by [`SendPath::send_buf`] instead of
+/// a list of fields.
+pub(crate) fn stream_as(
+    strategy: Strategy,
+    size: usize,
+    nfields: usize,
+    count: usize,
     mut opts: Options,
     pause: Duration,
+    by_buf: bool,
 ) -> Outcome {
     let (addr, rx) = receiver(pause);
     if strategy.source() == sendpath::Source::File {
@@ -78,6 +92,13 @@ pub(crate) fn stream(
                 offset: off,
                 len: size,
             },
+            sendpath::Source::Memory if by_buf && nfields == 1 => {
+                let mut b = p.take_buf(size);
+                pattern::fill(b.as_mut_slice(), off);
+                p.send_buf(b).unwrap();
+                off += size as u64;
+                continue;
+            }
             sendpath::Source::Memory => {
                 let base = size / nfields;
                 let mut f = p.take_fields();

@@ -76,8 +76,31 @@ pub(super) fn discard(fd: RawFd, read: usize) -> io::Result<u64> {
     }
 }
 
-/// `send()` of all of `buf`, resent from where a short send stopped.
-pub(super) fn send_all(fd: RawFd, buf: &[u8], flags: i32) -> io::Result<()> {
+/// The socket `fd` names, borrowed for one call.
+fn sock<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: every `fd` here is a socket its caller keeps open (bare's connection) for as
+    // long as the call using the borrow.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+/// `send()` of all of `buf`, resent from where a short send stopped. Through rustix, as the
+/// library sends: the system call inline, no libc wrapper.
+pub(super) fn send_all(fd: RawFd, buf: &[u8], flags: u32) -> io::Result<()> {
+    let flags = rustix::net::SendFlags::from_bits_retain(flags);
+    let mut off = 0;
+    while off < buf.len() {
+        match rustix::net::send(sock(fd), &buf[off..], flags) {
+            Ok(n) => off += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// `send()` of all of `buf` through libc, as the library's `mmap-send` sends from its mapping
+/// (a pointer, no Rust slice over pages a shrinking file could take away).
+pub(super) fn send_all_libc(fd: RawFd, buf: &[u8], flags: i32) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         // SAFETY: `buf[off..]` is live for the call.
@@ -89,6 +112,18 @@ pub(super) fn send_all(fd: RawFd, buf: &[u8], flags: i32) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `sendmsg()` of one iovec over `buf` with `flags`, through rustix as [`send_all`].
+fn sendmsg1(fd: RawFd, buf: &[u8], flags: u32) -> io::Result<usize> {
+    let flags = rustix::net::SendFlags::from_bits_retain(flags);
+    let mut no_control = rustix::net::SendAncillaryBuffer::default();
+    Ok(rustix::net::sendmsg(
+        sock(fd),
+        &[io::IoSlice::new(buf)],
+        &mut no_control,
+        flags,
+    )?)
 }
 
 /// `send()` until `until`; `stage` first copies the buffer into another, as `serialize` does.
@@ -118,16 +153,7 @@ pub(super) fn gather(fd: RawFd, buf: &[u8], until: Instant) -> io::Result<Tally>
         for _ in 0..64 {
             let mut off = 0;
             while off < buf.len() {
-                let mut iov = libc::iovec {
-                    iov_base: buf[off..].as_ptr() as *mut _,
-                    iov_len: buf.len() - off,
-                };
-                // SAFETY: an all-zero msghdr is valid; it points at one iovec over `buf`.
-                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-                msg.msg_iov = &mut iov;
-                msg.msg_iovlen = 1;
-                // SAFETY: `msg` and what it points at are live for the call.
-                off += cvt(unsafe { libc::sendmsg(fd, &msg, 0) })?;
+                off += sendmsg1(fd, &buf[off..], 0)?;
             }
             t.sends += 1;
             t.bytes += buf.len() as u64;
@@ -150,27 +176,21 @@ pub(super) fn msg_zerocopy(
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_ZEROCOPY, one).map_err(io::Error::other)?;
     let mut held: VecDeque<(u32, usize)> = VecDeque::new();
     let mut t = Tally::default();
-    while Instant::now() < until || t.completions < t.sends {
-        for _ in 0..every {
-            if Instant::now() >= until {
-                break;
-            }
+    loop {
+        // The clock is read once per `every` sends, as the other loops read it per 64.
+        let sending = Instant::now() < until;
+        if !sending && t.completions >= t.sends {
+            break;
+        }
+        for _ in 0..if sending { every } else { 0 } {
             let Some(i) = pool.take() else {
                 poll_errqueue(fd)?;
                 break;
             };
             let buf = pool.buf(i);
-            let mut iov = libc::iovec {
-                iov_base: buf.as_ptr() as *mut _,
-                iov_len: buf.len(),
-            };
-            // SAFETY: an all-zero msghdr is valid; it points at one iovec over `buf`.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            // SAFETY: `msg` and what it points at are live for the call; the pages stay
-            // untouched until their notification (or are never rewritten without `--pool`).
-            let n = cvt(unsafe { libc::sendmsg(fd, &msg, libc::MSG_ZEROCOPY) })?;
+            // The pages stay untouched until their notification (or are never rewritten
+            // without `--pool`).
+            let n = sendmsg1(fd, buf, libc::MSG_ZEROCOPY as u32)?;
             if n < buf.len() {
                 // The rest by copy: a short zero-copy send is rare (a signal).
                 send_all(fd, &buf[n..], 0)?;
@@ -180,7 +200,7 @@ pub(super) fn msg_zerocopy(
             t.sends += 1;
             t.bytes += buf.len() as u64;
         }
-        if Instant::now() >= until && t.completions < t.sends {
+        if !sending && t.completions < t.sends {
             poll_errqueue(fd)?;
         }
         reap(fd, &mut t, &mut |lo, hi| release(&mut held, pool, lo, hi))?;
