@@ -68,12 +68,12 @@ fn adaptive_counts_a_run_of_copies_by_send_buf_as_by_send() {
         .chain([77; 5])
         .chain([300; 20])
         .collect();
-    let decisions = |by_buf: bool| {
+    let decisions = |by_buf: bool, sizes: &[usize]| {
         let (addr, rx) = common::receiver(NO_PAUSE);
         let sock = std::net::TcpStream::connect(addr).unwrap();
         let mut p = sendpath::open(Strategy::Adaptive, sock, &Options::default()).unwrap();
         let mut off = 0u64;
-        for &len in &sizes {
+        for &len in sizes {
             let mut b = p.take_buf(len);
             sendpath::pattern::fill(b.as_mut_slice(), off);
             off += len as u64;
@@ -90,10 +90,14 @@ fn adaptive_counts_a_run_of_copies_by_send_buf_as_by_send() {
         assert_eq!(s.sends, sizes.len() as u64);
         s.decisions.unwrap()
     };
-    let by_buf = decisions(true);
+    let by_buf = decisions(true, &sizes);
     assert_eq!(by_buf.copy_sends, sizes.len() as u64, "{by_buf:?}");
     assert_eq!(by_buf.switches, 0, "{by_buf:?}");
-    assert_eq!(by_buf, decisions(false));
+    assert_eq!(by_buf, decisions(false, &sizes));
+    // A zero-copy tier (the defaults' from 64 KiB) copies only the first 64 sends of a run: a
+    // run of one-buffer sends still goes zero-copy after them.
+    let big = decisions(true, &[64 << 10; 100]);
+    assert!(big.run_copies > 0 && big.zerocopy_sends > 0, "{big:?}");
 }
 
 #[test]

@@ -91,9 +91,9 @@ pub(super) struct AdaptivePath {
     /// sends (merging the halves' histograms costs microseconds: not per send).
     stats: SendStats,
     sends: u64,
-    /// The size whose last send went by copy with nothing zero-copy in flight and nothing on
-    /// the ring (`usize::MAX`: none): its next sends go straight to `copy`, since the policy
-    /// picks copy for a copy tier whatever its state ...
+    /// The size, in a copy tier, whose last send went by copy with nothing zero-copy in flight
+    /// and nothing on the ring (`usize::MAX`: none): its next sends go straight to `copy`,
+    /// since the policy picks copy for a copy tier whatever its state ...
     copy_len: usize,
     /// ... and are counted here, then in the policy's decisions by `refresh`.
     copy_streak: u64,
@@ -197,8 +197,11 @@ impl AdaptivePath {
         if inflight > 0 || path.avoids_send_copy() {
             self.feedback();
         }
-        self.copy_len = match (path, inflight, self.on_ring) {
-            (Strategy::Copy, 0, false) => len,
+        // Only a copy tier is copied whatever the policy's state (a zero-copy tier's first
+        // sends of a run, or its sends while backed off, are copied too, but not for good).
+        let copy_tier = self.decide.tier(len) == Strategy::Copy;
+        self.copy_len = match (path, copy_tier, inflight, self.on_ring) {
+            (Strategy::Copy, true, 0, false) => len,
             _ => usize::MAX,
         };
         self.counted();
