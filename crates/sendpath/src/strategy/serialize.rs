@@ -24,6 +24,15 @@ impl Serialize {
             bufs: BufPool::new(),
         }
     }
+
+    /// Sends the staged message, counted as one send.
+    #[inline]
+    fn send_staged(&mut self) -> Result<()> {
+        send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
+        self.stats.sends += 1;
+        self.stats.bytes += self.staging.len() as u64;
+        Ok(())
+    }
 }
 
 impl SendPath for Serialize {
@@ -37,9 +46,7 @@ impl SendPath for Serialize {
         for b in &f {
             self.staging.extend_from_slice(b.as_slice());
         }
-        send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
-        self.stats.sends += 1;
-        self.stats.bytes += self.staging.len() as u64;
+        self.send_staged()?;
         self.bufs.put_fields(f);
         Ok(())
     }
@@ -51,9 +58,7 @@ impl SendPath for Serialize {
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         self.staging.clear();
         self.staging.extend_from_slice(b.as_slice());
-        send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
-        self.stats.sends += 1;
-        self.stats.bytes += self.staging.len() as u64;
+        self.send_staged()?;
         self.bufs.put(b);
         Ok(())
     }
