@@ -70,10 +70,10 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::transfer_cmd::preset(a, &dir, cancel);
     }
-    let (dir, mut rec, mut plan) = open_plan(a)?;
+    let (dir, mut rec, mut plan, receiver) = open_plan(a)?;
     crate::cli::check_outputs([("--out", Some(dir.join("results.json").as_path()))])?;
     rec.cancel = cancel.clone();
-    attach_receiver(a, &mut rec, &mut plan)?;
+    attach_receiver(a, &mut rec, &mut plan, receiver)?;
     eprintln!(
         "sweep {}: {} points x {} rounds ({} windows to measure, {} already done), {:.2} s each, each round in a shuffled order (seed {}), results in {}",
         plan.preset.name,
@@ -100,9 +100,24 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     rec.finish()
 }
 
+/// The profile and the agent the flags name, read and checked before anything is written.
+struct Receiver {
+    profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+    agent: Option<sendpath_lab::remote::AgentTarget>,
+}
+
+impl Receiver {
+    fn of(a: &SweepArgs, plan: &rows::SweepPlan) -> anyhow::Result<Receiver> {
+        let profile = crate::cli::load_profile(a.profile.as_deref(), &plan.preset.strategies)?;
+        let agent = a.remote.target()?;
+        Ok(Receiver { profile, agent })
+    }
+}
+
 /// The sweep to run: resumed from `--resume DIR`'s results, or new from the preset; its
-/// directory and the recorder that writes there.
-fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPlan)> {
+/// directory (made only once the profile and agent flags are known to be good), the recorder
+/// that writes there, and the receiver.
+fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPlan, Receiver)> {
     if let Some(dir) = &a.resume {
         let path = dir.join("results.json");
         let results = rows::load(&path)
@@ -110,8 +125,9 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPla
         let plan = rows::resume(&results)
             .map_err(|e| invalid(Setting::Resume, e))
             .with_context(|| format!("cannot resume from {}", path.display()))?;
+        let receiver = Receiver::of(a, &plan)?;
         let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
-        return Ok((dir.clone(), rec, plan));
+        return Ok((dir.clone(), rec, plan, receiver));
     }
     let overrides = Overrides {
         duration: a.duration,
@@ -120,6 +136,7 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPla
         seed: a.seed,
     };
     let plan = rows::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
+    let receiver = Receiver::of(a, &plan)?;
     let dir = out_dir(a.out.as_deref(), plan.preset.name)?;
     let mut rec = Recorder::new(
         Some(dir.join("results.json")),
@@ -127,7 +144,7 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPla
         plan.schedule,
     );
     rec.results.sweep = Some(plan.info());
-    Ok((dir, rec, plan))
+    Ok((dir, rec, plan, receiver))
 }
 
 /// Gives every stream point the profile, the agent and the namespace the flags name, and
@@ -136,10 +153,8 @@ fn attach_receiver(
     a: &SweepArgs,
     rec: &mut Recorder,
     plan: &mut rows::SweepPlan,
+    Receiver { profile, agent }: Receiver,
 ) -> anyhow::Result<()> {
-    let strategies = plan.preset.strategies.clone();
-    let profile = crate::cli::load_profile(a.profile.as_deref(), &strategies)?;
-    let agent = a.remote.target()?;
     let agent_name = agent.as_ref().map(|t| t.addr.to_string());
     let env = &rec.results.environment;
     if a.resume.is_some() && env.agent != agent_name {

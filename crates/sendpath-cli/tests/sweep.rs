@@ -221,6 +221,27 @@ fn congestion_is_recorded_kept_on_resume_and_refused_where_it_cannot_apply() {
 }
 
 #[test]
+fn a_bad_profile_or_agent_is_refused_before_the_output_directory_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let missing = missing.to_str().unwrap();
+    for (flags, says) in [
+        (vec!["--profile", missing], "missing.json"),
+        (
+            vec!["--agent", "127.0.0.1:9", "--token-file", missing],
+            "missing.json",
+        ),
+    ] {
+        let where_ = dir.path().join("out");
+        // A preset with adaptive: the profile is read only for it.
+        let mut args = vec!["sweep", "-p", "mixed", "--out", where_.to_str().unwrap()];
+        args.extend(flags);
+        fails_with(&args, &[says]);
+        assert!(!where_.exists(), "{args:?}: made {}", where_.display());
+    }
+}
+
+#[test]
 fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
