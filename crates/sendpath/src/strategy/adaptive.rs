@@ -198,11 +198,13 @@ impl AdaptivePath {
             self.feedback();
         }
         // Only a copy tier is copied whatever the policy's state (a zero-copy tier's first
-        // sends of a run, or its sends while backed off, are copied too, but not for good).
+        // sends of a run, or its sends while backed off, are copied too, but not for good);
+        // its send flushed the ring.
         let copy_tier = self.decide.tier(len) == Strategy::Copy;
-        self.copy_len = match (path, copy_tier, inflight, self.on_ring) {
-            (Strategy::Copy, true, 0, false) => len,
-            _ => usize::MAX,
+        self.copy_len = if copy_tier && inflight == 0 {
+            len
+        } else {
+            usize::MAX
         };
         self.counted();
         Ok(())

@@ -1,6 +1,6 @@
 //! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
 
-use super::{fields, send_all, SendPath};
+use super::{fields, send_all, send_counted, SendPath};
 use crate::buffer::BufPool;
 use crate::Socket;
 use crate::{Buf, Msg, Result, SendStats};
@@ -60,9 +60,7 @@ impl SendPath for Copy {
         if self.fallback_note.is_some() {
             self.stats.fallbacks.unsupported += 1;
         }
-        send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
-        self.stats.bytes += b.len() as u64;
-        self.stats.sends += 1;
+        send_counted(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
         self.bufs.put(b);
         Ok(())
     }

@@ -89,8 +89,9 @@ pub trait SendPath: Send {
     fn send(&mut self, msg: Msg) -> Result<()>;
 
     /// Sends one buffer as a message: `send(Msg::Fields)` of one field without the list, the
-    /// common case, which the copying paths (`copy`, `serialize`, `gather`) make as lean as a
-    /// bare `send()` loop; the other paths send it as a one-field message.
+    /// common case, which the copying paths (`copy`, `serialize`, `gather`, and `adaptive` in
+    /// a copy tier) make as lean as a bare `send()` loop; the other paths send it as a
+    /// one-field message.
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         let mut f = self.take_fields();
         f.push(b);
@@ -426,6 +427,15 @@ fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result
             Err(e) => return Err(Error::sys("send")(e)),
         }
     }
+    Ok(())
+}
+
+/// [`send_all`] of one whole message, counted as a send of its bytes.
+#[inline]
+fn send_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
+    send_all(fd, buf, stats)?;
+    stats.sends += 1;
+    stats.bytes += buf.len() as u64;
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 //! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
-use super::{fields, send_all, sendmsg_all, SendPath};
+use super::{fields, send_all, send_counted, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
@@ -81,9 +81,7 @@ impl MsgZerocopy {
     /// the list, `adaptive`'s copy tier for [`SendPath::send_buf`].
     #[inline(always)]
     pub(super) fn send_copy_buf(&mut self, b: Buf) -> Result<()> {
-        send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
-        self.stats.sends += 1;
-        self.stats.bytes += b.len() as u64;
+        send_counted(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
         self.pool.put(b);
         Ok(())
     }

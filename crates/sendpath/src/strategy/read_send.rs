@@ -1,7 +1,7 @@
 //! `read-send`: `pread()` a file chunk into a buffer, then `send()` it: the traditional file
 //! server path (disk or page cache to user buffer, user buffer to socket).
 
-use super::{file_range, required_file, send_all, SendPath};
+use super::{file_range, required_file, send_counted, SendPath};
 use crate::buffer::BufPool;
 use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
@@ -42,10 +42,7 @@ impl SendPath for ReadSend {
         self.file
             .read_exact_at(&mut self.buf, offset)
             .map_err(Error::sys("pread"))?;
-        send_all(self.sock.as_fd(), &self.buf, &mut self.stats)?;
-        self.stats.sends += 1;
-        self.stats.bytes += len as u64;
-        Ok(())
+        send_counted(self.sock.as_fd(), &self.buf, &mut self.stats)
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {

@@ -1,7 +1,7 @@
 //! `serialize`: the message's fields copied into one contiguous buffer, then `send()`: the
 //! two-copy baseline (one copy in user space, one into the socket).
 
-use super::{fields, send_all, SendPath};
+use super::{fields, send_counted, SendPath};
 use crate::buffer::BufPool;
 use crate::Socket;
 use crate::{Buf, Msg, Result, SendStats};
@@ -24,15 +24,6 @@ impl Serialize {
             bufs: BufPool::new(),
         }
     }
-
-    /// Sends the staged message, counted as one send.
-    #[inline]
-    fn send_staged(&mut self) -> Result<()> {
-        send_all(self.sock.as_fd(), &self.staging, &mut self.stats)?;
-        self.stats.sends += 1;
-        self.stats.bytes += self.staging.len() as u64;
-        Ok(())
-    }
 }
 
 impl SendPath for Serialize {
@@ -46,7 +37,7 @@ impl SendPath for Serialize {
         for b in &f {
             self.staging.extend_from_slice(b.as_slice());
         }
-        self.send_staged()?;
+        send_counted(self.sock.as_fd(), &self.staging, &mut self.stats)?;
         self.bufs.put_fields(f);
         Ok(())
     }
@@ -58,7 +49,7 @@ impl SendPath for Serialize {
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         self.staging.clear();
         self.staging.extend_from_slice(b.as_slice());
-        self.send_staged()?;
+        send_counted(self.sock.as_fd(), &self.staging, &mut self.stats)?;
         self.bufs.put(b);
         Ok(())
     }
