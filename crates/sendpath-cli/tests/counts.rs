@@ -213,6 +213,32 @@ fn burst_load_records_what_each_allocation_mode_allocated() {
 }
 
 #[test]
+fn one_buffer_and_several_field_messages_of_a_size_mix_stay_in_order() {
+    // With two fields a 1-byte message is one buffer (batched by send_bufs) and a 4 KiB one
+    // two (sent at once): the batch must go first.
+    let v = run_json(&[
+        "stream",
+        "-s",
+        "gather,uring",
+        "--fields",
+        "2",
+        "--size-mix",
+        "1:50,4K:50",
+        "-t",
+        "0.2s",
+        "-n",
+        "1",
+        "--recv",
+        "verify",
+    ])
+    .unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["integrity"]["mismatches"], 0, "{}", r["strategy"]);
+        assert!(r["integrity"]["bytes_verified"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
 fn a_burst_that_never_sends_or_a_shared_pool_where_none_is_is_refused() {
     fails_with(&["stream", "--burst", "0/1ms"], &["--burst", "never sends"]);
     fails_with(&["stream", "--burst", "10"], &["--burst", "MESSAGES/GAP"]);

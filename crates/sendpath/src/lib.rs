@@ -30,6 +30,8 @@
 //! let mut buf = path.take_buf(65536); // a buffer the kernel has released
 //! buf.as_mut_slice().fill(b'x');
 //! path.send_buf(buf)?; // moved in: no safe code can touch it now (several: Msg::Fields)
+//! let mut batch: Vec<_> = (0..16).map(|_| path.take_buf(4096)).collect();
+//! path.send_bufs(&mut batch)?; // 16 messages, the loop inside the path
 //! path.finish(Duration::from_secs(2))?; // wait for every completion (bounded)
 //! let s = path.stats().summary();
 //! println!("copied {:?}, fallbacks {:?}", s.copied_fraction, s.fallbacks);

@@ -23,6 +23,7 @@ impl Socket {
 }
 
 impl AsFd for Socket {
+    #[inline]
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }

@@ -51,10 +51,34 @@ fn every_memory_path_sends_one_buffer_by_send_buf() {
         Vmsplice,
         Adaptive,
     ] {
-        let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, true);
+        let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, 1);
         report(s.name(), &o);
         assert_intact(&o);
         assert_eq!(o.stats.sends, 300, "{s}: every send_buf is one send");
+    }
+}
+
+#[test]
+fn every_memory_path_sends_batches_by_send_bufs_in_order() {
+    use Strategy::*;
+    for s in [
+        Copy,
+        Serialize,
+        Gather,
+        MsgZerocopy,
+        Uring,
+        UringZc,
+        Vmsplice,
+        Adaptive,
+    ] {
+        // 300 = 18 batches of 16 and one of 12.
+        let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, 16);
+        report(s.name(), &o);
+        assert_intact(&o);
+        assert_eq!(
+            o.stats.sends, 300,
+            "{s}: each buffer of a batch is one send"
+        );
     }
 }
 

@@ -290,11 +290,55 @@ pub(crate) struct MsgShape {
     pub(crate) stamp: bool,
 }
 
+/// Whether [`send_message`] sends a `size`-byte message of `strategy` as one buffer, which a
+/// sender may also take with [`message_buf`] and send in batches with `SendPath::send_bufs`.
+pub(crate) fn one_buf(strategy: Strategy, size: usize, shape: &MsgShape) -> bool {
+    strategy.source() == Source::Memory && shape.fields.clamp(1, size.max(1)) == 1
+}
+
+/// The one buffer of a `size`-byte memory message at stream offset `off` (see [`one_buf`]):
+/// taken from the path's pool or newly allocated (`shape.alloc`), filled with the pattern when
+/// `shape.fill` (otherwise it holds bytes written earlier, see [`sendpath::buffer::FILL`]),
+/// stamped with the send time when `shape.stamp`.
+pub(crate) fn message_buf(
+    p: &mut dyn SendPath,
+    size: usize,
+    off: u64,
+    shape: &MsgShape,
+    shared: Option<&sendpath::buffer::SharedPool>,
+) -> anyhow::Result<Buf> {
+    let mut b = field_buf(p, size, off, shape, shared)?;
+    if shape.stamp {
+        crate::traffic::stamp::stamp(b.as_mut_slice());
+    }
+    Ok(b)
+}
+
+/// One field's buffer of `len` bytes at stream offset `off`, filled when `shape.fill`.
+fn field_buf(
+    p: &mut dyn SendPath,
+    len: usize,
+    off: u64,
+    shape: &MsgShape,
+    shared: Option<&sendpath::buffer::SharedPool>,
+) -> anyhow::Result<Buf> {
+    let mut b = match (shape.alloc, shared) {
+        (Alloc::Pool, _) => p.take_buf(len),
+        (Alloc::Fresh, _) => Buf::fresh(len, sendpath::buffer::FILL),
+        (Alloc::Shared, Some(s)) => s.take(len),
+        (Alloc::Shared, None) => {
+            bail!("shared buffers: this workload has no pool shared by its threads (stream has)")
+        }
+    };
+    if shape.fill {
+        pattern::fill(b.as_mut_slice(), off);
+    }
+    Ok(b)
+}
+
 /// Sends one message of `size` bytes at stream offset `off` on `p`. Memory paths get
-/// `shape.fields` buffers, taken from the path's pool or newly allocated and filled
-/// (`shape.alloc`), with the pattern when `shape.fill` (otherwise they hold bytes written
-/// earlier, see [`sendpath::buffer::FILL`]); file paths get the range at `off` modulo the file
-/// length, split in two where it wraps.
+/// `shape.fields` buffers (see [`message_buf`] for one); file paths get the range at `off`
+/// modulo the file length, split in two where it wraps.
 pub(crate) fn send_message(
     p: &mut dyn SendPath,
     strategy: Strategy,
@@ -303,38 +347,16 @@ pub(crate) fn send_message(
     shape: MsgShape,
     shared: Option<&sendpath::buffer::SharedPool>,
 ) -> anyhow::Result<()> {
-    let MsgShape {
-        fields,
-        fill,
-        file_len,
-        alloc,
-        stamp,
-    } = shape;
+    let file_len = shape.file_len;
     match strategy.source() {
+        Source::Memory if one_buf(strategy, size, &shape) => {
+            // One field, the common case: no list of fields.
+            let b = message_buf(p, size, off, &shape, shared)?;
+            p.send_buf(b)?;
+        }
         Source::Memory => {
-            let n = fields.clamp(1, size);
+            let n = shape.fields.clamp(1, size);
             let base = size / n;
-            let take = |p: &mut dyn SendPath, len: usize, o: u64| -> anyhow::Result<Buf> {
-                let mut b = match (alloc, shared) {
-                    (Alloc::Pool, _) => p.take_buf(len),
-                    (Alloc::Fresh, _) => Buf::fresh(len, sendpath::buffer::FILL),
-                    (Alloc::Shared, Some(s)) => s.take(len),
-                    (Alloc::Shared, None) => bail!("shared buffers: this workload has no pool shared by its threads (stream has)"),
-                };
-                if fill {
-                    pattern::fill(b.as_mut_slice(), o);
-                }
-                Ok(b)
-            };
-            if n == 1 {
-                // One field, the common case: no list of fields.
-                let mut b = take(p, size, off)?;
-                if stamp {
-                    crate::traffic::stamp::stamp(b.as_mut_slice());
-                }
-                p.send_buf(b)?;
-                return Ok(());
-            }
             let mut f = p.take_fields();
             f.reserve(n);
             let mut o = off;
@@ -344,10 +366,10 @@ pub(crate) fn send_message(
                 } else {
                     base
                 };
-                f.push(take(p, len, o)?);
+                f.push(field_buf(p, len, o, &shape, shared)?);
                 o += len as u64;
             }
-            if stamp {
+            if shape.stamp {
                 crate::traffic::stamp::stamp(f[0].as_mut_slice());
             }
             p.send(Msg::Fields(f))?;

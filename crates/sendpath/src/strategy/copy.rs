@@ -55,7 +55,8 @@ impl SendPath for Copy {
         Ok(())
     }
 
-    #[inline]
+    // Always inline: `send_bufs` then loops on the system call with no call between.
+    #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         if self.fallback_note.is_some() {
             self.stats.fallbacks.unsupported += 1;

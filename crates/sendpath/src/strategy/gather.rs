@@ -62,6 +62,8 @@ impl SendPath for Gather {
         self.bufs.take(len)
     }
 
+    // Always inline: `send_bufs` then loops on the system call with no call between.
+    #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         let iov = [b.as_slice()];
         let flags = crate::sys::SendFlags::default();

@@ -98,6 +98,21 @@ pub trait SendPath: Send {
         self.send(Msg::Fields(f))
     }
 
+    /// Sends each buffer of `bufs` as its own message, in order, as [`send_buf`] would, and
+    /// leaves `bufs` empty (its capacity kept for the next batch). One call for many small
+    /// messages: the loop runs inside the path, with no return through `dyn SendPath` after
+    /// each system call. On an error the buffers not yet sent are dropped; [`stats`] counts
+    /// the ones that were.
+    ///
+    /// [`send_buf`]: SendPath::send_buf
+    /// [`stats`]: SendPath::stats
+    fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
+        for b in bufs.drain(..) {
+            self.send_buf(b)?;
+        }
+        Ok(())
+    }
+
     /// Makes sure every message passed to `send` has been handed to the socket.
     fn flush(&mut self) -> Result<()> {
         Ok(())

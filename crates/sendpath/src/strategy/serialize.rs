@@ -46,6 +46,8 @@ impl SendPath for Serialize {
         self.bufs.take(len)
     }
 
+    // Always inline: `send_bufs` then loops on the system call with no call between.
+    #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         self.staging.clear();
         self.staging.extend_from_slice(b.as_slice());

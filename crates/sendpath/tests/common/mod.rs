@@ -64,11 +64,11 @@ pub(crate) fn stream(
     opts: Options,
     pause: Duration,
 ) -> Outcome {
-    stream_as(strategy, size, nfields, count, opts, pause, false)
+    stream_as(strategy, size, nfields, count, opts, pause, 0)
 }
 
-/// [`stream`]; with `by_buf`, each one-field message goes by [`SendPath::send_buf`] instead of
-/// a list of fields.
+/// [`stream`]; one-field messages go as a list of fields (`batch` 0), by
+/// [`SendPath::send_buf`] (1), or by [`SendPath::send_bufs`] in batches of `batch`.
 pub(crate) fn stream_as(
     strategy: Strategy,
     size: usize,
@@ -76,7 +76,7 @@ pub(crate) fn stream_as(
     count: usize,
     mut opts: Options,
     pause: Duration,
-    by_buf: bool,
+    batch: usize,
 ) -> Outcome {
     let (addr, rx) = receiver(pause);
     if strategy.source() == sendpath::Source::File {
@@ -86,17 +86,26 @@ pub(crate) fn stream_as(
     let mut p: Box<dyn SendPath> = open(strategy, sock, &opts).unwrap();
     let mut off = 0u64;
     let mut lists_reused = 0;
-    for _ in 0..count {
+    let mut bufs = Vec::new();
+    for k in 0..count {
         let msg = match strategy.source() {
             sendpath::Source::File => Msg::File {
                 offset: off,
                 len: size,
             },
-            sendpath::Source::Memory if by_buf && nfields == 1 => {
+            sendpath::Source::Memory if batch > 0 && nfields == 1 => {
                 let mut b = p.take_buf(size);
                 pattern::fill(b.as_mut_slice(), off);
-                p.send_buf(b).unwrap();
                 off += size as u64;
+                if batch == 1 {
+                    p.send_buf(b).unwrap();
+                    continue;
+                }
+                bufs.push(b);
+                if bufs.len() == batch || k + 1 == count {
+                    p.send_bufs(&mut bufs).unwrap();
+                    assert!(bufs.is_empty(), "send_bufs leaves the batch empty");
+                }
                 continue;
             }
             sendpath::Source::Memory => {

@@ -6,7 +6,7 @@ use crate::cancel::Cancel;
 use crate::setting::{invalid, Setting};
 use crate::traffic::mix::{Alloc, Burst, MixSizes};
 use crate::traffic::RecvMode;
-use crate::workload::{send_message, MsgShape, PatternFile, PART_ALIGN};
+use crate::workload::{message_buf, one_buf, send_message, MsgShape, PatternFile, PART_ALIGN};
 use anyhow::Context;
 use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
@@ -243,7 +243,10 @@ impl Sender {
         Ok((p.stats().clone(), p.note().map(String::from)))
     }
 
-    /// The send loop of one connection, then the wait for its last completions.
+    /// The send loop of one connection, then the wait for its last completions. One-buffer
+    /// messages go in batches of up to [`BATCH_MESSAGES`] and [`BATCH_BYTES`] by one
+    /// `send_bufs` (one return through the path per batch, not per send); `stop` and the byte
+    /// counter are read and written once per batch.
     fn pump(
         &mut self,
         p: &mut dyn sendpath::SendPath,
@@ -253,37 +256,70 @@ impl Sender {
         let mut off = self.first;
         let mut total = sent.load(Ordering::Relaxed);
         let mut in_burst = 0u32;
-        while !stop.load(Ordering::Relaxed) {
+        let mut batch = Vec::with_capacity(BATCH_MESSAGES);
+        let mut more = true;
+        while more && !stop.load(Ordering::Relaxed) {
             if let Some(b) = self.burst.filter(|b| in_burst == b.messages) {
                 idle(b.gap(), stop);
                 in_burst = 0;
                 continue;
             }
-            in_burst += 1;
-            let size = match self.sizes.as_mut() {
-                Some(s) => s.next().unwrap_or(self.size),
-                None => self.size,
-            };
-            if self.limit.is_some_and(|l| off + size as u64 > l) {
-                break;
+            let mut bytes = 0u64;
+            while batch.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
+                if self.burst.is_some_and(|b| in_burst == b.messages) {
+                    break;
+                }
+                let size = match self.sizes.as_mut() {
+                    Some(s) => s.next().unwrap_or(self.size),
+                    None => self.size,
+                };
+                if self.limit.is_some_and(|l| off + size as u64 > l) {
+                    more = false;
+                    break;
+                }
+                in_burst += 1;
+                self.message(p, &mut batch, size, off)?;
+                off += size as u64;
+                bytes += size as u64;
             }
-            send_message(
-                p,
-                self.strategy,
-                size,
-                off,
-                self.shape,
-                self.shared.as_ref(),
-            )?;
-            off += size as u64;
+            if !batch.is_empty() {
+                p.send_bufs(&mut batch)?;
+            }
             // This thread is the counter's only writer: a plain store, not a locked add.
-            total += size as u64;
+            total += bytes;
             sent.store(total, Ordering::Relaxed);
         }
         p.finish(Duration::from_secs(2))?;
         Ok(())
     }
+
+    /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,
+    /// after the batch (a size mix with several fields may have both kinds).
+    fn message(
+        &mut self,
+        p: &mut dyn sendpath::SendPath,
+        batch: &mut Vec<sendpath::Buf>,
+        size: usize,
+        off: u64,
+    ) -> anyhow::Result<()> {
+        let shared = self.shared.as_ref();
+        if one_buf(self.strategy, size, &self.shape) {
+            batch.push(message_buf(p, size, off, &self.shape, shared)?);
+            return Ok(());
+        }
+        if !batch.is_empty() {
+            p.send_bufs(batch)?;
+        }
+        send_message(p, self.strategy, size, off, self.shape, shared)
+    }
 }
+
+/// Most one-buffer messages a stream sender hands to one `send_bufs`.
+const BATCH_MESSAGES: usize = 16;
+/// Most bytes in one batch: a batch of large messages is one message. The byte counter a
+/// remote receiver's windows read moves by at most this much at once, less than the socket's
+/// send buffer already holds ahead of the wire.
+const BATCH_BYTES: u64 = 64 << 10;
 
 /// Sleeps `gap`, or until `stop` (checked every 5 ms at most).
 fn idle(gap: Duration, stop: &AtomicBool) {
