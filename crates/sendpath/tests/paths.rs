@@ -83,6 +83,28 @@ fn every_memory_path_sends_batches_by_send_bufs_in_order() {
 }
 
 #[test]
+fn msg_zerocopy_times_one_zero_copy_send_in_16() {
+    let o = common::stream_as(
+        Strategy::MsgZerocopy,
+        4096,
+        1,
+        100,
+        Options::default(),
+        NO_PAUSE,
+        16,
+    );
+    report("msg-zerocopy", &o);
+    assert_intact(&o);
+    let zero_copy = o.stats.sends - o.stats.fallbacks.total();
+    assert_eq!(o.stats.zc_completions, zero_copy, "every completion read");
+    assert_eq!(
+        o.stats.completion_latency.count,
+        zero_copy.div_ceil(16),
+        "the 1st, 17th, 33rd... zero-copy send is timed"
+    );
+}
+
+#[test]
 fn adaptive_counts_a_run_of_copies_by_send_buf_as_by_send() {
     use sendpath::Msg;
     // Copy-tier sizes only (the defaults copy below 64 KiB): no completion can change a

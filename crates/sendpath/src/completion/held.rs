@@ -26,7 +26,7 @@ pub struct HeldRelease<B> {
     pub copied: u64,
     /// Ids that matched no outstanding send.
     pub unexpected: u64,
-    /// Send-to-notification latency of each completed id, nanoseconds.
+    /// Send-to-notification latency of each completed id that was timed, nanoseconds.
     pub latencies_ns: Vec<u64>,
 }
 
@@ -60,8 +60,9 @@ impl<B> HeldMessages<B> {
 
     /// Records a message of `bytes` bytes whose `sendmsg(MSG_ZEROCOPY)` calls sent something
     /// `ids` times, whether or not the message went out whole. With `ids == 0` the kernel holds
-    /// nothing of it and it is handed straight back.
-    pub fn sent(&mut self, item: B, ids: u32, bytes: usize, now_ns: u64) -> Option<B> {
+    /// nothing of it and it is handed straight back. A message sent at `sent_at_ns` has the
+    /// latency of each of its ids reported; an untimed one (`None`) has none.
+    pub fn sent(&mut self, item: B, ids: u32, bytes: usize, sent_at_ns: Option<u64>) -> Option<B> {
         if ids == 0 {
             return Some(item);
         }
@@ -81,7 +82,7 @@ impl<B> HeldMessages<B> {
         };
         for k in 0..ids {
             self.tracker
-                .on_send(slot, if k == 0 { bytes } else { 0 }, now_ns);
+                .on_send(slot, if k == 0 { bytes } else { 0 }, sent_at_ns);
         }
         None
     }
@@ -150,7 +151,7 @@ mod tests {
         // Message "a" took two calls (ids 0 and 1) and then a third call failed: the caller
         // still records both ids. Its buffers stay held until both are reported.
         let mut h = HeldMessages::new();
-        assert_eq!(h.sent("a", 2, 300, 0), None);
+        assert_eq!(h.sent("a", 2, 300, None), None);
         assert_eq!(h.outstanding(), 2);
         assert_eq!(
             h.next_id(),
@@ -161,9 +162,10 @@ mod tests {
         assert!(r.freed.is_empty(), "one id of two is back: still held");
         assert_eq!((r.completions, r.copied), (1, 1));
         // The next message gets id 2, as the kernel numbers it, and is not confused with "a".
-        assert_eq!(h.sent("b", 1, 100, 20), None);
+        assert_eq!(h.sent("b", 1, 100, Some(20)), None);
         let r = h.on_notification(n(2, 2, false), 30);
         assert_eq!(r.freed, vec!["b"]);
+        assert_eq!(r.latencies_ns, vec![10], "\"b\" was timed");
         assert_eq!(r.unexpected, 0);
         let r = h.on_notification(n(1, 1, true), 40);
         assert_eq!(r.freed, vec!["a"]);
@@ -174,7 +176,7 @@ mod tests {
     #[test]
     fn a_message_that_sent_nothing_comes_straight_back() {
         let mut h: HeldMessages<&str> = HeldMessages::new();
-        assert_eq!(h.sent("x", 0, 10, 0), Some("x"));
+        assert_eq!(h.sent("x", 0, 10, None), Some("x"));
         assert_eq!(h.outstanding(), 0);
         assert_eq!(h.next_id(), 0);
     }
@@ -182,9 +184,9 @@ mod tests {
     #[test]
     fn merged_out_of_order_ranges_across_the_32_bit_wrap() {
         let mut h = HeldMessages::starting_at(u32::MAX - 1);
-        h.sent("a", 2, 10, 0); // ids MAX-1, MAX
-        h.sent("b", 2, 10, 0); // ids 0, 1
-        h.sent("c", 1, 10, 0); // id 2
+        h.sent("a", 2, 10, None); // ids MAX-1, MAX
+        h.sent("b", 2, 10, None); // ids 0, 1
+        h.sent("c", 1, 10, None); // id 2
         let r = h.on_notification(n(0, 2, false), 5);
         assert_eq!(r.freed, vec!["b", "c"]);
         let r = h.on_notification(n(u32::MAX - 1, u32::MAX, false), 6);
@@ -196,8 +198,8 @@ mod tests {
     #[test]
     fn abandon_hands_back_everything_held() {
         let mut h = HeldMessages::new();
-        h.sent("a", 1, 1, 0);
-        h.sent("b", 3, 1, 0);
+        h.sent("a", 1, 1, None);
+        h.sent("b", 3, 1, None);
         h.on_notification(n(0, 1, false), 0);
         let mut left = h.abandon();
         left.sort();

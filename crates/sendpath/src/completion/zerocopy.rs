@@ -27,7 +27,8 @@ pub struct ZcNotification {
 struct Pending<T> {
     token: T,
     bytes: usize,
-    sent_at_ns: u64,
+    /// When it was sent, for a timed send.
+    sent_at_ns: Option<u64>,
 }
 
 /// What one notification released.
@@ -35,7 +36,7 @@ struct Pending<T> {
 pub struct Released<T> {
     /// Tokens of the sends now complete, in id order.
     pub tokens: Vec<T>,
-    /// Send-to-notification latency of each, nanoseconds.
+    /// Send-to-notification latency of each timed one, nanoseconds.
     pub latencies_ns: Vec<u64>,
     /// How many of them the range reported as copied.
     pub copied: u64,
@@ -77,13 +78,15 @@ impl<T> ZcTracker<T> {
     }
 
     /// Records a send the kernel accepted with `MSG_ZEROCOPY`; returns the 32-bit id it got.
-    /// Call it only for calls that returned success: a failed call consumes no id.
-    pub fn on_send(&mut self, token: T, bytes: usize, now_ns: u64) -> u32 {
+    /// Call it only for calls that returned success: a failed call consumes no id. A send
+    /// timed at `sent_at_ns` has its latency reported with its completion; an untimed one
+    /// (`None`) has none.
+    pub fn on_send(&mut self, token: T, bytes: usize, sent_at_ns: Option<u64>) -> u32 {
         let id = self.base + self.pending.len() as u64;
         self.pending.push_back(Some(Pending {
             token,
             bytes,
-            sent_at_ns: now_ns,
+            sent_at_ns,
         }));
         self.outstanding += 1;
         self.outstanding_bytes += bytes;
@@ -136,7 +139,9 @@ impl<T> ZcTracker<T> {
                 Some(p) => {
                     self.outstanding -= 1;
                     self.outstanding_bytes -= p.bytes;
-                    out.latencies_ns.push(now_ns.saturating_sub(p.sent_at_ns));
+                    if let Some(at) = p.sent_at_ns {
+                        out.latencies_ns.push(now_ns.saturating_sub(at));
+                    }
                     out.tokens.push(p.token);
                     if n.copied {
                         out.copied += 1;
@@ -175,7 +180,7 @@ mod tests {
     fn single_and_merged_ranges_release_in_order() {
         let mut t = ZcTracker::new();
         for i in 0..10u32 {
-            assert_eq!(t.on_send(i, 100, i as u64 * 10), i);
+            assert_eq!(t.on_send(i, 100, Some(i as u64 * 10)), i);
         }
         let r = t.on_notification(n(0, 0, false), 5);
         assert_eq!(r.tokens, vec![0]);
@@ -190,10 +195,22 @@ mod tests {
     }
 
     #[test]
+    fn only_timed_sends_report_a_latency() {
+        let mut t = ZcTracker::new();
+        for i in 0..8u32 {
+            let timed = (i % 4 == 0).then_some(u64::from(i) * 10);
+            t.on_send(i, 1, timed);
+        }
+        let r = t.on_notification(n(0, 7, false), 100);
+        assert_eq!(r.tokens.len(), 8, "every send completes");
+        assert_eq!(r.latencies_ns, vec![100, 60], "sends 0 and 4 were timed");
+    }
+
+    #[test]
     fn out_of_order_ranges_release_only_what_they_cover() {
         let mut t = ZcTracker::new();
         for i in 0..6u32 {
-            t.on_send(i, 10, 0);
+            t.on_send(i, 10, None);
         }
         let r = t.on_notification(n(3, 5, false), 1);
         assert_eq!(r.tokens, vec![3, 4, 5]);
@@ -204,13 +221,13 @@ mod tests {
         assert_eq!(r.copied, 3);
         assert_eq!(t.outstanding(), 0);
         // The window has advanced past all six.
-        assert_eq!(t.on_send(6, 10, 0), 6);
+        assert_eq!(t.on_send(6, 10, None), 6);
     }
 
     #[test]
     fn ids_wrap_at_32_bits() {
         let mut t = ZcTracker::starting_at(u32::MAX - 2);
-        let ids: Vec<u32> = (0..6).map(|i| t.on_send(i, 1, 0)).collect();
+        let ids: Vec<u32> = (0..6).map(|i| t.on_send(i, 1, None)).collect();
         assert_eq!(ids, vec![u32::MAX - 2, u32::MAX - 1, u32::MAX, 0, 1, 2]);
         // One merged range spanning the wrap.
         let r = t.on_notification(n(u32::MAX - 1, 1, false), 0);
@@ -226,8 +243,8 @@ mod tests {
     #[test]
     fn duplicate_and_foreign_ids_are_counted_not_released_twice() {
         let mut t = ZcTracker::new();
-        t.on_send("a", 1, 0);
-        t.on_send("b", 1, 0);
+        t.on_send("a", 1, None);
+        t.on_send("b", 1, None);
         assert_eq!(t.on_notification(n(0, 0, false), 0).tokens, vec!["a"]);
         let r = t.on_notification(n(0, 1, false), 0);
         assert_eq!(r.tokens, vec!["b"]);
@@ -243,8 +260,8 @@ mod tests {
         // first one's bit (not copied): both count as not copied. This is the documented
         // approximation.
         let mut t = ZcTracker::new();
-        t.on_send(0, 1, 0);
-        t.on_send(1, 1, 0);
+        t.on_send(0, 1, None);
+        t.on_send(1, 1, None);
         let r = t.on_notification(n(0, 1, false), 0);
         assert_eq!(r.copied, 0);
         assert_eq!(r.tokens.len(), 2);
@@ -254,7 +271,7 @@ mod tests {
     fn abandon_hands_back_tokens_and_resets_counts() {
         let mut t = ZcTracker::new();
         for i in 0..4 {
-            t.on_send(i, 8, 0);
+            t.on_send(i, 8, None);
         }
         t.on_notification(n(1, 1, false), 0);
         assert_eq!(t.abandon(), vec![0, 2, 3]);

@@ -84,7 +84,7 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
         let payload = vec![0x5au8; 1400];
         for i in 0..200u32 {
             sys::socket::sendmsg(s.as_fd(), &[&payload], sys::SendFlags::ZEROCOPY).unwrap();
-            t.on_send(i, payload.len(), 0);
+            t.on_send(i, payload.len(), None);
         }
         let mut copied = 0u64;
         let mut ranges = 0u64;
