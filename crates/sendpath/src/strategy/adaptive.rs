@@ -344,7 +344,8 @@ impl SendPath for AdaptivePath {
         Ok(())
     }
 
-    #[inline]
+    // Always inline: `send_bufs` then loops on a copy tier's system call as `copy` does.
+    #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         let len = b.len();
         // The size the last send copied with nothing in flight: the common case below the
