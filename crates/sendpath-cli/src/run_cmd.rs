@@ -319,6 +319,7 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
     crate::cli::check_memory(&largest, &a.concurrency, &a.run)?;
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
     let agent = a.remote.target()?;
+    crate::cli::check_congestion(a.congestion.as_deref(), agent.is_none())?;
     let mut points = Vec::new();
     for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {
@@ -345,6 +346,7 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
                     mix: a.size_mix.clone(),
                     alloc,
                     agent: agent.clone(),
+                    congestion: a.congestion.clone(),
                 }));
             }
         }

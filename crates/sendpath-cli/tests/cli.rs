@@ -250,6 +250,40 @@ fn congestion_is_set_on_the_connections_and_recorded_or_refused() {
 }
 
 #[test]
+fn rr_sets_and_records_its_congestion_control_or_refuses_it() {
+    let a = sendpath()
+        .args([
+            "rr",
+            "-s",
+            "copy,uring",
+            "-l",
+            "64,16K",
+            "--congestion",
+            "reno",
+        ])
+        .args(["-t", "0.2", "--warmup", "0.05", "-n", "1", "--json", "-"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert!(!stderr_of(&a).contains("paces"), "reno is not paced");
+    let v: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert_eq!(r["workload"], "rr");
+        assert_eq!(
+            r["tcp_congestion"], "reno",
+            "{} {}",
+            r["strategy"], r["size_bytes"]
+        );
+    }
+    fails_with(
+        &["rr", "-t", "0.1", "--congestion", "no-such-cc"],
+        &["--congestion no-such-cc", "available here"],
+    );
+}
+
+#[test]
 fn rr_reports_latency_percentiles() {
     let out = sendpath()
         .args(["rr", "--request", "64", "--response", "64", "-C", "1,2"])

@@ -366,6 +366,11 @@ pub(crate) struct RrArgs {
     /// Pin every server to CPU S and every client to CPU C.
     #[arg(long, value_name = "S,C", value_parser = cpu_pair)]
     pub cpu: Option<(usize, usize)>,
+    /// TCP congestion control of the connections (as `iperf3 -C`): e.g. cubic, reno, bbr
+    /// (default: the host's); set on both ends (with --agent, on ours, which sends the
+    /// responses) and recorded per row (`tcp_congestion`).
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     #[command(flatten)]
     pub remote: AgentClientArgs,
 }

@@ -29,6 +29,7 @@ fn point(spec: &proto::RrClientSpec) -> RrPoint {
         mix: spec.size_mix.clone(),
         alloc: crate::traffic::mix::Alloc::Pool,
         agent: None,
+        congestion: None,
     }
 }
 

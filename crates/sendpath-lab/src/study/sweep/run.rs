@@ -161,7 +161,7 @@ impl Point {
                     p.strategy,
                     crate::traffic::datagram::Protocol::Tcp,
                 ),
-                tcp_congestion: congestion::in_effect(None),
+                tcp_congestion: congestion::in_effect(p.congestion.as_deref()),
                 ..Default::default()
             },
         }

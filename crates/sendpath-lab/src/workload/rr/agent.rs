@@ -122,6 +122,9 @@ fn serve_agent_clients(
             Err(e) => return Err(e).context("accepting the agent's connection"),
         };
         sv.set_nodelay(true)?;
+        if let Some(cc) = &pt.congestion {
+            crate::workload::congestion::set(&sv, cc)?;
+        }
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
         let tids = tid_tx.clone();

@@ -45,6 +45,9 @@ pub struct RrPoint {
     pub alloc: Alloc,
     /// Run the clients on `sendpath agent` there (its latency, bytes and CPU come back).
     pub agent: Option<crate::remote::AgentTarget>,
+    /// TCP congestion control of the connections (`--congestion`): both ends, or with an
+    /// agent ours, which sends the responses; `None`: the host's default.
+    pub congestion: Option<String>,
 }
 
 /// The response sizes of connection `conn`: the mix's sequence, or `response` again and again.
@@ -259,6 +262,10 @@ fn start_pairs(
         c.set_nodelay(true)?;
         let (sv, _) = l.accept()?;
         sv.set_nodelay(true)?;
+        if let Some(cc) = &pt.congestion {
+            super::congestion::set(&c, cc)?;
+            super::congestion::set(&sv, cc)?;
+        }
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
         let tids = tid_tx.clone();
