@@ -38,19 +38,16 @@ fn memory_paths_hand_back_their_lists_of_buffers() {
     assert!(o.lists_reused > 0, "msg-zerocopy reused no list");
 }
 
+/// Every path that sends from memory, from the table of paths.
+fn memory_paths() -> impl Iterator<Item = Strategy> {
+    Strategy::ALL
+        .into_iter()
+        .filter(|s| s.source() == sendpath::Source::Memory)
+}
+
 #[test]
 fn every_memory_path_sends_one_buffer_by_send_buf() {
-    use Strategy::*;
-    for s in [
-        Copy,
-        Serialize,
-        Gather,
-        MsgZerocopy,
-        Uring,
-        UringZc,
-        Vmsplice,
-        Adaptive,
-    ] {
+    for s in memory_paths() {
         let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, 1);
         report(s.name(), &o);
         assert_intact(&o);
@@ -60,17 +57,7 @@ fn every_memory_path_sends_one_buffer_by_send_buf() {
 
 #[test]
 fn every_memory_path_sends_batches_by_send_bufs_in_order() {
-    use Strategy::*;
-    for s in [
-        Copy,
-        Serialize,
-        Gather,
-        MsgZerocopy,
-        Uring,
-        UringZc,
-        Vmsplice,
-        Adaptive,
-    ] {
+    for s in memory_paths() {
         // 300 = 18 batches of 16 and one of 12.
         let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, 16);
         report(s.name(), &o);
