@@ -209,9 +209,9 @@ fn check_congestion_flag(a: &SweepArgs, study: Option<&Study>) -> anyhow::Result
         Some(Study::Rows(p)) if p.proto == sendpath_lab::traffic::datagram::Protocol::Udp => {
             bail!("--congestion is TCP's: the {} preset sends UDP", p.name)
         }
-        Some(Study::Http | Study::Transfer) => {
+        Some(Study::Http) => {
             bail!(
-                "--congestion applies to the stream presets, not {}",
+                "--congestion applies to the stream and file-transfer presets, not {}",
                 a.preset
             )
         }

@@ -34,7 +34,10 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         timeout: a.timeout,
         agent: a.remote.target()?,
         netns: a.topology.create(a.remote.agent.is_some(), false)?,
+        congestion: a.congestion.clone(),
     };
+    let local = a.remote.agent.is_none();
+    crate::cli::check_congestion(a.congestion.as_deref(), local)?;
     crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
@@ -60,12 +63,14 @@ pub(crate) fn check_sweep_args(a: &SweepArgs) -> anyhow::Result<()> {
 /// `sweep --preset file-transfer`: the preset's points, written to `dir` as
 /// transfer-results.json, transfer-results.csv and summary.md.
 pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Result<ExitCode> {
-    let cfg = transfer::preset_config(
+    let mut cfg = transfer::preset_config(
         a.repeat,
         a.seed.unwrap_or_else(fresh_seed),
         a.remote.target()?,
         a.topology.create(a.remote.agent.is_some(), false)?,
     )?;
+    cfg.congestion = a.congestion.clone();
+    crate::cli::note_paced(a.congestion.as_deref(), a.remote.agent.is_none());
     crate::cli::check_outputs([("--out", Some(dir.join("transfer-results.json").as_path()))])?;
     let r = measure(&cfg, cancel)?;
     crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;

@@ -197,7 +197,7 @@ fn congestion_is_recorded_kept_on_resume_and_refused_where_it_cannot_apply() {
     fails_with(&resume, &["resume it with --congestion reno"]);
     for (preset, says) in [
         ("udp-zerocopy", "sends UDP"),
-        ("file-transfer", "stream presets"),
+        ("http-server", "stream and file-transfer presets"),
     ] {
         let where_ = dir.path().join(preset);
         fails_with(

@@ -249,3 +249,44 @@ fn a_sink_file_that_cannot_be_written_is_named_as_the_cause() {
         );
     }
 }
+
+#[test]
+fn transfer_sets_and_records_its_congestion_control_or_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, csv) = (dir.path().join("t.json"), dir.path().join("t.csv"));
+    sendpath()
+        .args(["transfer", "-l", "1M", "-s", "sendfile", "--cache", "warm"])
+        .args(["-n", "1", "--congestion", "reno", "--json"])
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["settings"]["tcp_congestion"], "reno", "{v}");
+    let lines = std::fs::read_to_string(&csv).unwrap();
+    let mut rows = csv::Reader::from_reader(lines.as_bytes());
+    let at = rows
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "tcp_congestion");
+    let at = at.expect("a tcp_congestion column");
+    for r in rows.records() {
+        assert_eq!(&r.unwrap()[at], "reno");
+    }
+    // Without the flag: the host's default, whatever it is.
+    let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    sendpath()
+        .args(["transfer", "-l", "1M", "-s", "sendfile", "--cache", "warm"])
+        .args(["-n", "1", "--json"])
+        .arg(&json)
+        .assert()
+        .success();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["settings"]["tcp_congestion"], default.trim());
+    fails_with(
+        &["transfer", "-l", "1M", "--congestion", "no-such-cc"],
+        &["--congestion no-such-cc", "available here"],
+    );
+}

@@ -153,6 +153,10 @@ pub(crate) struct TransferArgs {
     /// Pin the sender to CPU S and the receiver to CPU R.
     #[arg(long, value_name = "S,R", value_parser = cpu_pair)]
     pub cpu: Option<(usize, usize)>,
+    /// TCP congestion control of each transfer's connection (as `iperf3 -C`): e.g. cubic,
+    /// reno, bbr (default: the host's); recorded in the settings (`tcp_congestion`).
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     /// Seed for the shuffled order of each round (default: random).
     #[arg(long)]
     pub seed: Option<u64>,

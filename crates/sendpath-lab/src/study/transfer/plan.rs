@@ -168,6 +168,9 @@ pub struct TransferConfig {
     pub netns: Option<std::sync::Arc<crate::topology::Netns>>,
     /// Have `sendpath agent` receive (it acknowledges through its control connection).
     pub agent: Option<crate::remote::AgentTarget>,
+    /// TCP congestion control of each transfer's connection (`--congestion`); `None`: the
+    /// host's default.
+    pub congestion: Option<String>,
 }
 
 /// The `read-send 4KiB` method the study's "normal" transfer is.
@@ -221,6 +224,7 @@ pub fn preset_config(
         timeout: Duration::from_secs(120),
         agent,
         netns,
+        congestion: None,
     })
 }
 

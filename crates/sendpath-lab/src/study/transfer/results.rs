@@ -171,6 +171,10 @@ pub struct TransferSettings {
     pub rounds: u32,
     /// Seed of the round order.
     pub seed: u64,
+    /// TCP congestion control of each transfer's connection: `--congestion`, else the host's
+    /// default. `bbr` paces each connection (on loopback, with a timer). Null when unknown.
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
 }
 
 /// A whole transfer run: the one typed result its exporters read.
@@ -223,6 +227,7 @@ impl TransferResults {
                 filesystem: String::new(),
                 rounds: cfg.rounds,
                 seed: cfg.seed,
+                tcp_congestion: crate::workload::congestion::in_effect(cfg.congestion.as_deref()),
             },
             rows: Vec::new(),
             syscalls_unavailable: crate::measure::SyscallCount::start().unavailable(),

@@ -182,7 +182,6 @@ fn transfer_once(
     cfg: &TransferConfig,
     count: bool,
 ) -> anyhow::Result<(TransferRepeat, Option<String>)> {
-    let timeout = cfg.timeout;
     let (mut far, addr) = Far::open(listener, cfg, count)?;
     let resident = file.resident_fraction();
     // The file is opened again by its descriptor's /proc path: a real open(), timed.
@@ -192,30 +191,7 @@ fn transfer_once(
     let mut calls = count.then(SyscallCount::start);
     let t0 = Instant::now();
     let mut connected = false;
-    let sent = (|| -> anyhow::Result<Option<String>> {
-        let f = std::fs::File::open(&path).context("opening the source file")?;
-        let sock = TcpStream::connect(addr).context("connecting to the receiver")?;
-        connected = true;
-        let opts = sendpath::Options {
-            file: Some(std::sync::Arc::new(f)),
-            ..sendpath::Options::default()
-        };
-        let mut p = sendpath::open(method.strategy, sock, &opts)?;
-        let chunk = method.chunk_bytes.unwrap_or(file.len as usize).max(1) as u64;
-        let mut off = 0u64;
-        while off < file.len {
-            let len = chunk.min(file.len - off) as usize;
-            p.send(Msg::File { offset: off, len })?;
-            off += len as u64;
-        }
-        p.finish(timeout)?;
-        let note = p.note().map(String::from);
-        p.socket()
-            .shutdown(std::net::Shutdown::Write)
-            .context("half-closing the connection")?;
-        far.acknowledged(p.socket(), timeout)?;
-        Ok(note)
-    })();
+    let sent = send_file(&path, addr, method, file.len, cfg, &mut far, &mut connected);
     let seconds = t0.elapsed().as_secs_f64();
     let syscalls_sender = calls.as_mut().and_then(SyscallCount::since_start);
     let cpu_all = process_cpu_ns() - cpu0;
@@ -254,6 +230,48 @@ fn transfer_once(
         },
         note,
     ))
+}
+
+/// Opens the file at `path`, connects to `addr` (with the run's congestion control; sets
+/// `connected`), sends all `len` bytes by `method`, half-closes and waits for the far end's
+/// acknowledgement; the path's fallback note.
+fn send_file(
+    path: &str,
+    addr: std::net::SocketAddr,
+    method: &Method,
+    len: u64,
+    cfg: &TransferConfig,
+    far: &mut Far,
+    connected: &mut bool,
+) -> anyhow::Result<Option<String>> {
+    let f = std::fs::File::open(path).context("opening the source file")?;
+    let sock = TcpStream::connect(addr).context("connecting to the receiver")?;
+    *connected = true;
+    if let Some(cc) = &cfg.congestion {
+        crate::workload::congestion::set(&sock, cc)?;
+    }
+    let opts = sendpath::Options {
+        file: Some(std::sync::Arc::new(f)),
+        ..sendpath::Options::default()
+    };
+    let mut p = sendpath::open(method.strategy, sock, &opts)?;
+    let chunk = method.chunk_bytes.unwrap_or(len as usize).max(1) as u64;
+    let mut off = 0u64;
+    while off < len {
+        let n = chunk.min(len - off) as usize;
+        p.send(Msg::File {
+            offset: off,
+            len: n,
+        })?;
+        off += n as u64;
+    }
+    p.finish(cfg.timeout)?;
+    let note = p.note().map(String::from);
+    p.socket()
+        .shutdown(std::net::Shutdown::Write)
+        .context("half-closing the connection")?;
+    far.acknowledged(p.socket(), cfg.timeout)?;
+    Ok(note)
 }
 
 /// The far end's side of a transfer once the sender is done: what the sender noted, what the

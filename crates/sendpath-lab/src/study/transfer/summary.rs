@@ -61,9 +61,10 @@ pub fn summary(r: &TransferResults) -> String {
     }
     out += &copies_table(&axes);
     out += &format!(
-        "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
+        "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}, TCP congestion control {}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
         r.settings.filesystem,
-        route(&r.environment)
+        route(&r.environment),
+        r.settings.tcp_congestion.as_deref().unwrap_or("unknown")
     );
     let warned: Vec<String> = r
         .rows
@@ -289,6 +290,7 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         "strategy",
         "chunk_bytes",
         "sink",
+        "tcp_congestion",
         "round",
         "seconds",
         "throughput_gbps",
@@ -321,6 +323,7 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
                     .chunk_bytes
                     .map_or(String::new(), |c| c.to_string()),
                 r.settings.sink.clone(),
+                r.settings.tcp_congestion.clone().unwrap_or_default(),
                 x.round.to_string(),
                 x.seconds.to_string(),
                 x.throughput_gbps.to_string(),
