@@ -296,7 +296,7 @@ impl Sender {
     /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,
     /// after the batch (a size mix with several fields may have both kinds).
     fn message(
-        &mut self,
+        &self,
         p: &mut dyn sendpath::SendPath,
         batch: &mut Vec<sendpath::Buf>,
         size: usize,
