@@ -174,6 +174,7 @@ fn rr_clients_run_on_the_agent_and_their_latency_comes_back() {
             "2",
         ])
         .args(["--recv", "verify", "--agent", &addr, "--json", "-"])
+        .args(["--congestion", "reno"])
         .assert()
         .success();
     let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
@@ -181,6 +182,8 @@ fn rr_clients_run_on_the_agent_and_their_latency_comes_back() {
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     for r in rows {
+        // Set on our end of each connection, which sends the responses.
+        assert_eq!(r["tcp_congestion"], "reno", "{r}");
         assert!(r["latency_us"]["p50"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["messages_per_s"]["median"].as_f64().unwrap() > 0.0, "{r}");
         let i = &r["integrity"];
