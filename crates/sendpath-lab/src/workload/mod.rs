@@ -292,6 +292,7 @@ pub(crate) struct MsgShape {
 
 /// Whether [`send_message`] sends a `size`-byte message of `strategy` as one buffer, which a
 /// sender may also take with [`message_buf`] and send in batches with `SendPath::send_bufs`.
+#[inline]
 pub(crate) fn one_buf(strategy: Strategy, size: usize, shape: &MsgShape) -> bool {
     strategy.source() == Source::Memory && shape.fields.clamp(1, size.max(1)) == 1
 }
@@ -300,6 +301,7 @@ pub(crate) fn one_buf(strategy: Strategy, size: usize, shape: &MsgShape) -> bool
 /// taken from the path's pool or newly allocated (`shape.alloc`), filled with the pattern when
 /// `shape.fill` (otherwise it holds bytes written earlier, see [`sendpath::buffer::FILL`]),
 /// stamped with the send time when `shape.stamp`.
+#[inline]
 pub(crate) fn message_buf(
     p: &mut dyn SendPath,
     size: usize,
@@ -315,6 +317,7 @@ pub(crate) fn message_buf(
 }
 
 /// One field's buffer of `len` bytes at stream offset `off`, filled when `shape.fill`.
+#[inline]
 fn field_buf(
     p: &mut dyn SendPath,
     len: usize,

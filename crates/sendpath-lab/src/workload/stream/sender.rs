@@ -295,6 +295,7 @@ impl Sender {
 
     /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,
     /// after the batch (a size mix with several fields may have both kinds).
+    #[inline]
     fn message(
         &self,
         p: &mut dyn sendpath::SendPath,
