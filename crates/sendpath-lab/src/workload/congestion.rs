@@ -42,6 +42,12 @@ pub fn set(sock: impl AsFd, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`set`] when a `name` is given (`--congestion`); without one the connection keeps the
+/// host's default.
+pub fn apply(sock: impl AsFd, name: Option<&str>) -> anyhow::Result<()> {
+    name.map_or(Ok(()), |n| set(sock, n))
+}
+
 /// Refuses, before anything runs, an algorithm this kernel cannot give a connection.
 pub fn check(name: &str) -> anyhow::Result<()> {
     use rustix::net::{socket, AddressFamily, SocketType};

@@ -247,9 +247,7 @@ fn send_file(
     let f = std::fs::File::open(path).context("opening the source file")?;
     let sock = TcpStream::connect(addr).context("connecting to the receiver")?;
     *connected = true;
-    if let Some(cc) = &cfg.congestion {
-        crate::workload::congestion::set(&sock, cc)?;
-    }
+    crate::workload::congestion::apply(&sock, cfg.congestion.as_deref())?;
     let opts = sendpath::Options {
         file: Some(std::sync::Arc::new(f)),
         ..sendpath::Options::default()

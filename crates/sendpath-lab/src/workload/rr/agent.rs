@@ -122,9 +122,7 @@ fn serve_agent_clients(
             Err(e) => return Err(e).context("accepting the agent's connection"),
         };
         sv.set_nodelay(true)?;
-        if let Some(cc) = &pt.congestion {
-            crate::workload::congestion::set(&sv, cc)?;
-        }
+        crate::workload::congestion::apply(&sv, pt.congestion.as_deref())?;
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
         let tids = tid_tx.clone();

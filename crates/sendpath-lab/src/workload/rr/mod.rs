@@ -262,10 +262,8 @@ fn start_pairs(
         c.set_nodelay(true)?;
         let (sv, _) = l.accept()?;
         sv.set_nodelay(true)?;
-        if let Some(cc) = &pt.congestion {
-            super::congestion::set(&c, cc)?;
-            super::congestion::set(&sv, cc)?;
-        }
+        super::congestion::apply(&c, pt.congestion.as_deref())?;
+        super::congestion::apply(&sv, pt.congestion.as_deref())?;
         let p = pt.clone();
         let fill = pt.recv == RecvMode::Verify;
         let tids = tid_tx.clone();

@@ -350,9 +350,7 @@ fn start_thread(
             None => tx.with_context(what)?,
         };
         tx.set_nodelay(false).ok();
-        if let Some(cc) = &pt.congestion {
-            super::congestion::set(&tx, cc)?;
-        }
+        super::congestion::apply(&tx, pt.congestion.as_deref())?;
         // A send that makes no progress for the whole repeat and the grace after it ends with
         // EAGAIN (blocking paths), so a stalled receiver cannot hold the run for ever.
         tx.set_write_timeout(Some(stall_limit(pt))).ok();
