@@ -22,6 +22,8 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         (None, "discard") => Sink::Discard,
         _ => Sink::Copy,
     };
+    // Before the namespace is made: a name the kernel lacks leaves nothing behind.
+    crate::cli::check_congestion(a.congestion.as_deref(), a.remote.agent.is_none())?;
     let cfg = TransferConfig {
         sizes: a.sizes.clone().unwrap_or_else(|| STUDY_SIZES.to_vec()),
         methods: Method::list(&a.strategy, &a.chunk)?,
@@ -36,8 +38,6 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         netns: a.topology.create(a.remote.agent.is_some(), false)?,
         congestion: a.congestion.clone(),
     };
-    let local = a.remote.agent.is_none();
-    crate::cli::check_congestion(a.congestion.as_deref(), local)?;
     crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
