@@ -155,6 +155,56 @@ fn the_copying_paths_take_back_a_sent_buffer_at_once() {
     }
 }
 
+/// A blocking send on a socket with a send timeout (`SO_SNDTIMEO`) returns what it sent when
+/// the timeout passes: a short send. copy, serialize and gather finish the message, in order,
+/// and count it. The receiver reads 128 KiB every 4 ms, so each call makes progress but a
+/// 64 MiB message outlasts a 0.5 s timeout.
+#[test]
+fn the_blocking_paths_finish_and_count_a_short_send() {
+    use Strategy::*;
+    let runs: Vec<_> = [Copy, Serialize, Gather]
+        .into_iter()
+        .map(|s| std::thread::spawn(move || (s, short_send(s, 64 << 20))))
+        .collect();
+    for r in runs {
+        let (s, (short, verified, mismatches)) = r.join().unwrap();
+        println!("{s}: short sends {short}, verified {verified}");
+        assert_eq!((verified, mismatches), (64 << 20, 0), "{s}");
+        assert!(short >= 1, "{s}: no short send counted");
+    }
+}
+
+/// Sends one `size`-byte message to a slow reader with a 0.5 s send timeout: the short sends
+/// counted, the bytes verified and the mismatches.
+fn short_send(s: Strategy, size: usize) -> (u64, u64, u64) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let rx = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut v = sendpath::pattern::Verifier::new();
+        let mut buf = vec![0u8; 128 << 10];
+        loop {
+            std::thread::sleep(Duration::from_millis(4));
+            match c.read(&mut buf).unwrap() {
+                0 => return v,
+                n => v.check(&buf[..n]),
+            }
+        }
+    });
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut p = sendpath::open(s, sock, &Options::default()).unwrap();
+    let mut b = p.take_buf(size);
+    sendpath::pattern::fill(b.as_mut_slice(), 0);
+    p.send_buf(b).unwrap();
+    let short = p.stats().short_sends;
+    drop(p);
+    let v = rx.join().unwrap();
+    (short, v.bytes_verified(), v.mismatches)
+}
+
 #[test]
 fn copy_is_byte_exact() {
     plain(Strategy::Copy, 65536, 1, 200);

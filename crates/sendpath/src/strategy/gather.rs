@@ -1,8 +1,9 @@
 //! `gather`: `sendmsg()` with one iovec per field: the kernel gathers the fields while copying
 //! them into the socket (one copy).
 
-use super::{fields, sendmsg_all, SendPath};
+use super::{fields, sendmsg_all, sendmsg_counted, SendPath};
 use crate::buffer::BufPool;
+use crate::sys::SendFlags;
 use crate::Socket;
 use crate::{Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
@@ -47,7 +48,7 @@ impl SendPath for Gather {
         sendmsg_all(
             self.sock.as_fd(),
             iov,
-            crate::sys::SendFlags::default(),
+            SendFlags::default(),
             &mut self.stats,
         )
         .1
@@ -65,12 +66,7 @@ impl SendPath for Gather {
     // Always inline: `send_bufs` then loops on the system call with no call between.
     #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
-        let iov = [b.as_slice()];
-        let flags = crate::sys::SendFlags::default();
-        let (_, sent) = sendmsg_all(self.sock.as_fd(), &iov, flags, &mut self.stats);
-        sent.map_err(Error::sys("sendmsg"))?;
-        self.stats.sends += 1;
-        self.stats.bytes += b.len() as u64;
+        sendmsg_counted(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
         self.bufs.put(b);
         Ok(())
     }

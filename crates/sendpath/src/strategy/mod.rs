@@ -445,13 +445,71 @@ fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result
     Ok(())
 }
 
-/// [`send_all`] of one whole message, counted as a send of its bytes.
-#[inline]
+/// [`send_all`] of one whole message, counted as a send of its bytes. One `send()` sends it
+/// all, almost always; the loop of a short or interrupted send is out of line
+/// ([`send_rest`]), so the common case is the system call and two adds.
+#[inline(always)]
 fn send_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
-    send_all(fd, buf, stats)?;
+    match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
+        Ok(n) if n == buf.len() => {}
+        first => send_rest(fd, buf, first, stats)?,
+    }
     stats.sends += 1;
     stats.bytes += buf.len() as u64;
     Ok(())
+}
+
+/// Finishes sending `buf` after a first `send()` that returned `first` without sending it all.
+#[cold]
+#[inline(never)]
+fn send_rest(
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    first: io::Result<usize>,
+    stats: &mut SendStats,
+) -> Result<()> {
+    match first {
+        Ok(n) => {
+            stats.short_sends += 1;
+            send_all(fd, &buf[n..], stats)
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => send_all(fd, buf, stats),
+        Err(e) => Err(Error::sys("send")(e)),
+    }
+}
+
+/// One `sendmsg()` of one buffer (as `gather` sends a one-field message) until every byte is
+/// on the socket: [`send_counted`]'s shape, with the loop of a short send in [`sendmsg_all`].
+#[inline(always)]
+fn sendmsg_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
+    match sys::socket::sendmsg(fd, &[buf], SendFlags::NOSIGNAL) {
+        Ok(n) if n == buf.len() => {}
+        first => sendmsg_rest(fd, buf, first, stats)?,
+    }
+    stats.sends += 1;
+    stats.bytes += buf.len() as u64;
+    Ok(())
+}
+
+/// Finishes a one-buffer `sendmsg()` whose first call returned `first` without sending it all.
+#[cold]
+#[inline(never)]
+fn sendmsg_rest(
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    first: io::Result<usize>,
+    stats: &mut SendStats,
+) -> Result<()> {
+    let done = match first {
+        Ok(n) => {
+            stats.short_sends += 1;
+            n
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+        Err(e) => return Err(Error::sys("sendmsg")(e)),
+    };
+    let (_, sent) = sendmsg_all(fd, &[&buf[done..]], SendFlags::default(), stats);
+    sent.map_err(Error::sys("sendmsg"))
 }
 
 /// `sendmsg()` with `flags` until every byte of `bufs` is on the socket. Returns the number of

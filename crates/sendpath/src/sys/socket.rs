@@ -81,8 +81,10 @@ pub(crate) fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Resu
 #[inline]
 pub(crate) fn sendmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: SendFlags) -> io::Result<usize> {
     // Most messages have a few fields: their iovecs live on the stack (a send of one field
-    // should not pay for clearing 64 of them).
-    if bufs.len() <= 4 {
+    // should not pay for clearing 64 of them, or 4).
+    if bufs.len() == 1 {
+        sendmsg_iov::<1>(fd, bufs, flags)
+    } else if bufs.len() <= 4 {
         sendmsg_iov::<4>(fd, bufs, flags)
     } else {
         sendmsg_iov::<64>(fd, bufs, flags)
