@@ -355,6 +355,37 @@ fn sink_receives_from_stream_connect() {
     assert!(s.contains(" 0 mismatches"), "{s}");
 }
 
+/// With a receiver that is not ours, the sender's own count of bytes put on the socket is
+/// the throughput: it must move for the plainest stream (one pooled size, discarded), whose
+/// sender sends whole batches by a loop of its own.
+#[test]
+fn stream_connect_counts_what_a_plain_sender_sent() {
+    let addr = common::free_loopback_addr();
+    let bin = assert_cmd::cargo::cargo_bin("sendpath");
+    let sink = std::process::Command::new(&bin)
+        .args(["sink", "--listen", &addr, "--timeout", "30s"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = sendpath()
+        .args(["stream", "--connect", &addr, "-s", "copy", "-l", "4K"])
+        .args(["-t", "0.3", "--warmup", "0.05", "-n", "1", "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gbps = v["results"][0]["throughput_gbps"]["median"]
+        .as_f64()
+        .unwrap();
+    assert!(sink.wait_with_output().unwrap().status.success());
+    assert!(gbps > 0.1, "the sender counted {gbps} Gbit/s");
+}
+
 #[test]
 fn ctrl_c_keeps_finished_repeats() {
     let dir = tempfile::tempdir().unwrap();

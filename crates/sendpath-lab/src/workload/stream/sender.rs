@@ -253,6 +253,9 @@ impl Sender {
         stop: &AtomicBool,
         sent: &AtomicU64,
     ) -> anyhow::Result<()> {
+        if self.plain() {
+            return self.pump_plain(p, stop, sent);
+        }
         let mut off = self.first;
         let mut total = sent.load(Ordering::Relaxed);
         let mut in_burst = 0u32;
@@ -293,6 +296,41 @@ impl Sender {
         Ok(())
     }
 
+    /// Whether every message is one pooled buffer of one size with nothing to write into it,
+    /// and the stream has no limit or bursts: the default `stream`.
+    fn plain(&self) -> bool {
+        let shape = &self.shape;
+        let pooled = shape.alloc == Alloc::Pool && !shape.fill && !shape.stamp;
+        let steady = self.sizes.is_none() && self.limit.is_none() && self.burst.is_none();
+        pooled && steady && one_buf(self.strategy, self.size, shape)
+    }
+
+    /// [`Sender::pump`] for a [`Sender::plain`] stream: whole batches of buffers, taken and
+    /// sent with no per-message test between (as `bare --lib` sends).
+    fn pump_plain(
+        &self,
+        p: &mut dyn sendpath::SendPath,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        // As many as `pump` would batch: up to 16, until one takes the batch to 64 KiB.
+        let n = BATCH_BYTES
+            .div_ceil(self.size as u64)
+            .min(BATCH_MESSAGES as u64) as usize;
+        let mut batch = Vec::with_capacity(n);
+        let mut total = sent.load(Ordering::Relaxed);
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..n {
+                batch.push(p.take_buf(self.size));
+            }
+            p.send_bufs(&mut batch)?;
+            total += (n * self.size) as u64;
+            sent.store(total, Ordering::Relaxed);
+        }
+        p.finish(Duration::from_secs(2))?;
+        Ok(())
+    }
+
     /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,
     /// after the batch (a size mix with several fields may have both kinds).
     #[inline]
@@ -305,7 +343,13 @@ impl Sender {
     ) -> anyhow::Result<()> {
         let shared = self.shared.as_ref();
         if one_buf(self.strategy, size, &self.shape) {
-            batch.push(message_buf(p, size, off, &self.shape, shared)?);
+            // A pooled buffer with nothing to write goes straight onto the batch: no
+            // `Result` around it to move through (about 1.5% of a 4 KiB copy send).
+            let b = match self.shape.alloc == Alloc::Pool && !self.shape.fill && !self.shape.stamp {
+                true => p.take_buf(size),
+                false => message_buf(p, size, off, &self.shape, shared)?,
+            };
+            batch.push(b);
             return Ok(());
         }
         if !batch.is_empty() {
