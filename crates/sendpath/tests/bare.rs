@@ -172,6 +172,30 @@ fn congestion_control_is_set_or_refused() {
 }
 
 #[test]
+fn the_copying_paths_send_from_several_buffers_in_turn() {
+    for p in ["copy", "serialize", "gather"] {
+        let args = [
+            p,
+            "4K",
+            "--bufs",
+            "16",
+            "--seconds",
+            "0.2",
+            "--warmup",
+            "0.05",
+        ];
+        let Some(out) = run(&args) else { return };
+        let text = String::from_utf8_lossy(&out.stdout);
+        // bare checks that its receiver read every byte sent, and says how many buffers.
+        assert!(out.status.success(), "bare {args:?}: {text}");
+        assert!(
+            text.contains(&format!("bare {p} 4096 B bufs 16:")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn help_prints_the_usage() {
     let Some(out) = run(&["--help"]) else { return };
     assert!(out.status.success());
@@ -203,6 +227,8 @@ fn bad_input_is_refused_with_status_2() {
             &["uring", "64K", "--lib", "--order", "none"][..],
             "--lib sends as the library does",
         ),
+        (&["uring", "4K", "--bufs", "4"][..], "--bufs takes"),
+        (&["copy", "4K", "--bufs", "0"][..], "--bufs takes"),
     ] {
         let Some(out) = run(args) else { return };
         let err = String::from_utf8_lossy(&out.stderr);

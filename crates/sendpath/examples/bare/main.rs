@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
 //!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
-//!     [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
+//!     [--fixed] [--fixed-file] [--pool] [--bufs 1] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
 //!     [--pipe-size N] [--gso SEG] [--mtu 65535]
 //! ```
 //!
@@ -19,7 +19,9 @@
 //!
 //! Memory paths send one buffer that is never rewritten, so reusing it while the kernel holds
 //! it is harmless here; with `--pool` each send takes a buffer the kernel has released, as
-//! sendpath does (see `pool.rs`). Paths: `copy` (`send`), `gather` (`sendmsg`, one iovec),
+//! sendpath does (see `pool.rs`). `--bufs N` has `copy`, `serialize` and `gather` send from N
+//! buffers in turn, as a sender holding a batch of N messages must (sendpath's stream harness
+//! batches up to 16 or 64 KiB): their bytes are no longer all in the L1 cache. Paths: `copy` (`send`), `gather` (`sendmsg`, one iovec),
 //! `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the error queue read every `--reap-every` sends),
 //! `uring` (`IORING_OP_SEND`, `MSG_WAITALL`) and `uring-zc` (`IORING_OP_SEND_ZC` with usage
 //! reporting; `--fixed` for a registered buffer), `--depth` in flight: `--order linked` is
@@ -63,7 +65,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -86,6 +88,8 @@ pub(crate) struct Args {
     pub(crate) fixed: bool,
     pub(crate) fixed_file: bool,
     pub(crate) pool: bool,
+    /// How many buffers `copy`, `serialize` and `gather` send from in turn.
+    pub(crate) bufs: usize,
     pub(crate) lib: bool,
     pub(crate) reap_every: usize,
     pub(crate) mtu: u32,
@@ -161,6 +165,7 @@ fn parse() -> Result<Args, String> {
         fixed: false,
         fixed_file: false,
         pool: false,
+        bufs: 1,
         lib: false,
         reap_every: 32,
         mtu: 65_535,
@@ -187,6 +192,7 @@ fn parse() -> Result<Args, String> {
             "--fixed" => a.fixed = true,
             "--fixed-file" => a.fixed_file = true,
             "--pool" => a.pool = true,
+            "--bufs" => a.bufs = num(it.next(), "--bufs")? as usize,
             "--lib" => a.lib = true,
             "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
@@ -223,6 +229,12 @@ fn check(a: Args) -> Result<Args, String> {
     }
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
         return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));
+    }
+    let copying = matches!(a.path.as_str(), "copy" | "serialize" | "gather");
+    if !(1..=1024).contains(&a.bufs) || a.bufs > 1 && (!copying || a.lib) {
+        return Err(format!(
+            "--bufs takes 1..1024, for copy, serialize and gather without --lib: {USAGE}"
+        ));
     }
     if a.file_size < a.size as u64 && route::is_file_path(&a.path) {
         return Err(format!("--file-size must hold one SIZE: {USAGE}"));
@@ -283,12 +295,16 @@ fn main() {
         Ok(_) => {}
     }
     println!(
-        "bare {} {} B{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
+        "bare {} {} B{}{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
         a.path,
         a.size,
         a.gso.map_or(String::new(), |g| format!(" gso {g}")),
         if a.fixed { " fixed" } else { "" },
         if a.pool { " pool" } else { "" },
+        match a.bufs {
+            1 => String::new(),
+            n => format!(" bufs {n}"),
+        },
         if a.lib { " lib" } else { "" },
         a.order
             .map_or(String::new(), |o| format!(" order {o:?}").to_lowercase()),

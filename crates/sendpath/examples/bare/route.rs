@@ -112,10 +112,13 @@ impl Route {
         let cap = 2 * a.depth + if zc { 256 } else { 0 };
         let mut pool = Pool::new(a.size, a.pool, cap, a.fixed);
         let p = &mut pool;
+        // The copying paths' buffers come back at once: `--bufs` of them sent in turn.
+        let ring = Pool::new(a.size, true, a.bufs, true);
+        let bufs: Vec<&[u8]> = ring.all().collect();
         match a.path.as_str() {
-            "copy" => sys::copy(fd, p.buf(0), until, false),
-            "serialize" => sys::copy(fd, p.buf(0), until, true),
-            "gather" => sys::gather(fd, p.buf(0), until),
+            "copy" => sys::copy(fd, &bufs, until, false),
+            "serialize" => sys::copy(fd, &bufs, until, true),
+            "gather" => sys::gather(fd, &bufs, until),
             "msg-zerocopy" => sys::msg_zerocopy(fd, p, until, a.reap_every, &mut self.zc_next),
             "vmsplice" => sys::file::vmsplice(fd, a.size, a.pipe_size, until),
             _ => sys::uring::send(fd, p, until, sys::uring::Cfg::of(a, order)),

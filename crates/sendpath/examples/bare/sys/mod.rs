@@ -126,12 +126,16 @@ fn sendmsg1(fd: RawFd, buf: &[u8], flags: u32) -> io::Result<usize> {
     )?)
 }
 
-/// `send()` until `until`; `stage` first copies the buffer into another, as `serialize` does.
-pub(super) fn copy(fd: RawFd, buf: &[u8], until: Instant, stage: bool) -> io::Result<Tally> {
+/// `send()` until `until`, from `bufs` in turn; `stage` first copies each into another, as
+/// `serialize` does.
+pub(super) fn copy(fd: RawFd, bufs: &[&[u8]], until: Instant, stage: bool) -> io::Result<Tally> {
     let mut t = Tally::default();
-    let mut staging = Vec::with_capacity(buf.len());
+    let mut staging = Vec::with_capacity(bufs[0].len());
+    let mut i = 0;
     while Instant::now() < until {
         for _ in 0..64 {
+            let buf = bufs[i];
+            i = if i + 1 == bufs.len() { 0 } else { i + 1 };
             if stage {
                 staging.clear();
                 staging.extend_from_slice(buf);
@@ -146,11 +150,15 @@ pub(super) fn copy(fd: RawFd, buf: &[u8], until: Instant, stage: bool) -> io::Re
     Ok(t)
 }
 
-/// `sendmsg()` of one iovec until `until`, as `gather` does with one field.
-pub(super) fn gather(fd: RawFd, buf: &[u8], until: Instant) -> io::Result<Tally> {
+/// `sendmsg()` of one iovec until `until`, as `gather` does with one field, from `bufs` in
+/// turn.
+pub(super) fn gather(fd: RawFd, bufs: &[&[u8]], until: Instant) -> io::Result<Tally> {
     let mut t = Tally::default();
+    let mut i = 0;
     while Instant::now() < until {
         for _ in 0..64 {
+            let buf = bufs[i];
+            i = if i + 1 == bufs.len() { 0 } else { i + 1 };
             let mut off = 0;
             while off < buf.len() {
                 off += sendmsg1(fd, &buf[off..], 0)?;
