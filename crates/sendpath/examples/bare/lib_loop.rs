@@ -81,9 +81,10 @@ impl LibPath {
     }
 }
 
-/// One message of `size` bytes from the file at `offset`, round and round; the next offset.
+/// One message of `size` bytes from the file at `offset` (below `len`), round and round; the
+/// next offset. A comparison, not a division, finds the wrap, as bare's own loop does.
 fn send_file(p: &mut dyn SendPath, size: usize, offset: u64, len: u64) -> io::Result<u64> {
-    let mut at = offset % len;
+    let mut at = offset;
     let mut left = size as u64;
     while left > 0 {
         let n = left.min(len - at);
@@ -93,7 +94,10 @@ fn send_file(p: &mut dyn SendPath, size: usize, offset: u64, len: u64) -> io::Re
         })
         .map_err(io::Error::other)?;
         left -= n;
-        at = (at + n) % len;
+        at += n;
+        if at == len {
+            at = 0;
+        }
     }
     Ok(at)
 }

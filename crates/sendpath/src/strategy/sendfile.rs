@@ -53,6 +53,7 @@ impl SendPath for Sendfile {
 }
 
 /// `sendfile()` until `len` bytes of `file` from `offset` are on the socket; counts the send.
+#[inline]
 pub(super) fn sendfile_all(
     sock: &Socket,
     file: &File,

@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `sendfile(out_fd, in_fd, &offset, count)`: moves up to `count` bytes of the file at `offset`
 /// to the socket without a copy through user space; advances `offset`. See sendfile(2).
+#[inline]
 pub(crate) fn sendfile(
     out: BorrowedFd<'_>,
     input: BorrowedFd<'_>,
