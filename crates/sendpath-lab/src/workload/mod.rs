@@ -290,6 +290,15 @@ pub(crate) struct MsgShape {
     pub(crate) stamp: bool,
 }
 
+impl MsgShape {
+    /// Whether its buffers come from the path's pool as they are, with nothing written into
+    /// them: [`message_buf`] is then `take_buf`.
+    #[inline]
+    pub(crate) fn taken_as_is(&self) -> bool {
+        self.alloc == Alloc::Pool && !self.fill && !self.stamp
+    }
+}
+
 /// Whether [`send_message`] sends a `size`-byte message of `strategy` as one buffer, which a
 /// sender may also take with [`message_buf`] and send in batches with `SendPath::send_bufs`.
 #[inline]

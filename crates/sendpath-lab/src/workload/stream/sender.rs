@@ -299,10 +299,8 @@ impl Sender {
     /// Whether every message is one pooled buffer of one size with nothing to write into it,
     /// and the stream has no limit or bursts: the default `stream`.
     fn plain(&self) -> bool {
-        let shape = &self.shape;
-        let pooled = shape.alloc == Alloc::Pool && !shape.fill && !shape.stamp;
         let steady = self.sizes.is_none() && self.limit.is_none() && self.burst.is_none();
-        pooled && steady && one_buf(self.strategy, self.size, shape)
+        steady && self.shape.taken_as_is() && one_buf(self.strategy, self.size, &self.shape)
     }
 
     /// [`Sender::pump`] for a [`Sender::plain`] stream: whole batches of buffers, taken and
@@ -345,7 +343,7 @@ impl Sender {
         if one_buf(self.strategy, size, &self.shape) {
             // A pooled buffer with nothing to write goes straight onto the batch: no
             // `Result` around it to move through (about 1.5% of a 4 KiB copy send).
-            let b = match self.shape.alloc == Alloc::Pool && !self.shape.fill && !self.shape.stamp {
+            let b = match self.shape.taken_as_is() {
                 true => p.take_buf(size),
                 false => message_buf(p, size, off, &self.shape, shared)?,
             };
