@@ -156,27 +156,34 @@ fn the_copying_paths_take_back_a_sent_buffer_at_once() {
 }
 
 /// A blocking send on a socket with a send timeout (`SO_SNDTIMEO`) returns what it sent when
-/// the timeout passes: a short send. copy, serialize and gather finish the message, in order,
-/// and count it. The receiver reads 128 KiB every 4 ms, so each call makes progress but a
-/// 64 MiB message outlasts a 0.5 s timeout.
+/// the timeout passes: a short send. copy, serialize, gather and msg-zerocopy finish the
+/// message, in order, and count it; msg-zerocopy counts one completion id per call, so a
+/// second message's ids follow (none unexpected, no buffer left with the kernel). The receiver
+/// reads 128 KiB every 4 ms, so each call makes progress but a 64 MiB message outlasts a 0.5 s
+/// timeout.
 #[test]
 fn the_blocking_paths_finish_and_count_a_short_send() {
     use Strategy::*;
-    let runs: Vec<_> = [Copy, Serialize, Gather]
+    let runs: Vec<_> = [Copy, Serialize, Gather, MsgZerocopy]
         .into_iter()
         .map(|s| std::thread::spawn(move || (s, short_send(s, 64 << 20))))
         .collect();
     for r in runs {
-        let (s, (short, verified, mismatches)) = r.join().unwrap();
+        let (s, (short, verified, mismatches, astray)) = r.join().unwrap();
         println!("{s}: short sends {short}, verified {verified}");
-        assert_eq!((verified, mismatches), (64 << 20, 0), "{s}");
+        assert_eq!(
+            (verified, mismatches, astray),
+            ((64 << 20) + 4096, 0, 0),
+            "{s}"
+        );
         assert!(short >= 1, "{s}: no short send counted");
     }
 }
 
-/// Sends one `size`-byte message to a slow reader with a 0.5 s send timeout: the short sends
-/// counted, the bytes verified and the mismatches.
-fn short_send(s: Strategy, size: usize) -> (u64, u64, u64) {
+/// Sends a `size`-byte message, then a 4 KiB one, to a slow reader with a 0.5 s send timeout:
+/// the short sends counted, the bytes verified, the mismatches, and the completions unexpected
+/// or still due.
+fn short_send(s: Strategy, size: usize) -> (u64, u64, u64, u64) {
     use std::io::Read;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -199,10 +206,20 @@ fn short_send(s: Strategy, size: usize) -> (u64, u64, u64) {
     let mut b = p.take_buf(size);
     sendpath::pattern::fill(b.as_mut_slice(), 0);
     p.send_buf(b).unwrap();
-    let short = p.stats().short_sends;
+    // A second message after it: its ids follow the first's only if those were all counted.
+    let mut b = p.take_buf(4096);
+    sendpath::pattern::fill(b.as_mut_slice(), size as u64);
+    p.send_buf(b).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    p.finish(Duration::from_secs(5)).unwrap();
+    let st = p.stats();
+    let (short, astray) = (
+        st.short_sends,
+        st.unexpected_completions + st.leaked_buffers,
+    );
     drop(p);
     let v = rx.join().unwrap();
-    (short, v.bytes_verified(), v.mismatches)
+    (short, v.bytes_verified(), v.mismatches, astray)
 }
 
 #[test]

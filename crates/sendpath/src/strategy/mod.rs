@@ -479,37 +479,55 @@ fn send_rest(
 }
 
 /// One `sendmsg()` of one buffer (as `gather` sends a one-field message) until every byte is
-/// on the socket: [`send_counted`]'s shape, with the loop of a short send in [`sendmsg_all`].
+/// on the socket, counted as a send of its bytes ([`sendmsg_one`]).
 #[inline(always)]
 fn sendmsg_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
-    match sys::socket::sendmsg(fd, &[buf], SendFlags::NOSIGNAL) {
-        Ok(n) if n == buf.len() => {}
-        first => sendmsg_rest(fd, buf, first, stats)?,
-    }
+    let (_, sent) = sendmsg_one(fd, buf, SendFlags::default(), stats);
+    sent.map_err(Error::sys("sendmsg"))?;
     stats.sends += 1;
     stats.bytes += buf.len() as u64;
     Ok(())
 }
 
-/// Finishes a one-buffer `sendmsg()` whose first call returned `first` without sending it all.
-#[cold]
-#[inline(never)]
-fn sendmsg_rest(
+/// [`sendmsg_all`] of one buffer: one `sendmsg()` inline, which almost always sends it all;
+/// a short or interrupted send goes on out of line ([`sendmsg_one_rest`]), with the same
+/// count of calls and the same `ENOBUFS` rule.
+#[inline(always)]
+fn sendmsg_one(
     fd: BorrowedFd<'_>,
     buf: &[u8],
+    flags: SendFlags,
+    stats: &mut SendStats,
+) -> (u32, io::Result<()>) {
+    if buf.is_empty() {
+        // No call, as `sendmsg_all` makes none: an empty zero-copy send would take no id.
+        return (0, Ok(()));
+    }
+    match sys::socket::sendmsg(fd, &[buf], flags | SendFlags::NOSIGNAL) {
+        Ok(n) if n == buf.len() => (1, Ok(())),
+        first => sendmsg_one_rest(fd, buf, flags, first, stats),
+    }
+}
+
+/// Finishes a one-buffer [`sendmsg_one`] whose first call returned `first` without sending it
+/// all.
+#[cold]
+#[inline(never)]
+fn sendmsg_one_rest(
+    fd: BorrowedFd<'_>,
+    buf: &[u8],
+    flags: SendFlags,
     first: io::Result<usize>,
     stats: &mut SendStats,
-) -> Result<()> {
-    let done = match first {
+) -> (u32, io::Result<()>) {
+    match first {
         Ok(n) => {
             stats.short_sends += 1;
-            n
+            sendmsg_from(fd, &[buf], flags, stats, n, 1)
         }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-        Err(e) => return Err(Error::sys("sendmsg")(e)),
-    };
-    let (_, sent) = sendmsg_all(fd, &[&buf[done..]], SendFlags::default(), stats);
-    sent.map_err(Error::sys("sendmsg"))
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => sendmsg_all(fd, &[buf], flags, stats),
+        Err(e) => (0, Err(e)),
+    }
 }
 
 /// `sendmsg()` with `flags` until every byte of `bufs` is on the socket. Returns the number of
@@ -525,9 +543,19 @@ fn sendmsg_all(
     flags: SendFlags,
     stats: &mut SendStats,
 ) -> (u32, io::Result<()>) {
+    sendmsg_from(fd, bufs, flags, stats, 0, 0)
+}
+
+/// [`sendmsg_all`] after `calls` calls have sent the first `done` bytes of `bufs`.
+fn sendmsg_from(
+    fd: BorrowedFd<'_>,
+    bufs: &[&[u8]],
+    flags: SendFlags,
+    stats: &mut SendStats,
+    mut done: usize,
+    mut calls: u32,
+) -> (u32, io::Result<()>) {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
-    let mut done = 0usize;
-    let mut calls = 0;
     let mut scratch: Vec<&[u8]> = Vec::new();
     while done < total {
         // The first call sends the fields as given; only what a short send left is gathered.

@@ -6,7 +6,7 @@
 //! ([`HeldMessages`]), also when a later call of the same message failed; only then do they go
 //! back to the pool that [`SendPath::take_buf`] draws from.
 
-use super::{fields, send_all, send_counted, sendmsg_all, SendPath};
+use super::{fields, send_all, send_counted, sendmsg_all, sendmsg_one, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
@@ -201,9 +201,9 @@ impl SendPath for MsgZerocopy {
             match decision {
                 ZcDecision::ZeroCopy => {
                     let (calls, sent) = match f.as_slice() {
-                        [one] => sendmsg_all(
+                        [one] => sendmsg_one(
                             self.sock.as_fd(),
-                            &[one.as_slice()],
+                            one.as_slice(),
                             crate::sys::SendFlags::ZEROCOPY,
                             &mut self.stats,
                         ),
