@@ -54,8 +54,9 @@ impl LibPath {
         let p = self.path.as_mut();
         let before = (p.stats().zc_completions, p.stats().zc_copied);
         let mut t = Tally::default();
-        // As the stream harness batches: up to 16 messages, up to 64 KiB, per `send_bufs`.
-        let per_batch = ((64 << 10) / a.size.max(1)).clamp(1, 16);
+        // As the stream harness batches: up to 16 messages, until one takes the batch to
+        // 64 KiB, per `send_bufs`.
+        let per_batch = (64usize << 10).div_ceil(a.size.max(1)).min(16);
         let mut batch = Vec::with_capacity(per_batch);
         while Instant::now() < until {
             let mut sends = 0;

@@ -230,7 +230,7 @@ fn check(a: Args) -> Result<Args, String> {
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
         return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));
     }
-    let copying = matches!(a.path.as_str(), "copy" | "serialize" | "gather");
+    let copying = route::is_copying_path(&a.path);
     if !(1..=1024).contains(&a.bufs) || a.bufs > 1 && (!copying || a.lib) {
         return Err(format!(
             "--bufs takes 1..1024, for copy, serialize and gather without --lib: {USAGE}"

@@ -12,6 +12,11 @@ use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+/// The paths whose buffers the kernel is done with when the call returns (`--bufs`).
+pub(crate) fn is_copying_path(path: &str) -> bool {
+    matches!(path, "copy" | "serialize" | "gather")
+}
+
 pub(crate) fn is_file_path(path: &str) -> bool {
     [
         "read-send",
@@ -107,18 +112,21 @@ impl Route {
             Link::Tcp { .. } => super::Order::Linked,
             Link::Udp { .. } => super::Order::None,
         });
+        if is_copying_path(&a.path) {
+            // Their buffers come back at once: `--bufs` of them, sent in turn.
+            let ring = Pool::new(a.size, true, a.bufs, true);
+            let bufs: Vec<&[u8]> = ring.all().collect();
+            return match a.path.as_str() {
+                "gather" => sys::gather(fd, &bufs, until),
+                p => sys::copy(fd, &bufs, until, p == "serialize"),
+            };
+        }
         // Zero-copy sends wait for notifications: up to sendpath's in-flight cap (256) more.
         let zc = matches!(a.path.as_str(), "msg-zerocopy" | "uring-zc");
         let cap = 2 * a.depth + if zc { 256 } else { 0 };
         let mut pool = Pool::new(a.size, a.pool, cap, a.fixed);
         let p = &mut pool;
-        // The copying paths' buffers come back at once: `--bufs` of them sent in turn.
-        let ring = Pool::new(a.size, true, a.bufs, true);
-        let bufs: Vec<&[u8]> = ring.all().collect();
         match a.path.as_str() {
-            "copy" => sys::copy(fd, &bufs, until, false),
-            "serialize" => sys::copy(fd, &bufs, until, true),
-            "gather" => sys::gather(fd, &bufs, until),
             "msg-zerocopy" => sys::msg_zerocopy(fd, p, until, a.reap_every, &mut self.zc_next),
             "vmsplice" => sys::file::vmsplice(fd, a.size, a.pipe_size, until),
             _ => sys::uring::send(fd, p, until, sys::uring::Cfg::of(a, order)),
