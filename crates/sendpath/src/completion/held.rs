@@ -8,11 +8,19 @@
 //! last id is back, on every path, success or error; and the ids it consumed are always entered
 //! in the tracker, so later messages keep their ids in step with the kernel's.
 
-use super::zerocopy::{ZcNotification, ZcTracker};
+use super::zerocopy::{RangeCounts, ZcNotification, ZcTracker};
 
+/// A message of several ids, held until the last of them is reported.
 struct Held<B> {
     item: B,
     ids_left: u32,
+}
+
+/// What the tracker keeps per id: a one-call message itself (the common case, released with
+/// its id), or the slot of a message of several calls.
+enum Token<B> {
+    Whole(B),
+    Part(usize),
 }
 
 /// What one notification did.
@@ -32,8 +40,8 @@ pub struct HeldRelease<B> {
 
 /// Messages held for their MSG_ZEROCOPY completions. `B` is what a message owns (its buffers).
 pub struct HeldMessages<B> {
-    tracker: ZcTracker<usize>,
-    held: Vec<Option<Held<B>>>,
+    tracker: ZcTracker<Token<B>>,
+    parts: Vec<Option<Held<B>>>,
     free_slots: Vec<usize>,
 }
 
@@ -53,7 +61,7 @@ impl<B> HeldMessages<B> {
     pub fn starting_at(first_id: u32) -> HeldMessages<B> {
         HeldMessages {
             tracker: ZcTracker::starting_at(first_id),
-            held: Vec::new(),
+            parts: Vec::new(),
             free_slots: Vec::new(),
         }
     }
@@ -62,54 +70,84 @@ impl<B> HeldMessages<B> {
     /// `ids` times, whether or not the message went out whole. With `ids == 0` the kernel holds
     /// nothing of it and it is handed straight back. A message sent at `sent_at_ns` has the
     /// latency of each of its ids reported; an untimed one (`None`) has none.
+    #[inline]
     pub fn sent(&mut self, item: B, ids: u32, bytes: usize, sent_at_ns: Option<u64>) -> Option<B> {
-        if ids == 0 {
-            return Some(item);
+        match ids {
+            0 => Some(item),
+            1 => {
+                self.tracker.on_send(Token::Whole(item), bytes, sent_at_ns);
+                None
+            }
+            _ => {
+                self.sent_in_parts(item, ids, bytes, sent_at_ns);
+                None
+            }
         }
+    }
+
+    /// A message that took several calls: held in a slot, one id per call pointing at it.
+    #[cold]
+    fn sent_in_parts(&mut self, item: B, ids: u32, bytes: usize, sent_at_ns: Option<u64>) {
         let h = Some(Held {
             item,
             ids_left: ids,
         });
         let slot = match self.free_slots.pop() {
             Some(i) => {
-                self.held[i] = h;
+                self.parts[i] = h;
                 i
             }
             None => {
-                self.held.push(h);
-                self.held.len() - 1
+                self.parts.push(h);
+                self.parts.len() - 1
             }
         };
         for k in 0..ids {
-            self.tracker
-                .on_send(slot, if k == 0 { bytes } else { 0 }, sent_at_ns);
+            let b = if k == 0 { bytes } else { 0 };
+            self.tracker.on_send(Token::Part(slot), b, sent_at_ns);
         }
-        None
     }
 
-    /// Applies one completion range from the error queue.
+    /// Applies one completion range from the error queue, collected in lists.
     pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> HeldRelease<B> {
-        let r = self.tracker.on_notification(n, now_ns);
-        let mut out = HeldRelease {
-            freed: Vec::with_capacity(r.tokens.len()),
-            completions: r.tokens.len() as u64,
-            copied: r.copied,
-            unexpected: r.unexpected,
-            latencies_ns: r.latencies_ns,
-        };
-        for slot in r.tokens {
-            let Some(h) = self.held[slot].as_mut() else {
-                continue;
-            };
-            h.ids_left -= 1;
-            if h.ids_left == 0 {
-                if let Some(h) = self.held[slot].take() {
-                    self.free_slots.push(slot);
-                    out.freed.push(h.item);
+        let mut freed = Vec::new();
+        let mut latencies_ns = Vec::new();
+        let c = self.release(n, now_ns, |item| freed.push(item), |l| latencies_ns.push(l));
+        HeldRelease {
+            freed,
+            completions: c.completions,
+            copied: c.copied,
+            unexpected: c.unexpected,
+            latencies_ns,
+        }
+    }
+
+    /// Applies one completion range: each message whose last id it reports goes to `free`,
+    /// each timed id's latency to `latency`. [`HeldMessages::on_notification`] without the
+    /// lists.
+    #[inline]
+    pub fn release(
+        &mut self,
+        n: ZcNotification,
+        now_ns: u64,
+        mut free: impl FnMut(B),
+        mut latency: impl FnMut(u64),
+    ) -> RangeCounts {
+        let parts = &mut self.parts;
+        let free_slots = &mut self.free_slots;
+        self.tracker.release(n, now_ns, |token, l| {
+            if let Some(l) = l {
+                latency(l);
+            }
+            match token {
+                Token::Whole(item) => free(item),
+                Token::Part(slot) => {
+                    if let Some(item) = last_part(parts, free_slots, slot) {
+                        free(item);
+                    }
                 }
             }
-        }
-        out
+        })
     }
 
     /// Completion ids not yet reported.
@@ -119,6 +157,7 @@ impl<B> HeldMessages<B> {
     }
 
     /// Bytes of messages not yet fully reported.
+    #[inline]
     pub fn outstanding_bytes(&self) -> usize {
         self.tracker.outstanding_bytes()
     }
@@ -131,11 +170,31 @@ impl<B> HeldMessages<B> {
     /// Gives up on every held message (the drain timed out). The kernel may still read what
     /// they own: the caller must never reuse or free it.
     pub fn abandon(&mut self) -> Vec<B> {
-        self.tracker.abandon();
+        let mut out: Vec<B> = (self.tracker.abandon().into_iter())
+            .filter_map(|t| match t {
+                Token::Whole(item) => Some(item),
+                Token::Part(_) => None,
+            })
+            .collect();
         self.free_slots.clear();
-        let out = self.held.drain(..).flatten().map(|h| h.item).collect();
+        out.extend(self.parts.drain(..).flatten().map(|h| h.item));
         out
     }
+}
+
+/// One id of the message in `slot` is back: the message, when it was its last.
+fn last_part<B>(
+    parts: &mut [Option<Held<B>>],
+    free_slots: &mut Vec<usize>,
+    slot: usize,
+) -> Option<B> {
+    let h = parts[slot].as_mut()?;
+    h.ids_left -= 1;
+    if h.ids_left > 0 {
+        return None;
+    }
+    free_slots.push(slot);
+    parts[slot].take().map(|h| h.item)
 }
 
 #[cfg(test)]
@@ -193,6 +252,35 @@ mod tests {
         assert_eq!(r.freed, vec!["a"]);
         assert_eq!(h.outstanding(), 0);
         assert_eq!(h.next_id(), 3);
+    }
+
+    #[test]
+    fn release_hands_each_freed_message_and_timed_latency_to_the_caller() {
+        // One-call messages (held as themselves) around one of three calls (held in a slot),
+        // completed out of order: each comes back once, when its last id does.
+        let mut h = HeldMessages::new();
+        h.sent("a", 1, 10, Some(0)); // id 0
+        h.sent("b", 3, 30, None); // ids 1, 2, 3
+        h.sent("c", 1, 10, Some(5)); // id 4
+        let (mut freed, mut lat) = (Vec::new(), Vec::new());
+        let c = h.release(n(2, 4, true), 50, |m| freed.push(m), |l| lat.push(l));
+        assert_eq!(freed, vec!["c"], "\"b\" still has id 1 out");
+        assert_eq!(lat, vec![45]);
+        assert_eq!((c.completions, c.copied, c.unexpected), (3, 3, 0));
+        let c = h.release(n(0, 1, false), 60, |m| freed.push(m), |l| lat.push(l));
+        assert_eq!(
+            freed,
+            vec!["c", "a", "b"],
+            "in id order: a's id 0, then b's last"
+        );
+        assert_eq!(lat, vec![45, 60]);
+        assert_eq!((c.completions, c.copied), (2, 0));
+        assert_eq!((h.outstanding(), h.outstanding_bytes()), (0, 0));
+        // A slot freed is reused by the next message of several calls.
+        h.sent("d", 2, 20, None); // ids 5, 6
+        let c = h.release(n(5, 7, false), 70, |m| freed.push(m), |l| lat.push(l));
+        assert_eq!(freed.last(), Some(&"d"));
+        assert_eq!(c.unexpected, 1, "id 7 was never sent");
     }
 
     #[test]

@@ -10,4 +10,4 @@ mod zerocopy;
 pub use chain::{settle_chain, ChainEntry, Settled};
 pub use held::{HeldMessages, HeldRelease};
 pub use send_zc::{NotifOutcome, SendZcLedger};
-pub use zerocopy::{ZcNotification, ZcTracker};
+pub use zerocopy::{RangeCounts, ZcNotification, ZcTracker};

@@ -44,6 +44,17 @@ pub struct Released<T> {
     pub unexpected: u64,
 }
 
+/// What one notification range did, counted: [`ZcTracker::release`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RangeCounts {
+    /// Sends the range completed.
+    pub completions: u64,
+    /// How many of them the range reported as copied.
+    pub copied: u64,
+    /// Ids in the range that matched no outstanding send (duplicates or foreign ids).
+    pub unexpected: u64,
+}
+
 /// Tracks outstanding MSG_ZEROCOPY sends by id. `T` is whatever the caller needs back when a
 /// send completes (a buffer, a message index).
 #[derive(Debug)]
@@ -108,26 +119,42 @@ impl<T> ZcTracker<T> {
         (self.base + self.pending.len() as u64) as u32
     }
 
-    /// Applies one notification range, releasing the sends it covers.
+    /// Applies one notification range, releasing the sends it covers, collected in lists.
     pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> Released<T> {
+        let mut tokens = Vec::new();
+        let mut latencies_ns = Vec::new();
+        let c = self.release(n, now_ns, |token, latency| {
+            tokens.push(token);
+            latencies_ns.extend(latency);
+        });
+        Released {
+            tokens,
+            latencies_ns,
+            copied: c.copied,
+            unexpected: c.unexpected,
+        }
+    }
+
+    /// Applies one notification range and hands each send it completes to `done`, in id
+    /// order, with its latency when it was timed: [`ZcTracker::on_notification`] without the
+    /// lists, for a sender that reads the error queue many times a millisecond.
+    #[inline]
+    pub fn release(
+        &mut self,
+        n: ZcNotification,
+        now_ns: u64,
+        mut done: impl FnMut(T, Option<u64>),
+    ) -> RangeCounts {
         // Ids are 32-bit and wrap: place the range relative to the oldest outstanding id, as a
         // signed offset so that ids just before the window (already completed) are recognised.
         let count = n.hi.wrapping_sub(n.lo) as i64 + 1;
         let first = n.lo.wrapping_sub(self.base as u32) as i32 as i64;
         let len = self.pending.len() as i64;
-        // One allocation per list per notification, not one per doubling (a merged range
-        // completes hundreds of sends).
-        let room = count.min(len) as usize;
-        let mut out = Released {
-            tokens: Vec::with_capacity(room),
-            latencies_ns: Vec::with_capacity(room),
-            copied: 0,
-            unexpected: 0,
-        };
+        let mut c = RangeCounts::default();
         for k in 0..count {
             let idx = first + k;
             if idx >= len {
-                out.unexpected += (count - k) as u64;
+                c.unexpected += (count - k) as u64;
                 break;
             }
             let slot = if idx >= 0 {
@@ -139,22 +166,18 @@ impl<T> ZcTracker<T> {
                 Some(p) => {
                     self.outstanding -= 1;
                     self.outstanding_bytes -= p.bytes;
-                    if let Some(at) = p.sent_at_ns {
-                        out.latencies_ns.push(now_ns.saturating_sub(at));
-                    }
-                    out.tokens.push(p.token);
-                    if n.copied {
-                        out.copied += 1;
-                    }
+                    c.completions += 1;
+                    c.copied += u64::from(n.copied);
+                    done(p.token, p.sent_at_ns.map(|at| now_ns.saturating_sub(at)));
                 }
-                None => out.unexpected += 1,
+                None => c.unexpected += 1,
             }
         }
         while matches!(self.pending.front(), Some(None)) {
             self.pending.pop_front();
             self.base += 1;
         }
-        out
+        c
     }
 
     /// Removes every outstanding send without a completion (the socket is gone and the drain

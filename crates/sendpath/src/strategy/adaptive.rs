@@ -13,7 +13,7 @@
 //! Buffers come back only once the kernel has released them: each half keeps its own pool
 //! (`take_buf` draws from the half the size's tier uses).
 
-use super::msg_zerocopy::MsgZerocopy;
+use super::msg_zerocopy::{Fields, MsgZerocopy};
 use super::{fields, sendfile::sendfile_all, SendPath};
 use crate::engine::{Choice, Choose, ConnId, ConnState, DriverConfig, SendContext, UringDriver};
 use crate::policy::adaptive::Adaptive;
@@ -182,12 +182,9 @@ impl AdaptivePath {
                     self.flush_ring()?;
                 }
                 match (path == Strategy::MsgZerocopy, f) {
-                    (true, f) => {
-                        let list = f.into_list(&mut self.blocking);
-                        self.blocking.send(Msg::Fields(list))?
-                    }
+                    (true, f) => self.blocking.send_fields(f, len)?,
                     (false, Fields::One(b)) => self.blocking.send_copy_buf(b)?,
-                    (false, Fields::List(f)) => self.blocking.send_copy_counted(f, len)?,
+                    (false, f) => self.blocking.send_copy_counted(f, len)?,
                 }
             }
         }
@@ -281,12 +278,6 @@ impl AdaptivePath {
         self.on_ring = true;
         queued
     }
-}
-
-/// A memory message as it came: one buffer ([`SendPath::send_buf`]) or a list of fields.
-enum Fields {
-    One(Buf),
-    List(Vec<Buf>),
 }
 
 impl Fields {

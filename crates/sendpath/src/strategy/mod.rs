@@ -604,6 +604,7 @@ fn rest<'a, 'b>(
 }
 
 /// Fields of a memory message, or the error for a file message.
+#[inline]
 fn fields(path: &'static str, msg: Msg) -> Result<Vec<Buf>> {
     match msg {
         Msg::Fields(f) => Ok(f),
@@ -615,6 +616,7 @@ fn fields(path: &'static str, msg: Msg) -> Result<Vec<Buf>> {
 }
 
 /// The range of a file message, or the error for a memory message.
+#[inline]
 fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {
     match msg {
         Msg::File { offset, len } => Ok((offset, len)),

@@ -15,6 +15,32 @@ use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+/// A memory message as it came: one buffer ([`SendPath::send_buf`]) or a list of fields
+/// ([`SendPath::send`]). A one-buffer message is held as itself, not in a list.
+pub(super) enum Fields {
+    One(Buf),
+    List(Vec<Buf>),
+}
+
+impl Fields {
+    /// Buffers the message owns.
+    fn count(&self) -> usize {
+        match self {
+            Fields::One(_) => 1,
+            Fields::List(l) => l.len(),
+        }
+    }
+
+    /// Gives the buffers back to `pool` (and a list's emptied list, for the next message).
+    #[inline]
+    fn put_into(self, pool: &mut BufPool) {
+        match self {
+            Fields::One(b) => pool.put(b),
+            Fields::List(l) => pool.put_fields(l),
+        }
+    }
+}
+
 /// The MSG_ZEROCOPY path (and the blocking half of `adaptive`, which also sends by copy
 /// through it: [`MsgZerocopy::send_as`]).
 pub(super) struct MsgZerocopy {
@@ -25,7 +51,7 @@ pub(super) struct MsgZerocopy {
     reap_every: usize,
     supported: bool,
     note: Option<String>,
-    held: HeldMessages<Vec<Buf>>,
+    held: HeldMessages<Fields>,
     pool: BufPool,
     origin: Instant,
     scratch: Vec<ZcNotification>,
@@ -72,13 +98,13 @@ impl MsgZerocopy {
         }
         let f = fields("adaptive", msg)?;
         let len: usize = f.iter().map(Buf::len).sum();
-        self.send_copy_counted(f, len)
+        self.send_copy_counted(Fields::List(f), len)
     }
 
     /// Sends the fields of a message of `len` bytes by copy, counted as a send: `adaptive`'s
     /// copy tier, as lean as the `copy` path (at 256 B the sender spends ~1.3 us per send).
     #[inline]
-    pub(super) fn send_copy_counted(&mut self, f: Vec<Buf>, len: usize) -> Result<()> {
+    pub(super) fn send_copy_counted(&mut self, f: Fields, len: usize) -> Result<()> {
         self.send_copy(f)?;
         self.stats.sends += 1;
         self.stats.bytes += len as u64;
@@ -110,18 +136,20 @@ impl MsgZerocopy {
         sys::socket::recv_zc_notifications(self.sock.as_fd(), &mut self.scratch)
             .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         let now = super::now_ns(self.origin);
+        let stats = &mut self.stats;
+        let pool = &mut self.pool;
         for n in self.scratch.drain(..) {
-            let r = self.held.on_notification(n, now);
-            self.stats.notifications += 1;
-            self.stats.zc_completions += r.completions;
-            self.stats.zc_copied += r.copied;
-            self.stats.unexpected_completions += r.unexpected;
-            for l in r.latencies_ns {
-                crate::metrics::record_ns(&mut self.stats.completion_latency_ns, l);
-            }
-            for bufs in r.freed {
-                self.pool.put_fields(bufs);
-            }
+            let lat = &mut stats.completion_latency_ns;
+            let r = self.held.release(
+                n,
+                now,
+                |f| f.put_into(pool),
+                |l| crate::metrics::record_ns(lat, l),
+            );
+            stats.notifications += 1;
+            stats.zc_completions += r.completions;
+            stats.zc_copied += r.copied;
+            stats.unexpected_completions += r.unexpected;
         }
         Ok(())
     }
@@ -130,20 +158,28 @@ impl MsgZerocopy {
     /// the buffers are free at once. Inlined into `adaptive`'s copy tier, which should cost
     /// what `copy` costs.
     #[inline(always)]
-    fn send_copy(&mut self, f: Vec<Buf>) -> Result<()> {
-        if let [one] = f.as_slice() {
+    fn send_copy(&mut self, f: Fields) -> Result<()> {
+        let l = match f {
+            Fields::One(b) => {
+                let sent = send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats);
+                self.pool.put(b);
+                return sent;
+            }
+            Fields::List(l) => l,
+        };
+        if let [one] = l.as_slice() {
             let sent = send_all(self.sock.as_fd(), one.as_slice(), &mut self.stats);
-            self.pool.put_fields(f);
+            self.pool.put_fields(l);
             return sent;
         }
-        let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
+        let iov: Vec<&[u8]> = l.iter().map(Buf::as_slice).collect();
         let (_, sent) = sendmsg_all(
             self.sock.as_fd(),
             &iov,
             crate::sys::SendFlags::default(),
             &mut self.stats,
         );
-        self.pool.put_fields(f);
+        self.pool.put_fields(l);
         sent.map_err(Error::sys("sendmsg"))?;
         Ok(())
     }
@@ -160,33 +196,10 @@ impl MsgZerocopy {
         Some(super::now_ns(self.origin))
     }
 
-    fn drain(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.held.outstanding() > 0 && Instant::now() < deadline {
-            if self.reap(10).is_err() {
-                break;
-            }
-        }
-        for bufs in self.held.abandon() {
-            // The kernel may still read these pages: never reuse or free them.
-            self.stats.leaked_buffers += bufs.len() as u64;
-            std::mem::forget(bufs);
-        }
-    }
-}
-
-impl SendPath for MsgZerocopy {
-    fn name(&self) -> &'static str {
-        "msg-zerocopy"
-    }
-
-    fn note(&self) -> Option<&str> {
-        self.note.as_deref()
-    }
-
-    fn send(&mut self, msg: Msg) -> Result<()> {
-        let mut f = fields(self.name(), msg)?;
-        let len: usize = f.iter().map(Buf::len).sum();
+    /// Sends a message of `len` bytes with `MSG_ZEROCOPY` when the policy admits it (reading
+    /// completions first when too much is in flight), by copy when not, counted as a send.
+    #[inline]
+    pub(super) fn send_fields(&mut self, mut f: Fields, len: usize) -> Result<()> {
         let mut reaped = false;
         let mut enobufs_retries = 0;
         loop {
@@ -200,19 +213,7 @@ impl SendPath for MsgZerocopy {
             );
             match decision {
                 ZcDecision::ZeroCopy => {
-                    let (calls, sent) = match f.as_slice() {
-                        [one] => sendmsg_one(
-                            self.sock.as_fd(),
-                            one.as_slice(),
-                            crate::sys::SendFlags::ZEROCOPY,
-                            &mut self.stats,
-                        ),
-                        _ => {
-                            let iov: Vec<&[u8]> = f.iter().map(Buf::as_slice).collect();
-                            let flags = crate::sys::SendFlags::ZEROCOPY;
-                            sendmsg_all(self.sock.as_fd(), &iov, flags, &mut self.stats)
-                        }
-                    };
+                    let (calls, sent) = self.sendmsg_zerocopy(&f);
                     self.stats.zc_attempts += calls as u64;
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to
                     // report: the buffers are held until they are (or come back if none).
@@ -220,7 +221,9 @@ impl SendPath for MsgZerocopy {
                     let back = self.held.sent(f, calls, len, at);
                     match (sent, back) {
                         (Ok(()), back) => {
-                            self.pool.put_all(back.into_iter().flatten());
+                            if let Some(back) = back {
+                                back.put_into(&mut self.pool);
+                            }
                             break;
                         }
                         // ENOBUFS before any byte went: nothing is held, decide what to do.
@@ -239,7 +242,9 @@ impl SendPath for MsgZerocopy {
                             }
                         }
                         (Err(e), back) => {
-                            self.pool.put_all(back.into_iter().flatten());
+                            if let Some(back) = back {
+                                back.put_into(&mut self.pool);
+                            }
                             return Err(Error::sys("sendmsg(MSG_ZEROCOPY)")(e));
                         }
                     }
@@ -258,6 +263,61 @@ impl SendPath for MsgZerocopy {
         self.stats.sends += 1;
         self.stats.bytes += len as u64;
         Ok(())
+    }
+
+    /// The message's `sendmsg(MSG_ZEROCOPY)` calls: how many consumed an id, and how they
+    /// ended.
+    #[inline]
+    fn sendmsg_zerocopy(&mut self, f: &Fields) -> (u32, std::io::Result<()>) {
+        let flags = crate::sys::SendFlags::ZEROCOPY;
+        let fd = self.sock.as_fd();
+        match f {
+            Fields::One(one) => sendmsg_one(fd, one.as_slice(), flags, &mut self.stats),
+            Fields::List(l) if l.len() == 1 => {
+                sendmsg_one(fd, l[0].as_slice(), flags, &mut self.stats)
+            }
+            Fields::List(l) => {
+                let iov: Vec<&[u8]> = l.iter().map(Buf::as_slice).collect();
+                sendmsg_all(fd, &iov, flags, &mut self.stats)
+            }
+        }
+    }
+
+    fn drain(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.held.outstanding() > 0 && Instant::now() < deadline {
+            if self.reap(10).is_err() {
+                break;
+            }
+        }
+        for f in self.held.abandon() {
+            // The kernel may still read these pages: never reuse or free them.
+            self.stats.leaked_buffers += f.count() as u64;
+            std::mem::forget(f);
+        }
+    }
+}
+
+impl SendPath for MsgZerocopy {
+    fn name(&self) -> &'static str {
+        "msg-zerocopy"
+    }
+
+    fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    fn send(&mut self, msg: Msg) -> Result<()> {
+        let f = fields(self.name(), msg)?;
+        let len: usize = f.iter().map(Buf::len).sum();
+        self.send_fields(Fields::List(f), len)
+    }
+
+    // Inline: `send_bufs` then loops on one buffer's zero-copy `sendmsg`, without a list.
+    #[inline]
+    fn send_buf(&mut self, b: Buf) -> Result<()> {
+        let len = b.len();
+        self.send_fields(Fields::One(b), len)
     }
 
     fn finish(&mut self, timeout: Duration) -> Result<()> {
