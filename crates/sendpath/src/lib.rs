@@ -130,7 +130,7 @@ pub use buffer::Buf;
 pub use error::Error;
 pub use metrics::SendStats;
 pub use socket::Socket;
-pub use strategy::{open, DataCopy, Msg, Options, SendPath, Source, Strategy};
+pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

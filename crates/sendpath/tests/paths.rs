@@ -46,6 +46,20 @@ fn memory_paths() -> impl Iterator<Item = Strategy> {
 }
 
 #[test]
+fn every_file_path_sends_batches_by_send_ranges_in_order() {
+    let file_paths = Strategy::ALL
+        .into_iter()
+        .filter(|s| s.source() == sendpath::Source::File);
+    for s in file_paths {
+        // 300 = 18 batches of 16 and one of 12; 4099 B: ranges that start inside a page.
+        let o = common::stream_as(s, 4099, 1, 300, Options::default(), NO_PAUSE, 16);
+        report(s.name(), &o);
+        assert_intact(&o);
+        assert_eq!(o.stats.sends, 300, "{s}: each range of a batch is one send");
+    }
+}
+
+#[test]
 fn every_memory_path_sends_one_buffer_by_send_buf() {
     for s in memory_paths() {
         let o = common::stream_as(s, 4096, 1, 300, Options::default(), NO_PAUSE, 1);

@@ -12,7 +12,7 @@ use crate::traffic::stamp::{now_ns, StampReader};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
 use sendpath::pattern::{self, Verifier};
-use sendpath::{Buf, Msg, SendPath, Source, Strategy};
+use sendpath::{Buf, FileRange, Msg, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -390,21 +390,42 @@ pub(crate) fn send_message(
             if file_len == 0 {
                 bail!("no source file for the {strategy} path");
             }
-            let start = off % file_len;
-            let first = (size as u64).min(file_len - start) as usize;
-            p.send(Msg::File {
-                offset: start,
-                len: first,
+            file_message(off % file_len, size, file_len, |r| {
+                Ok(p.send(Msg::File {
+                    offset: r.offset,
+                    len: r.len,
+                })?)
             })?;
-            let mut left = size - first;
-            while left > 0 {
-                let n = left.min(file_len as usize);
-                p.send(Msg::File { offset: 0, len: n })?;
-                left -= n;
-            }
         }
     }
     Ok(())
+}
+
+/// The file ranges of one `size`-byte message that starts `at` bytes into a file of
+/// `file_len` bytes (`at` below it), round and round: each to `emit`, in order; the offset in
+/// the file after the message. A comparison finds the wrap, not a division.
+#[inline]
+pub(crate) fn file_message(
+    at: u64,
+    size: usize,
+    file_len: u64,
+    mut emit: impl FnMut(FileRange) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
+    let mut at = at;
+    let mut left = size as u64;
+    while left > 0 {
+        let n = left.min(file_len - at);
+        emit(FileRange {
+            offset: at,
+            len: n as usize,
+        })?;
+        left -= n;
+        at += n;
+        if at == file_len {
+            at = 0;
+        }
+    }
+    Ok(at)
 }
 
 /// What a sending thread (a stream sender, an rr server) returns: its statistics and its

@@ -4,7 +4,7 @@
 //! windows) adds.
 
 use super::{Args, Tally};
-use sendpath::{Msg, Options, SendPath, Source, Strategy};
+use sendpath::{FileRange, Options, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io;
 use std::net::TcpStream;
@@ -48,28 +48,32 @@ impl LibPath {
     }
 
     /// Sends `a.size`-byte messages until `until` (read every 64 sends or so, as bare's loops
-    /// read it), memory messages in batches by `send_bufs`, then waits for the last
-    /// completions.
+    /// read it), in batches as the stream harness sends them (memory messages by `send_bufs`,
+    /// file messages by `send_ranges`), then waits for the last completions.
     pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
         let p = self.path.as_mut();
         let before = (p.stats().zc_completions, p.stats().zc_copied);
         let mut t = Tally::default();
         // As the stream harness batches: up to 16 messages, until one takes the batch to
-        // 64 KiB, per `send_bufs`.
+        // 64 KiB, per `send_bufs` or `send_ranges`.
         let per_batch = (64usize << 10).div_ceil(a.size.max(1)).min(16);
         let mut batch = Vec::with_capacity(per_batch);
+        let mut ranges = Vec::with_capacity(2 * per_batch);
         while Instant::now() < until {
             let mut sends = 0;
             while sends < 64 {
                 if self.file_len > 0 {
-                    self.offset = send_file(p, a.size, self.offset, self.file_len)?;
-                    sends += 1;
-                    continue;
+                    for _ in 0..per_batch {
+                        self.offset = file_message(&mut ranges, a.size, self.offset, self.file_len);
+                    }
+                    p.send_ranges(&ranges).map_err(io::Error::other)?;
+                    ranges.clear();
+                } else {
+                    for _ in 0..per_batch {
+                        batch.push(p.take_buf(a.size));
+                    }
+                    p.send_bufs(&mut batch).map_err(io::Error::other)?;
                 }
-                for _ in 0..per_batch {
-                    batch.push(p.take_buf(a.size));
-                }
-                p.send_bufs(&mut batch).map_err(io::Error::other)?;
                 sends += per_batch;
             }
             t.sends += sends as u64;
@@ -82,23 +86,23 @@ impl LibPath {
     }
 }
 
-/// One message of `size` bytes from the file at `offset` (below `len`), round and round; the
-/// next offset. A comparison, not a division, finds the wrap, as bare's own loop does.
-fn send_file(p: &mut dyn SendPath, size: usize, offset: u64, len: u64) -> io::Result<u64> {
+/// The ranges of one message of `size` bytes from the file at `offset` (below `len`), round
+/// and round, onto `ranges`; the next offset. A comparison, not a division, finds the wrap,
+/// as bare's own loop does.
+fn file_message(ranges: &mut Vec<FileRange>, size: usize, offset: u64, len: u64) -> u64 {
     let mut at = offset;
     let mut left = size as u64;
     while left > 0 {
         let n = left.min(len - at);
-        p.send(Msg::File {
+        ranges.push(FileRange {
             offset: at,
             len: n as usize,
-        })
-        .map_err(io::Error::other)?;
+        });
         left -= n;
         at += n;
         if at == len {
             at = 0;
         }
     }
-    Ok(at)
+    at
 }

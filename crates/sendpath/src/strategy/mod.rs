@@ -50,6 +50,16 @@ pub enum Msg {
     },
 }
 
+/// `len` bytes of a file path's file from `offset`: one [`Msg::File`], for
+/// [`SendPath::send_ranges`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileRange {
+    /// Offset in the file.
+    pub offset: u64,
+    /// Bytes to send.
+    pub len: usize,
+}
+
 impl Msg {
     /// A message of one buffer.
     pub fn one(b: Buf) -> Msg {
@@ -109,6 +119,23 @@ pub trait SendPath: Send {
     fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
         for b in bufs.drain(..) {
             self.send_buf(b)?;
+        }
+        Ok(())
+    }
+
+    /// Sends each range of the path's file as its own message, in order, as
+    /// `send(Msg::File)` would: [`send_bufs`] for the file paths, with the loop inside the
+    /// path. On an error the ranges after the failed one are not sent; [`stats`] counts the
+    /// ones that were.
+    ///
+    /// [`send_bufs`]: SendPath::send_bufs
+    /// [`stats`]: SendPath::stats
+    fn send_ranges(&mut self, ranges: &[FileRange]) -> Result<()> {
+        for r in ranges {
+            self.send(Msg::File {
+                offset: r.offset,
+                len: r.len,
+            })?;
         }
         Ok(())
     }

@@ -34,6 +34,8 @@ impl SendPath for Sendfile {
         "sendfile"
     }
 
+    // Inline: `send_ranges` then loops on the system calls.
+    #[inline]
     fn send(&mut self, msg: Msg) -> Result<()> {
         let (offset, len) = file_range(self.name(), msg)?;
         sendfile_all(&self.sock, &self.file, offset, len, &mut self.stats)

@@ -81,6 +81,8 @@ impl SendPath for Splice {
         "splice"
     }
 
+    // Inline: `send_ranges` then loops on the system calls.
+    #[inline]
     fn send(&mut self, msg: Msg) -> Result<()> {
         let (mut offset, len) = file_range(self.name(), msg)?;
         let end = offset + len as u64;

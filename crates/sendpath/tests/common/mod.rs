@@ -68,7 +68,8 @@ pub(crate) fn stream(
 }
 
 /// [`stream`]; one-field messages go as a list of fields (`batch` 0), by
-/// [`SendPath::send_buf`] (1), or by [`SendPath::send_bufs`] in batches of `batch`.
+/// [`SendPath::send_buf`] (1), or by [`SendPath::send_bufs`] in batches of `batch`; file
+/// messages by `send` (`batch` 0) or by [`SendPath::send_ranges`] in batches of `batch`.
 pub(crate) fn stream_as(
     strategy: Strategy,
     size: usize,
@@ -87,8 +88,21 @@ pub(crate) fn stream_as(
     let mut off = 0u64;
     let mut lists_reused = 0;
     let mut bufs = Vec::new();
+    let mut ranges = Vec::new();
     for k in 0..count {
         let msg = match strategy.source() {
+            sendpath::Source::File if batch > 0 => {
+                ranges.push(sendpath::FileRange {
+                    offset: off,
+                    len: size,
+                });
+                off += size as u64;
+                if ranges.len() == batch || k + 1 == count {
+                    p.send_ranges(&ranges).unwrap();
+                    ranges.clear();
+                }
+                continue;
+            }
             sendpath::Source::File => Msg::File {
                 offset: off,
                 len: size,

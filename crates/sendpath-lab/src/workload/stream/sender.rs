@@ -6,11 +6,13 @@ use crate::cancel::Cancel;
 use crate::setting::{invalid, Setting};
 use crate::traffic::mix::{Alloc, Burst, MixSizes};
 use crate::traffic::RecvMode;
-use crate::workload::{message_buf, one_buf, send_message, MsgShape, PatternFile, PART_ALIGN};
+use crate::workload::{
+    file_message, message_buf, one_buf, send_message, MsgShape, PatternFile, PART_ALIGN,
+};
 use anyhow::Context;
 use sendpath::engine::{chooser_for, Choice, ConnState, DriverConfig, UringDriver};
 use sendpath::metrics::SendStats;
-use sendpath::{Options, Strategy};
+use sendpath::{Options, Source, Strategy};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
@@ -256,6 +258,9 @@ impl Sender {
         if self.plain() {
             return self.pump_plain(p, stop, sent);
         }
+        if self.plain_file() {
+            return self.pump_file(p, stop, sent);
+        }
         let mut off = self.first;
         let mut total = sent.load(Ordering::Relaxed);
         let mut in_burst = 0u32;
@@ -311,22 +316,74 @@ impl Sender {
         stop: &AtomicBool,
         sent: &AtomicU64,
     ) -> anyhow::Result<()> {
-        // As many as `pump` would batch: up to 16, until one takes the batch to 64 KiB.
-        let n = BATCH_BYTES
-            .div_ceil(self.size as u64)
-            .min(BATCH_MESSAGES as u64) as usize;
-        let mut batch = Vec::with_capacity(n);
+        let mut bufs = Vec::with_capacity(self.per_batch());
+        self.pump_batches(p, stop, sent, |p, n| {
+            for _ in 0..n {
+                bufs.push(p.take_buf(self.size));
+            }
+            Ok(p.send_bufs(&mut bufs)?)
+        })
+    }
+
+    /// Whether a file path streams the whole file round and round in one size, with no
+    /// bursts: the default `stream` of a file path (warm).
+    fn plain_file(&self) -> bool {
+        let steady = self.sizes.is_none() && self.limit.is_none() && self.burst.is_none();
+        steady && self.strategy.source() == Source::File && self.shape.file_len > 0
+    }
+
+    /// [`Sender::pump`] for a [`Sender::plain_file`] stream: batches of file ranges sent by
+    /// one `send_ranges` each, as [`Sender::pump_plain`] sends buffers.
+    fn pump_file(
+        &self,
+        p: &mut dyn sendpath::SendPath,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        let len = self.shape.file_len;
+        // A message that runs past the file's end is two ranges (or more).
+        let mut ranges = Vec::with_capacity(2 * self.per_batch());
+        let mut at = self.first % len;
+        self.pump_batches(p, stop, sent, |p, n| {
+            for _ in 0..n {
+                at = file_message(at, self.size, len, |r| {
+                    ranges.push(r);
+                    Ok(())
+                })?;
+            }
+            p.send_ranges(&ranges)?;
+            ranges.clear();
+            Ok(())
+        })
+    }
+
+    /// Sends a batch of [`Sender::per_batch`] messages by `batch` until `stop`, the byte
+    /// counter stored once per batch, then waits for the last completions.
+    #[inline]
+    fn pump_batches(
+        &self,
+        p: &mut dyn sendpath::SendPath,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+        mut batch: impl FnMut(&mut dyn sendpath::SendPath, usize) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let n = self.per_batch();
         let mut total = sent.load(Ordering::Relaxed);
         while !stop.load(Ordering::Relaxed) {
-            for _ in 0..n {
-                batch.push(p.take_buf(self.size));
-            }
-            p.send_bufs(&mut batch)?;
+            batch(p, n)?;
             total += (n * self.size) as u64;
             sent.store(total, Ordering::Relaxed);
         }
         p.finish(Duration::from_secs(2))?;
         Ok(())
+    }
+
+    /// Messages per batch, as [`Sender::pump`] batches them: up to 16, until one takes the
+    /// batch to 64 KiB.
+    fn per_batch(&self) -> usize {
+        BATCH_BYTES
+            .div_ceil(self.size as u64)
+            .min(BATCH_MESSAGES as u64) as usize
     }
 
     /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,
