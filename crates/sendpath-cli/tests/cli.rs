@@ -323,24 +323,23 @@ fn rr_open_loop_with_verify() {
         .success();
 }
 
-#[test]
-fn sink_receives_from_stream_connect() {
+/// A `sendpath sink` on a free loopback address with `args`, its output piped, given 300 ms to
+/// start listening: the address and the process.
+fn start_sink(args: &[&str]) -> (String, std::process::Child) {
     let addr = common::free_loopback_addr();
-    let bin = assert_cmd::cargo::cargo_bin("sendpath");
-    let sink = std::process::Command::new(&bin)
-        .args([
-            "sink",
-            "--listen",
-            &addr,
-            "--recv",
-            "verify",
-            "--timeout",
-            "30s",
-        ])
+    let sink = std::process::Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args(["sink", "--listen", &addr])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    (addr, sink)
+}
+
+#[test]
+fn sink_receives_from_stream_connect() {
+    let (addr, sink) = start_sink(&["--recv", "verify", "--timeout", "30s"]);
     sendpath()
         .args(["stream", "--connect", &addr, "--strategy", "msg-zerocopy"])
         .args([
@@ -360,22 +359,7 @@ fn sink_receives_from_stream_connect() {
 /// sender sends whole batches by a loop of its own.
 #[test]
 fn stream_connect_counts_what_a_plain_sender_sent() {
-    let addr = common::free_loopback_addr();
-    let bin = assert_cmd::cargo::cargo_bin("sendpath");
-    let sink = std::process::Command::new(&bin)
-        .args([
-            "sink",
-            "--listen",
-            &addr,
-            "--timeout",
-            "30s",
-            "--connections",
-            "2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let (addr, sink) = start_sink(&["--timeout", "30s", "--connections", "2"]);
     let out = sendpath()
         .args([
             "stream",

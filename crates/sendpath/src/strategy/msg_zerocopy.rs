@@ -23,11 +23,12 @@ pub(super) enum Fields {
 }
 
 impl Fields {
-    /// Buffers the message owns.
-    fn count(&self) -> usize {
+    /// The buffers the message owns, in order.
+    #[inline]
+    fn bufs(&self) -> &[Buf] {
         match self {
-            Fields::One(_) => 1,
-            Fields::List(l) => l.len(),
+            Fields::One(b) => std::slice::from_ref(b),
+            Fields::List(l) => l,
         }
     }
 
@@ -159,29 +160,18 @@ impl MsgZerocopy {
     /// what `copy` costs.
     #[inline(always)]
     fn send_copy(&mut self, f: Fields) -> Result<()> {
-        let l = match f {
-            Fields::One(b) => {
-                let sent = send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats);
-                self.pool.put(b);
-                return sent;
+        let fd = self.sock.as_fd();
+        let sent = match f.bufs() {
+            [one] => send_all(fd, one.as_slice(), &mut self.stats),
+            many => {
+                let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
+                let flags = crate::sys::SendFlags::default();
+                let (_, sent) = sendmsg_all(fd, &iov, flags, &mut self.stats);
+                sent.map_err(Error::sys("sendmsg"))
             }
-            Fields::List(l) => l,
         };
-        if let [one] = l.as_slice() {
-            let sent = send_all(self.sock.as_fd(), one.as_slice(), &mut self.stats);
-            self.pool.put_fields(l);
-            return sent;
-        }
-        let iov: Vec<&[u8]> = l.iter().map(Buf::as_slice).collect();
-        let (_, sent) = sendmsg_all(
-            self.sock.as_fd(),
-            &iov,
-            crate::sys::SendFlags::default(),
-            &mut self.stats,
-        );
-        self.pool.put_fields(l);
-        sent.map_err(Error::sys("sendmsg"))?;
-        Ok(())
+        f.put_into(&mut self.pool);
+        sent
     }
 
     /// The time of this zero-copy send (one that consumed an id) when it is one of the timed
@@ -271,13 +261,10 @@ impl MsgZerocopy {
     fn sendmsg_zerocopy(&mut self, f: &Fields) -> (u32, std::io::Result<()>) {
         let flags = crate::sys::SendFlags::ZEROCOPY;
         let fd = self.sock.as_fd();
-        match f {
-            Fields::One(one) => sendmsg_one(fd, one.as_slice(), flags, &mut self.stats),
-            Fields::List(l) if l.len() == 1 => {
-                sendmsg_one(fd, l[0].as_slice(), flags, &mut self.stats)
-            }
-            Fields::List(l) => {
-                let iov: Vec<&[u8]> = l.iter().map(Buf::as_slice).collect();
+        match f.bufs() {
+            [one] => sendmsg_one(fd, one.as_slice(), flags, &mut self.stats),
+            many => {
+                let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
                 sendmsg_all(fd, &iov, flags, &mut self.stats)
             }
         }
@@ -292,7 +279,7 @@ impl MsgZerocopy {
         }
         for f in self.held.abandon() {
             // The kernel may still read these pages: never reuse or free them.
-            self.stats.leaked_buffers += f.count() as u64;
+            self.stats.leaked_buffers += f.bufs().len() as u64;
             std::mem::forget(f);
         }
     }

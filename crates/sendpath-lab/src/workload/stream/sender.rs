@@ -304,8 +304,12 @@ impl Sender {
     /// Whether every message is one pooled buffer of one size with nothing to write into it,
     /// and the stream has no limit or bursts: the default `stream`.
     fn plain(&self) -> bool {
-        let steady = self.sizes.is_none() && self.limit.is_none() && self.burst.is_none();
-        steady && self.shape.taken_as_is() && one_buf(self.strategy, self.size, &self.shape)
+        self.steady() && self.shape.taken_as_is() && one_buf(self.strategy, self.size, &self.shape)
+    }
+
+    /// One size, no limit and no bursts: every message alike, sent back to back until `stop`.
+    fn steady(&self) -> bool {
+        self.sizes.is_none() && self.limit.is_none() && self.burst.is_none()
     }
 
     /// [`Sender::pump`] for a [`Sender::plain`] stream: whole batches of buffers, taken and
@@ -328,8 +332,7 @@ impl Sender {
     /// Whether a file path streams the whole file round and round in one size, with no
     /// bursts: the default `stream` of a file path (warm).
     fn plain_file(&self) -> bool {
-        let steady = self.sizes.is_none() && self.limit.is_none() && self.burst.is_none();
-        steady && self.strategy.source() == Source::File && self.shape.file_len > 0
+        self.steady() && self.strategy.source() == Source::File && self.shape.file_len > 0
     }
 
     /// [`Sender::pump`] for a [`Sender::plain_file`] stream: batches of file ranges sent by
