@@ -165,6 +165,7 @@ fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
         ),
         ("  SEND", yes(u.send).into()),
         ("  SEND_ZC", yes(u.send_zc).into()),
+        ("  SENDMSG", yes(u.sendmsg).into()),
         ("  SENDMSG_ZC", yes(u.sendmsg_zc).into()),
         (
             "  SEND_ZC usage reporting",

@@ -793,10 +793,12 @@ pub struct Row {
     /// Sent in bursts with idle gaps (`--burst`, `1000/5ms`); null when sent flat out.
     #[serde(default)]
     pub burst: Option<String>,
-    /// How io_uring kept the order of the sends it had in flight: `linked` (each connection's
-    /// queued sends in one linked chain, so a TCP stream's bytes stay in order), `unlinked`
-    /// (datagrams: each send a whole message), `linked pairs` (uring-splice: file to pipe to
-    /// socket); null for the paths that do not send on a ring.
+    /// How io_uring kept the order of the sends it had in flight: `vectored` (each
+    /// connection's queued sends in one `SENDMSG` or `SENDMSG_ZC`, so a TCP stream's bytes
+    /// stay in order), `linked` (one request per send, in a linked chain: `--uring-order
+    /// linked`, registered buffers, or a kernel without SENDMSG_ZC), `unlinked` (datagrams:
+    /// each send a whole message), `linked pairs` (uring-splice: file to pipe to socket); null
+    /// for the paths that do not send on a ring.
     #[serde(default)]
     pub uring_order: Option<String>,
     /// TCP congestion control of the senders' connections: `--congestion`, else the
@@ -807,16 +809,19 @@ pub struct Row {
     pub tcp_congestion: Option<String>,
 }
 
-/// What [`Row::uring_order`] records for `strategy` over `protocol`.
+/// What [`Row::uring_order`] records for `strategy` over `protocol` with `opts`.
 pub(crate) fn uring_order(
     strategy: sendpath::Strategy,
     protocol: crate::traffic::datagram::Protocol,
+    opts: &sendpath::Options,
 ) -> Option<String> {
+    use sendpath::engine::{stream_order, Choice};
     use sendpath::Strategy::{Adaptive, Uring, UringSplice, UringZc};
     let udp = protocol == crate::traffic::datagram::Protocol::Udp;
     match strategy {
         Uring | UringZc | Adaptive if udp => Some("unlinked".into()),
-        Uring | UringZc | Adaptive => Some("linked".into()),
+        Uring => Some(stream_order(opts, Choice::Copy).name().into()),
+        UringZc | Adaptive => Some(stream_order(opts, Choice::ZeroCopy).name().into()),
         UringSplice => Some("linked pairs".into()),
         _ => None,
     }
@@ -1224,14 +1229,35 @@ mod tests {
     #[test]
     fn io_uring_rows_name_how_order_was_kept() {
         use crate::traffic::datagram::Protocol::{Tcp, Udp};
+        use sendpath::engine::Order;
         use sendpath::Strategy::*;
-        assert_eq!(uring_order(Uring, Tcp).as_deref(), Some("linked"));
-        assert_eq!(uring_order(UringZc, Udp).as_deref(), Some("unlinked"));
+        let mut o = sendpath::Options {
+            uring_order: Some(Order::Linked),
+            ..Default::default()
+        };
+        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some("linked"));
+        assert_eq!(uring_order(UringZc, Udp, &o).as_deref(), Some("unlinked"));
+        o.uring_order = None;
+        let ops = sendpath::probe::run().io_uring;
+        let vectored = if ops.sendmsg && ops.sendmsg_zc {
+            "vectored"
+        } else {
+            "linked"
+        };
+        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some(vectored));
+        o.uring_fixed_buffers = true;
+        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some(vectored));
+        let zc = uring_order(UringZc, Tcp, &o);
         assert_eq!(
-            uring_order(UringSplice, Tcp).as_deref(),
+            zc.as_deref(),
+            Some("linked"),
+            "registered buffers go linked"
+        );
+        assert_eq!(
+            uring_order(UringSplice, Tcp, &o).as_deref(),
             Some("linked pairs")
         );
-        assert_eq!(uring_order(Copy, Tcp), None);
+        assert_eq!(uring_order(Copy, Tcp, &o), None);
     }
 
     #[test]

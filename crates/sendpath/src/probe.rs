@@ -30,6 +30,10 @@ pub struct IoUringProbe {
     pub send: bool,
     /// `IORING_OP_SEND_ZC`.
     pub send_zc: bool,
+    /// `IORING_OP_SENDMSG`: with SENDMSG_ZC, what a connection's queued sends go in as, one
+    /// vectored request per chain.
+    #[serde(default)]
+    pub sendmsg: bool,
     /// `IORING_OP_SENDMSG_ZC`.
     pub sendmsg_zc: bool,
     /// `IORING_SEND_ZC_REPORT_USAGE` accepted by a real SEND_ZC.
@@ -320,6 +324,17 @@ fn check_uring_zc() -> UringZcCheck {
     local().or_else(|_| flag_only()).unwrap_or(unknown)
 }
 
+/// The send opcodes this kernel's io_uring has, probed once per process (none where no ring
+/// can be set up).
+pub(crate) fn ring_ops() -> crate::sys::uring::OpSupport {
+    static OPS: OnceLock<crate::sys::uring::OpSupport> = OnceLock::new();
+    *OPS.get_or_init(|| {
+        SendRing::new(8, 16)
+            .and_then(|r| r.probe())
+            .unwrap_or_default()
+    })
+}
+
 fn uring_zc_check() -> UringZcCheck {
     static C: OnceLock<UringZcCheck> = OnceLock::new();
     *C.get_or_init(check_uring_zc)
@@ -341,6 +356,7 @@ fn probe_io_uring() -> IoUringProbe {
             p.min_wait = min_wait;
             p.send = ops.send;
             p.send_zc = ops.send_zc;
+            p.sendmsg = ops.sendmsg;
             p.sendmsg_zc = ops.sendmsg_zc;
             p.splice = ops.splice;
             if ops.send_zc {

@@ -83,6 +83,11 @@ pub(crate) struct RunArgs {
     /// Send SEND_ZC from registered (fixed) buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
+    /// How io_uring keeps a connection's queued sends in order (uring, uring-zc, adaptive):
+    /// vectored (one SENDMSG or SENDMSG_ZC over them), linked (one SEND or SEND_ZC each, in a
+    /// linked chain), or auto (vectored where the kernel has it, without --fixed-buffers).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "vectored", "linked"])]
+    pub uring_order: String,
     /// Pipe size for splice and vmsplice (4K..1G; the kernel may grant less).
     #[arg(long, default_value = "1M", value_parser = pipe_size)]
     pub pipe_size: usize,
@@ -155,6 +160,11 @@ impl RunArgs {
             zc_reap_every: self.zc_reap_every as usize,
             uring_depth: self.uring_depth as usize,
             uring_fixed_buffers: self.fixed_buffers,
+            uring_order: match self.uring_order.as_str() {
+                "vectored" => Some(sendpath::engine::Order::Vectored),
+                "linked" => Some(sendpath::engine::Order::Linked),
+                _ => None,
+            },
             pipe_size: self.pipe_size,
             profile,
             adaptive: sendpath::policy::adaptive::AdaptiveConfig {

@@ -7,7 +7,7 @@ mod held;
 mod send_zc;
 mod zerocopy;
 
-pub use chain::{settle_chain, ChainEntry, Settled};
+pub use chain::{settle_chain, ChainEntry, ChainResult, Settled};
 pub use held::{HeldMessages, HeldRelease};
 pub use send_zc::{NotifOutcome, SendZcLedger};
 pub use zerocopy::{RangeCounts, ZcNotification, ZcTracker};

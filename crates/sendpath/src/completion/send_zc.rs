@@ -49,6 +49,9 @@ pub enum NotifOutcome {
     Completion {
         /// `IORING_NOTIF_USAGE_ZC_COPIED` was set.
         copied: bool,
+        /// The sends (buffers) the request carried: one, or several for a vectored
+        /// `SENDMSG_ZC`; one notification speaks for all of them.
+        sends: usize,
     },
     /// The request sent nothing (failed or cancelled): nothing to count.
     NoData,
@@ -59,6 +62,7 @@ pub enum NotifOutcome {
 #[derive(Debug, Clone, Copy)]
 struct Request {
     bytes: usize,
+    sends: usize,
     /// `None` until the result CQE arrives; then whether it transmitted bytes.
     transmitted: Option<bool>,
 }
@@ -71,6 +75,7 @@ pub struct SendZcLedger {
     /// Notifications that arrived before their request's result, by request id.
     early: ReqMap<bool>,
     bytes: usize,
+    sends: usize,
 }
 
 impl SendZcLedger {
@@ -81,18 +86,31 @@ impl SendZcLedger {
 
     /// A SEND_ZC request of `bytes` bytes was submitted with id `req`.
     pub fn submitted(&mut self, req: u64, bytes: usize) {
-        if self
-            .requests
-            .insert(
-                req,
-                Request {
-                    bytes,
-                    transmitted: None,
-                },
-            )
-            .is_none()
-        {
+        self.submitted_sends(req, bytes, 1);
+    }
+
+    /// A request carrying `sends` buffers, `bytes` in all, was submitted with id `req` (a
+    /// vectored `SENDMSG_ZC`: one result and one notification for every buffer).
+    pub fn submitted_sends(&mut self, req: u64, bytes: usize, sends: usize) {
+        let r = Request {
+            bytes,
+            sends,
+            transmitted: None,
+        };
+        if self.requests.insert(req, r).is_none() {
             self.bytes += bytes;
+            self.sends += sends;
+        }
+    }
+
+    /// Of the sends `req` carried, only the first `sends` transmitted bytes (a short vectored
+    /// request; the rest go again in a request of their own): its notification speaks for
+    /// those. Call it before the request's result.
+    pub fn transmitted_sends(&mut self, req: u64, sends: usize) {
+        if let Some(r) = self.requests.get_mut(&req) {
+            let sends = sends.min(r.sends);
+            self.sends -= r.sends - sends;
+            r.sends = sends;
         }
     }
 
@@ -105,8 +123,8 @@ impl SendZcLedger {
             return None;
         }
         if let Some(copied) = self.early.remove(&req) {
-            self.forget(req);
-            return Some(Self::outcome(transmitted, copied));
+            let sends = self.forget(req);
+            return Some(Self::outcome(transmitted, copied, sends));
         }
         if let Some(r) = self.requests.get_mut(&req) {
             r.transmitted = Some(transmitted);
@@ -124,29 +142,34 @@ impl SendZcLedger {
                 NotifOutcome::NoData
             }
             Some(Some(t)) => {
-                self.forget(req);
-                Self::outcome(t, copied)
+                let sends = self.forget(req);
+                Self::outcome(t, copied, sends)
             }
         }
     }
 
-    fn outcome(transmitted: bool, copied: bool) -> NotifOutcome {
+    fn outcome(transmitted: bool, copied: bool, sends: usize) -> NotifOutcome {
         if transmitted {
-            NotifOutcome::Completion { copied }
+            NotifOutcome::Completion { copied, sends }
         } else {
             NotifOutcome::NoData
         }
     }
 
-    fn forget(&mut self, req: u64) {
-        if let Some(r) = self.requests.remove(&req) {
-            self.bytes -= r.bytes;
-        }
+    /// Ends `req`; returns how many sends it carried (0 if it was not in flight).
+    fn forget(&mut self, req: u64) -> usize {
+        let Some(r) = self.requests.remove(&req) else {
+            return 0;
+        };
+        self.bytes -= r.bytes;
+        self.sends -= r.sends;
+        r.sends
     }
 
-    /// SEND_ZC requests submitted and not yet finished (no result yet, or a notification due).
+    /// Sends of the SEND_ZC requests submitted and not yet finished (no result yet, or a
+    /// notification due): a vectored request counts each buffer it carries.
     pub fn inflight(&self) -> usize {
-        self.requests.len()
+        self.sends
     }
 
     /// Bytes of those requests.
@@ -171,14 +194,26 @@ mod tests {
         l.on_result(2, -libc::ENOMEM, true); // fell back: counted once, elsewhere
         l.on_result(3, -libc::ECANCELED, true); // cancelled link
         l.on_result(4, 40, true); // short: sent 40 bytes
-        assert_eq!(l.on_notification(1, true), Completion { copied: true });
+        assert_eq!(
+            l.on_notification(1, true),
+            Completion {
+                copied: true,
+                sends: 1
+            }
+        );
         assert_eq!(
             l.on_notification(2, true),
             NoData,
             "ENOMEM is not a copied completion"
         );
         assert_eq!(l.on_notification(3, true), NoData);
-        assert_eq!(l.on_notification(4, false), Completion { copied: false });
+        assert_eq!(
+            l.on_notification(4, false),
+            Completion {
+                copied: false,
+                sends: 1
+            }
+        );
         assert_eq!(l.inflight(), 0);
         assert_eq!(l.inflight_bytes(), 0);
         assert_eq!(l.on_notification(4, false), Unexpected);
@@ -194,9 +229,21 @@ mod tests {
         l.submitted(11, 70);
         assert_eq!((l.inflight(), l.inflight_bytes()), (2, 170));
         l.on_result(11, 70, true);
-        assert_eq!(l.on_notification(11, true), Completion { copied: true });
+        assert_eq!(
+            l.on_notification(11, true),
+            Completion {
+                copied: true,
+                sends: 1
+            }
+        );
         assert_eq!((l.inflight(), l.inflight_bytes()), (1, 100));
-        assert_eq!(l.on_notification(10, true), Completion { copied: true });
+        assert_eq!(
+            l.on_notification(10, true),
+            Completion {
+                copied: true,
+                sends: 1
+            }
+        );
         assert_eq!(l.inflight(), 0);
     }
 
@@ -215,7 +262,49 @@ mod tests {
         l.submitted(7, 5);
         assert_eq!(l.on_notification(7, true), NoData);
         assert_eq!(l.inflight(), 1);
-        assert_eq!(l.on_result(7, 5, true), Some(Completion { copied: true }));
+        assert_eq!(
+            l.on_result(7, 5, true),
+            Some(Completion {
+                copied: true,
+                sends: 1
+            })
+        );
         assert_eq!(l.inflight(), 0);
+    }
+
+    #[test]
+    fn a_vectored_request_counts_each_of_its_sends_until_its_one_notification() {
+        let mut l = SendZcLedger::new();
+        l.submitted_sends(3, 8 * 100, 8);
+        l.submitted(4, 100);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (9, 900));
+        assert_eq!(l.on_result(3, 800, true), None);
+        assert_eq!(l.inflight(), 9, "in flight until the notification");
+        let c = l.on_notification(3, true);
+        assert_eq!(
+            c,
+            Completion {
+                copied: true,
+                sends: 8
+            }
+        );
+        assert_eq!((l.inflight(), l.inflight_bytes()), (1, 100));
+        // A short one speaks for the sends it transmitted.
+        l.submitted_sends(6, 300, 3);
+        l.transmitted_sends(6, 2);
+        assert_eq!(l.inflight(), 3);
+        l.on_result(6, 150, true);
+        assert_eq!(
+            l.on_notification(6, false),
+            Completion {
+                copied: false,
+                sends: 2
+            }
+        );
+        // A vectored request that failed speaks for none of its sends.
+        l.submitted_sends(5, 300, 3);
+        l.on_result(5, -libc::ECANCELED, true);
+        assert_eq!(l.on_notification(5, false), NoData);
+        assert_eq!(l.inflight(), 1);
     }
 }

@@ -27,5 +27,7 @@ mod uring;
 
 pub use choose::{chooser_for, on_ring, AdaptiveChoice, Choice, Choose, Fixed, SendContext};
 pub use splice::{SpliceFailure, SpliceJob, SpliceProgress, SpliceStep};
-pub use state::{ConnState, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};
-pub use uring::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, SplicePipe, UringDriver};
+pub use state::{ConnState, Order, Part, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};
+pub use uring::{
+    stream_order, ConnId, DriverConfig, Event, RecvBuf, RecvConfig, SplicePipe, UringDriver,
+};

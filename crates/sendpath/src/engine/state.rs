@@ -9,15 +9,17 @@
 //! completions.
 //!
 //! Byte order on a stream socket: io_uring may let a later SEND overtake an earlier one that
-//! had to wait for socket space, and a chain (`IOSQE_IO_LINK`) cannot be extended once
-//! submitted. So each connection has at most one chain in the kernel, and while it runs the
-//! application fills the next one (up to `depth` queued buffers). A chain goes in when the queue
-//! is full (so sends are batched `depth` to a syscall, as small messages need), when something
-//! must be resent, or when the application asked for a flush.
+//! had to wait for socket space. So each connection has at most one chain in the kernel, and
+//! while it runs the application fills the next one (up to `depth` queued buffers). A chain is
+//! one vectored request over its buffers ([`Order::Vectored`]: `SENDMSG` or `SENDMSG_ZC`, the
+//! fastest ordered way measured here) or one request per buffer linked with `IOSQE_IO_LINK`
+//! ([`Order::Linked`]). A chain goes in when the queue is full (so sends are batched `depth` to
+//! a syscall, as small messages need), when something must be resent, or when the application
+//! asked for a flush.
 
 use super::choose::{Choice, Choose, SendContext};
 use crate::buffer::{Buf, BufPool};
-use crate::completion::{settle_chain, ChainEntry, NotifOutcome, SendZcLedger};
+use crate::completion::{settle_chain, ChainEntry, ChainResult, NotifOutcome, SendZcLedger};
 use crate::metrics::SendStats;
 use crate::policy::{self, InflightLimits, ZcDecision};
 use std::collections::VecDeque;
@@ -34,6 +36,35 @@ pub enum SendOp {
         report_usage: bool,
     },
 }
+
+/// How the requests of a chain keep a connection's bytes in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// One vectored request over the chain's buffers: `IORING_OP_SENDMSG`, or `SENDMSG_ZC`
+    /// when they go zero-copy. Buffers of the chain that go by another operation (past the
+    /// zero-copy cap, say) form a request of their own, linked to the one before.
+    Vectored,
+    /// One `SEND` or `SEND_ZC` per buffer, linked with `IOSQE_IO_LINK`.
+    Linked,
+    /// One request per buffer, unlinked: datagrams, each a message of its own that goes
+    /// whole or not at all, need no order between sends (the kernel then issues each without
+    /// waiting for the one before).
+    Unlinked,
+}
+
+impl Order {
+    /// `vectored`, `linked` or `unlinked`, as rows record it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Vectored => "vectored",
+            Order::Linked => "linked",
+            Order::Unlinked => "unlinked",
+        }
+    }
+}
+
+/// The most buffers one vectored request carries (`UIO_MAXIOV`).
+const MAX_IOV: usize = 1024;
 
 /// How a connection may use SEND_ZC; absent when the kernel lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +83,9 @@ pub struct StateConfig {
     /// SEND_ZC settings; `None` when the kernel has no SEND_ZC (a zero-copy choice is then an
     /// `unsupported` fallback).
     pub zc: Option<ZcConfig>,
-    /// Link each request of a chain to the next (`IOSQE_IO_LINK`), so a stream's bytes go in
-    /// order. A datagram socket needs no order between sends: each is a message of its own and
-    /// goes whole or not at all, so its requests go unlinked (the kernel then issues each
-    /// without waiting for the one before).
-    pub linked: bool,
+    /// How a chain keeps the order of a stream's bytes; a datagram socket's is
+    /// [`Order::Unlinked`] whatever this says ([`ConnState::set_datagrams`]).
+    pub order: Order,
 }
 
 /// The buffer of a request to submit.
@@ -69,13 +98,22 @@ pub enum Payload {
     Held(u32),
 }
 
-/// One request the driver must push, in order.
+/// Bytes of one buffer that a request sends.
 #[derive(Debug)]
-pub struct Submit {
-    /// The bytes' buffer.
+pub struct Part {
+    /// The buffer. The driver replaces a [`Payload::New`] with the [`Payload::Held`] slot it
+    /// put the buffer in.
     pub payload: Payload,
     /// Which bytes of it.
     pub range: Range<usize>,
+}
+
+/// One request the driver must push, in order.
+#[derive(Debug)]
+pub struct Submit<'a> {
+    /// The buffers it sends, in order: one for a `SEND` or `SEND_ZC`; several for a vectored
+    /// `SENDMSG` or `SENDMSG_ZC` (with `op` `Send` or `SendZc`).
+    pub parts: &'a mut [Part],
     /// SEND or SEND_ZC.
     pub op: SendOp,
     /// Link to the next request (`IOSQE_IO_LINK`); false on the chain's last.
@@ -85,12 +123,19 @@ pub struct Submit {
 /// What the driver did with a [`Submit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pushed {
-    /// The ring slot holding the buffer.
-    pub slot: u32,
     /// The request id its completions carry.
     pub req: u64,
-    /// The request sends from a registered (fixed) buffer.
+    /// The request sends from registered (fixed) buffers.
     pub registered: bool,
+}
+
+/// A request of the chain in the kernel: its id, how many of the chain's entries it carries,
+/// and its result once it has come.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    req: u64,
+    entries: usize,
+    res: Option<i32>,
 }
 
 /// The I/O-free state of one connection. See the module docs.
@@ -102,11 +147,18 @@ pub struct ConnState {
     queue: VecDeque<Buf>,
     /// What the last chain left to send, first in line.
     resend: Vec<ChainEntry>,
-    /// The chain in the kernel, and each link's result once it has come.
+    /// The chain in the kernel: its buffers, and its requests with their results.
     chain: Vec<ChainEntry>,
-    results: Vec<Option<i32>>,
+    requests: Vec<InFlight>,
     /// The results of the chain being settled (a list kept between chains).
-    settled: Vec<i32>,
+    settled: Vec<ChainResult>,
+    /// The chain being submitted: its buffers and whether each goes zero-copy (lists kept
+    /// between chains).
+    parts: Vec<Part>,
+    part_zc: Vec<bool>,
+    /// Zero-copy sends (and bytes) chosen for the chain being submitted, not yet in the
+    /// ledger.
+    deciding: (usize, usize),
     ledger: SendZcLedger,
     pool: BufPool,
     stats: SendStats,
@@ -137,8 +189,11 @@ impl ConnState {
             queue: VecDeque::new(),
             resend: Vec::new(),
             chain: Vec::new(),
-            results: Vec::new(),
+            requests: Vec::new(),
             settled: Vec::new(),
+            parts: Vec::new(),
+            part_zc: Vec::new(),
+            deciding: (0, 0),
             ledger: SendZcLedger::new(),
             pool: BufPool::new(),
             stats,
@@ -191,9 +246,9 @@ impl ConnState {
         self.flushing = true;
     }
 
-    /// Sends on a datagram socket: requests go unlinked (see [`StateConfig::linked`]).
+    /// Sends on a datagram socket: requests go unlinked (see [`Order::Unlinked`]).
     pub fn set_datagrams(&mut self) {
-        self.cfg.linked = false;
+        self.cfg.order = Order::Unlinked;
     }
 
     /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
@@ -258,21 +313,39 @@ impl ConnState {
     }
 
     /// Submits the next chain when [`ConnState::ready`]: first what the last chain left, then
-    /// queued buffers, at most `depth` requests. Call it after absorbing every completion
-    /// that is ready: a zero-copy choice that finds the in-flight cap full then goes by copy
-    /// (an `inflight_cap` fallback). `push` puts one request in the ring; an error from it ends
-    /// the chain early (the driver treats it as fatal for the connection). Returns how many
-    /// requests were pushed.
+    /// queued buffers, at most `depth` of them, as the order says: one vectored request per
+    /// run of buffers with one operation, or one request per buffer. Call it after absorbing
+    /// every completion that is ready: a zero-copy choice that finds the in-flight cap full
+    /// then goes by copy (an `inflight_cap` fallback). `push` puts one request in the ring; an
+    /// error from it ends the chain early (the driver treats it as fatal for the connection).
+    /// Returns how many requests were pushed.
     pub fn submit_chain<E>(
         &mut self,
-        mut push: impl FnMut(Submit) -> Result<Pushed, E>,
+        mut push: impl FnMut(Submit<'_>) -> Result<Pushed, E>,
     ) -> Result<usize, E> {
         if !self.ready() {
             return Ok(0);
         }
+        self.gather_parts();
+        let mut parts = std::mem::take(&mut self.parts);
+        let pushed = self.push_requests(&mut parts, &mut push);
+        // After an error, buffers not handed to the ring go with the list's contents.
+        parts.clear();
+        self.parts = parts;
+        self.part_zc.clear();
+        self.resend.clear();
+        if self.queue.is_empty() {
+            self.flushing = false;
+        }
+        pushed
+    }
+
+    /// The chain's buffers into `parts` (and whether each goes zero-copy into `part_zc`):
+    /// what the last chain left, then queued buffers.
+    fn gather_parts(&mut self) {
         let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
+        self.deciding = (0, 0);
         for i in 0..n {
-            let link = self.cfg.linked && i + 1 < n;
             let (payload, range, zc) = if i < self.resend.len() {
                 let e = self.resend[i];
                 (Payload::Held(e.slot), e.start..e.end, e.zc)
@@ -282,47 +355,88 @@ impl ConnState {
                 let zc = self.decide(len);
                 (Payload::New(buf), 0..len, zc)
             };
-            let len = range.len();
+            self.parts.push(Part { payload, range });
+            self.part_zc.push(zc);
+        }
+    }
+
+    /// Pushes `parts` as the order groups them, linking each request to the next.
+    fn push_requests<E>(
+        &mut self,
+        parts: &mut [Part],
+        push: &mut impl FnMut(Submit<'_>) -> Result<Pushed, E>,
+    ) -> Result<usize, E> {
+        let (mut at, mut requests) = (0, 0);
+        while at < parts.len() {
+            let end = self.request_end(at);
+            let zc = self.part_zc[at];
             let op = match (zc, self.cfg.zc) {
                 (true, Some(z)) => SendOp::SendZc {
                     report_usage: z.report_usage,
                 },
                 _ => SendOp::Send,
             };
+            let link = self.cfg.order != Order::Unlinked && end < parts.len();
             let p = push(Submit {
-                payload,
-                range: range.clone(),
+                parts: &mut parts[at..end],
                 op,
                 link,
             })?;
-            if zc {
-                self.stats.zc_attempts += 1;
-                self.stats.registered_sends += u64::from(p.registered);
-                self.ledger.submitted(p.req, len);
+            self.record(&parts[at..end], zc, p);
+            at = end;
+            requests += 1;
+        }
+        Ok(requests)
+    }
+
+    /// One past the last part of the request that starts at part `at`.
+    fn request_end(&self, at: usize) -> usize {
+        let zc = &self.part_zc;
+        let mut end = at + 1;
+        if self.cfg.order == Order::Vectored {
+            while end < zc.len() && end - at < MAX_IOV && zc[end] == zc[at] {
+                end += 1;
             }
+        }
+        end
+    }
+
+    /// Records a request the driver pushed: its buffers join the chain in the kernel.
+    fn record(&mut self, parts: &[Part], zc: bool, p: Pushed) {
+        let mut bytes = 0;
+        for part in parts {
+            let Payload::Held(slot) = part.payload else {
+                unreachable!("the driver puts every new buffer it pushes in a slot");
+            };
+            bytes += part.range.len();
             self.chain.push(ChainEntry {
-                slot: p.slot,
-                start: range.start,
-                end: range.end,
+                slot,
+                start: part.range.start,
+                end: part.range.end,
                 zc,
             });
-            self.results.push(None);
         }
-        self.resend.clear();
-        if self.queue.is_empty() {
-            self.flushing = false;
+        let n = parts.len();
+        if zc {
+            self.stats.zc_attempts += n as u64;
+            self.stats.registered_sends += if p.registered { n as u64 } else { 0 };
+            self.ledger.submitted_sends(p.req, bytes, n);
         }
-        Ok(n)
+        self.requests.push(InFlight {
+            req: p.req,
+            entries: n,
+            res: None,
+        });
     }
 
     /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
     /// asked for zero-copy and it cannot be.
-    /// The ledger already holds the zero-copy links pushed earlier in this chain.
+    /// The zero-copy sends chosen earlier in this chain count as in flight.
     fn decide(&mut self, len: usize) -> bool {
         let cx = SendContext {
             len,
-            zc_inflight: self.ledger.inflight(),
-            zc_inflight_bytes: self.ledger.inflight_bytes(),
+            zc_inflight: self.ledger.inflight() + self.deciding.0,
+            zc_inflight_bytes: self.ledger.inflight_bytes() + self.deciding.1,
         };
         let choice = self.chooser.choose(&cx);
         self.stats.decisions = self.chooser.decisions();
@@ -349,6 +463,8 @@ impl ConnState {
         ) {
             ZcDecision::ZeroCopy => {
                 self.zc_budget = self.zc_budget.saturating_sub(1);
+                self.deciding.0 += 1;
+                self.deciding.1 += len;
                 true
             }
             ZcDecision::Copy(r) => {
@@ -359,20 +475,40 @@ impl ConnState {
         }
     }
 
-    /// The result CQE of request `req` on `slot`: `res` bytes or `-errno`, `more` when a
-    /// notification follows. `age_ns` is the time since the slot's first request.
-    pub fn on_result(&mut self, slot: u32, req: u64, res: i32, more: bool, age_ns: u64) {
+    /// The result CQE of request `req`: `res` bytes or `-errno`, `more` when a notification
+    /// follows. `age_ns` is the time since the request's buffer went to the ring.
+    pub fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: u64) {
+        let i = (self.requests.iter()).position(|r| r.req == req && r.res.is_none());
+        if let Some(i) = i.filter(|_| res > 0) {
+            self.count_transmitted(i, res as usize);
+        }
         let early = self.ledger.on_result(req, res, more);
         self.count_notif(early, age_ns);
-        let Some(i) = (0..self.chain.len())
-            .find(|&i| self.chain[i].slot == slot && self.results[i].is_none())
-        else {
+        let Some(i) = i else {
             self.stats.unexpected_completions += 1;
             return;
         };
-        self.results[i] = Some(res);
-        if self.results.iter().all(Option::is_some) {
+        self.requests[i].res = Some(res);
+        if self.requests.iter().all(|r| r.res.is_some()) {
             self.settle();
+        }
+    }
+
+    /// Request `i` sent `done` bytes: if that leaves some of its buffers unsent (a short
+    /// vectored request), its notification speaks only for those it reached.
+    fn count_transmitted(&mut self, i: usize, mut done: usize) {
+        let at: usize = self.requests[..i].iter().map(|r| r.entries).sum();
+        let r = self.requests[i];
+        let mut reached = 0;
+        for e in &self.chain[at..at + r.entries] {
+            if done == 0 {
+                break;
+            }
+            reached += 1;
+            done = done.saturating_sub(e.end - e.start);
+        }
+        if reached < r.entries && r.entries > 1 {
+            self.ledger.transmitted_sends(r.req, reached);
         }
     }
 
@@ -390,24 +526,28 @@ impl ConnState {
 
     fn count_notif(&mut self, outcome: Option<NotifOutcome>, age_ns: u64) {
         match outcome {
-            Some(NotifOutcome::Completion { copied }) => {
-                self.stats.zc_completions += 1;
-                self.stats.zc_copied += u64::from(copied);
-                self.chooser.on_completions(1, u64::from(copied));
+            Some(NotifOutcome::Completion { copied, sends }) => {
+                let n = sends as u64;
+                self.stats.zc_completions += n;
+                self.stats.zc_copied += if copied { n } else { 0 };
+                self.chooser.on_completions(n, if copied { n } else { 0 });
                 self.stats.decisions = self.chooser.decisions();
-                crate::metrics::record_ns(&mut self.stats.completion_latency_ns, age_ns);
+                crate::metrics::record_ns_n(&mut self.stats.completion_latency_ns, age_ns, n);
             }
             Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
             Some(NotifOutcome::NoData) | None => {}
         }
     }
 
-    /// Every link of the chain has its result: count, and keep what must be resent. The
+    /// Every request of the chain has its result: count, and keep what must be resent. The
     /// chain's and the results' lists are kept for the next chain (no allocation per chain).
     fn settle(&mut self) {
         let mut results = std::mem::take(&mut self.settled);
         results.clear();
-        results.extend(self.results.drain(..).map(|r| r.unwrap_or(0)));
+        results.extend(self.requests.drain(..).map(|r| ChainResult {
+            entries: r.entries,
+            res: r.res.unwrap_or(0),
+        }));
         let mut chain = std::mem::take(&mut self.chain);
         self.settle_links(&chain, &results);
         chain.clear();
@@ -415,7 +555,7 @@ impl ConnState {
         self.settled = results;
     }
 
-    fn settle_links(&mut self, chain: &[ChainEntry], results: &[i32]) {
+    fn settle_links(&mut self, chain: &[ChainEntry], results: &[ChainResult]) {
         let s = settle_chain(chain, results);
         self.stats.bytes += s.bytes_done;
         self.stats.short_sends += s.short;
@@ -465,19 +605,21 @@ mod tests {
             }
         }
 
-        fn push(&mut self, s: Submit) -> Result<Pushed, ()> {
-            let slot = match s.payload {
-                Payload::New(_) => {
-                    self.next_slot += 1;
-                    self.next_slot - 1
-                }
-                Payload::Held(slot) => slot,
-            };
+        fn push(&mut self, s: Submit<'_>) -> Result<Pushed, ()> {
             let req = self.next_req;
-            self.next_req = self.next_req.wrapping_add(1 << 32) | u64::from(slot);
-            self.log.push((slot, req, s.range, s.op, s.link));
+            for part in s.parts.iter_mut() {
+                let slot = match part.payload {
+                    Payload::New(_) => {
+                        self.next_slot += 1;
+                        self.next_slot - 1
+                    }
+                    Payload::Held(slot) => slot,
+                };
+                part.payload = Payload::Held(slot);
+                self.log.push((slot, req, part.range.clone(), s.op, s.link));
+            }
+            self.next_req = self.next_req.wrapping_add(1 << 32) | u64::from(self.next_slot);
             Ok(Pushed {
-                slot,
                 req,
                 registered: false,
             })
@@ -501,7 +643,7 @@ mod tests {
                     },
                     report_usage: true,
                 }),
-                linked: true,
+                order: Order::Linked,
             },
             Box::new(Fixed(choice)),
         )
@@ -530,7 +672,7 @@ mod tests {
             let c = k.submit(st);
             for x in &c {
                 let zc = matches!(x.3, SendOp::SendZc { .. });
-                st.on_result(x.0, x.1, len as i32, zc, 0);
+                st.on_result(x.1, len as i32, zc, 0);
                 if zc {
                     st.on_notification(x.1, copied, 0);
                 }
@@ -560,7 +702,7 @@ mod tests {
                 StateConfig {
                     depth: 2,
                     zc: Some(zc),
-                    linked: true,
+                    order: Order::Linked,
                 },
                 Box::new(chooser),
             )
@@ -589,8 +731,8 @@ mod tests {
         fill(&mut st, 2, 1 << 20);
         let c = k.submit(&mut st);
         assert_eq!(c[0].3, zc);
-        st.on_result(c[0].0, c[0].1, -libc::ENOMEM, false, 0);
-        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, -libc::ENOMEM, false, 0);
+        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
         let d = st.stats().decisions.unwrap();
         assert_eq!((d.cap_halvings, d.cap), (1, cfg.cap_max / 2));
         assert_eq!(st.stats().fallbacks.enomem, 1);
@@ -601,10 +743,12 @@ mod tests {
         let mut st = state(3, false, Choice::Copy);
         let links = |st: &mut ConnState| {
             let mut l = Vec::new();
-            st.submit_chain(|s: Submit| -> Result<Pushed, ()> {
+            st.submit_chain(|s: Submit<'_>| -> Result<Pushed, ()> {
                 l.push(s.link);
+                for (i, p) in s.parts.iter_mut().enumerate() {
+                    p.payload = Payload::Held(i as u32);
+                }
                 Ok(Pushed {
-                    slot: l.len() as u32,
                     req: l.len() as u64,
                     registered: false,
                 })
@@ -645,7 +789,7 @@ mod tests {
         assert!(k.submit(&mut st).is_empty());
         // Results in any order settle the chain once all are in.
         for i in [2, 0, 1] {
-            st.on_result(c[i].0, c[i].1, 10, false, 0);
+            st.on_result(c[i].1, 10, false, 0);
         }
         assert!(!st.chain_in_flight());
         assert_eq!(st.stats().bytes, 30);
@@ -669,7 +813,7 @@ mod tests {
         // The flush ends with the queue: the next partial batch waits again.
         let c = k.log.clone();
         for x in &c {
-            st.on_result(x.0, x.1, 10, false, 0);
+            st.on_result(x.1, 10, false, 0);
         }
         fill(&mut st, 1, 10);
         assert!(!st.ready());
@@ -682,9 +826,9 @@ mod tests {
         fill(&mut st, 3, 10);
         let c = k.submit(&mut st);
         fill(&mut st, 1, 10);
-        st.on_result(c[0].0, c[0].1, 4, false, 0);
-        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
-        st.on_result(c[2].0, c[2].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, 4, false, 0);
+        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[2].1, -libc::ECANCELED, false, 0);
         assert_eq!(st.stats().short_sends, 1);
         assert_eq!(st.stats().bytes, 4);
         let mut un = Vec::new();
@@ -709,8 +853,8 @@ mod tests {
         assert!(c
             .iter()
             .all(|x| x.3 == SendOp::SendZc { report_usage: true }));
-        st.on_result(c[0].0, c[0].1, -libc::ENOMEM, true, 0);
-        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, true, 0);
+        st.on_result(c[0].1, -libc::ENOMEM, true, 0);
+        st.on_result(c[1].1, -libc::ECANCELED, true, 0);
         st.on_notification(c[0].1, false, 0);
         st.on_notification(c[1].1, false, 0);
         assert_eq!(st.stats().fallbacks.enomem, 1);
@@ -718,8 +862,8 @@ mod tests {
         let r = k.submit(&mut st);
         assert_eq!(r[0].3, SendOp::Send);
         assert_eq!(r[1].3, SendOp::SendZc { report_usage: true });
-        st.on_result(r[0].0, r[0].1, 100, false, 0);
-        st.on_result(r[1].0, r[1].1, 100, true, 0);
+        st.on_result(r[0].1, 100, false, 0);
+        st.on_result(r[1].1, 100, true, 0);
         st.on_notification(r[1].1, true, 5);
         assert_eq!(st.stats().bytes, 200);
         assert_eq!((st.stats().zc_completions, st.stats().zc_copied), (1, 1));
@@ -735,7 +879,7 @@ mod tests {
         let c = k.submit(&mut st);
         assert!(c.iter().any(|x| x.1 >> 32 == 0), "the ids wrapped");
         for x in &c {
-            st.on_result(x.0, x.1, 8, true, 0);
+            st.on_result(x.1, 8, true, 0);
         }
         assert_eq!(st.zc_inflight(), 4, "notifications still due");
         for (i, x) in c.iter().enumerate().rev() {
@@ -777,8 +921,8 @@ mod tests {
         fill(&mut st, 2, 8);
         let c = k.submit(&mut st);
         fill(&mut st, 1, 8);
-        st.on_result(c[0].0, c[0].1, -libc::ECONNRESET, false, 0);
-        st.on_result(c[1].0, c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, -libc::ECONNRESET, false, 0);
+        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
         assert_eq!(st.error(), Some(libc::ECONNRESET));
         assert_eq!(st.room(), 0);
         assert!(st.push(Buf::zeroed(1), true).is_err());
@@ -792,8 +936,108 @@ mod tests {
     #[test]
     fn a_result_for_no_link_is_counted_not_trusted() {
         let mut st = state(2, false, Choice::Copy);
-        st.on_result(9, 9, 10, false, 0);
+        st.on_result(9, 10, false, 0);
         assert_eq!(st.stats().unexpected_completions, 1);
         assert_eq!(st.stats().bytes, 0);
+    }
+
+    fn vectored(depth: usize, zc: bool, choice: Choice) -> ConnState {
+        let mut st = state(depth, zc, choice);
+        st.cfg.order = Order::Vectored;
+        st
+    }
+
+    #[test]
+    fn a_vectored_chain_is_one_request_and_its_notification_completes_every_send() {
+        let mut k = Kernel::new(1);
+        let mut st = vectored(4, true, Choice::ZeroCopy);
+        fill(&mut st, 4, 100);
+        let c = k.submit(&mut st);
+        assert_eq!(c.len(), 4);
+        assert!(c.iter().all(|x| x.1 == c[0].1), "one request: {c:?}");
+        assert!(c.iter().all(|x| !x.4), "nothing to link to");
+        assert_eq!(st.zc_inflight(), 4, "each buffer counts against the cap");
+        st.on_result(c[0].1, 400, true, 0);
+        assert_eq!((st.stats().bytes, st.zc_inflight()), (400, 4));
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        assert_eq!(un, [0, 1, 2, 3]);
+        st.on_notification(c[0].1, true, 7);
+        let s = st.stats();
+        assert_eq!((s.zc_attempts, s.zc_completions, s.zc_copied), (4, 4, 4));
+        assert_eq!(s.completion_latency_ns.len(), 4);
+        assert_eq!(st.zc_inflight(), 0);
+        // A datagram socket's sends stay one per request, unlinked.
+        let mut dg = vectored(3, false, Choice::Copy);
+        dg.set_datagrams();
+        fill(&mut dg, 3, 10);
+        let c = k.submit(&mut dg);
+        assert!(c[0].1 != c[1].1 && c[1].1 != c[2].1 && c.iter().all(|x| !x.4));
+    }
+
+    #[test]
+    fn a_short_vectored_send_resends_the_rest_in_order_and_lets_the_sent_buffers_go() {
+        let mut k = Kernel::new(1);
+        let mut st = vectored(4, false, Choice::Copy);
+        fill(&mut st, 4, 10);
+        let c = k.submit(&mut st);
+        fill(&mut st, 2, 10);
+        st.on_result(c[0].1, 15, false, 0);
+        assert_eq!((st.stats().bytes, st.stats().short_sends), (15, 1));
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        assert_eq!(un, [0], "only the first buffer went whole");
+        // The rest first, in one request with as many queued buffers as the depth allows.
+        let r = k.submit(&mut st);
+        let got: Vec<_> = r.iter().map(|x| (x.0, x.2.clone())).collect();
+        assert_eq!(got, [(1, 5..10), (2, 0..10), (3, 0..10), (4, 0..10)]);
+        assert!(r.iter().all(|x| x.1 == r[0].1));
+        st.on_result(r[0].1, 35, false, 0);
+        assert_eq!(st.stats().bytes, 50);
+        assert!(!st.chain_in_flight());
+    }
+
+    #[test]
+    fn a_short_vectored_zero_copy_send_completes_the_sends_it_reached() {
+        let mut k = Kernel::new(1);
+        let mut st = vectored(4, true, Choice::ZeroCopy);
+        fill(&mut st, 4, 10);
+        let c = k.submit(&mut st);
+        st.on_result(c[0].1, 15, true, 0);
+        st.on_notification(c[0].1, false, 0);
+        assert_eq!(
+            st.stats().zc_completions,
+            2,
+            "two buffers reached, one in part"
+        );
+        let r = k.submit(&mut st);
+        assert_eq!(r.len(), 3);
+        st.on_result(r[0].1, 25, true, 0);
+        st.on_notification(r[0].1, false, 0);
+        // The buffer cut in two is in both requests, as a short SEND_ZC and its rest are.
+        assert_eq!(st.stats().zc_completions, 5);
+        assert_eq!((st.stats().bytes, st.zc_inflight()), (40, 0));
+    }
+
+    #[test]
+    fn a_vectored_chain_links_its_zero_copy_run_to_the_run_past_the_cap() {
+        let mut k = Kernel::new(1);
+        let mut st = vectored(6, true, Choice::ZeroCopy);
+        fill(&mut st, 6, 8);
+        let c = k.submit(&mut st);
+        let zc = SendOp::SendZc { report_usage: true };
+        let ops: Vec<_> = c.iter().map(|x| (x.3, x.4)).collect();
+        let first = (zc, true);
+        let second = (SendOp::Send, false);
+        assert_eq!(ops, [first, first, first, first, second, second]);
+        assert!(c[..4].iter().all(|x| x.1 == c[0].1) && c[4].1 == c[5].1 && c[0].1 != c[4].1);
+        assert_eq!(st.stats().fallbacks.inflight_cap, 2, "max_sends is 4");
+        // The zero-copy request could not pin its pages: all six go again, by copy, in one.
+        st.on_result(c[0].1, -libc::ENOMEM, false, 0);
+        st.on_result(c[4].1, -libc::ECANCELED, false, 0);
+        assert_eq!(st.stats().fallbacks.enomem, 4);
+        let r = k.submit(&mut st);
+        assert!(r.iter().all(|x| x.1 == r[0].1 && x.3 == SendOp::Send));
+        assert_eq!(r.len(), 6);
     }
 }

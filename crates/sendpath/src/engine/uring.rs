@@ -12,7 +12,7 @@
 //! to end a connection, whose id ([`ConnId`], with a generation) is reused only after
 //! [`Event::Closed`].
 
-use super::state::{ConnState, Payload, Pushed, StateConfig, ZcConfig};
+use super::state::{ConnState, Order, Payload, Pushed, StateConfig, Submit, ZcConfig};
 use super::{Choice, Fixed};
 use crate::policy::InflightLimits;
 use crate::sys::uring::{
@@ -52,6 +52,9 @@ pub struct DriverConfig {
     /// Cap on SEND_ZC requests awaiting notification over all connections of the ring (a
     /// server worker's cap); a zero-copy send past it goes by copy, counted as `inflight_cap`.
     pub ring_zc_inflight: Option<usize>,
+    /// How a stream connection's queued sends keep their order; `None` for the fastest the
+    /// kernel has (see [`UringDriver::order`]).
+    pub order: Option<Order>,
 }
 
 impl Default for DriverConfig {
@@ -62,6 +65,7 @@ impl Default for DriverConfig {
             inflight: InflightLimits::default(),
             fixed_buffers: false,
             ring_zc_inflight: None,
+            order: None,
         }
     }
 }
@@ -76,6 +80,7 @@ impl DriverConfig {
             inflight: opts.inflight,
             fixed_buffers: opts.uring_fixed_buffers && choice == Choice::ZeroCopy,
             ring_zc_inflight: None,
+            order: opts.uring_order,
         }
     }
 }
@@ -198,6 +203,9 @@ pub struct UringDriver {
     /// The counters of connections that are gone.
     closed_stats: SendStats,
     cqes: Vec<Cqe>,
+    /// Buffers the ring released, with their connections' indexes (a list kept between
+    /// passes).
+    released: Vec<(u32, Buf)>,
     unheld: Vec<u32>,
     /// Connections with a chain that may be ready to go.
     dirty: Vec<u32>,
@@ -277,6 +285,13 @@ impl UringDriver {
             .map_err(Error::sys("io_uring_register(PROBE)"))?;
         let usage_reporting = ops.send_zc && crate::probe::send_zc_report_usage_supported();
         let mut note = None;
+        if cfg.order == Some(Order::Vectored)
+            && order_for(cfg.order, ops, cfg.fixed_buffers) != Order::Vectored
+        {
+            note = Some(
+                "vectored sends need SENDMSG and SENDMSG_ZC and no registered buffers: sending linked chains".into(),
+            );
+        }
         if cfg.fixed_buffers {
             let table = ((cfg.inflight.max_sends + 2 * depth) * conns).min(1 << 14) as u32;
             if let Err(e) = ring.enable_fixed_buffers(table) {
@@ -300,6 +315,7 @@ impl UringDriver {
             zc_inflight: 0,
             closed_stats: SendStats::default(),
             cqes: Vec::new(),
+            released: Vec::new(),
             unheld: Vec::new(),
             dirty: Vec::new(),
             writable: Vec::new(),
@@ -339,8 +355,16 @@ impl UringDriver {
                 limits: self.cfg.inflight,
                 report_usage: report_usage && self.usage_reporting,
             }),
-            linked: true,
+            order: self.order(),
         }
+    }
+
+    /// How a stream connection's sends keep their order: as [`DriverConfig::order`] asks, or
+    /// by default vectored (`SENDMSG` and `SENDMSG_ZC` over a chain's buffers, measured
+    /// fastest here: docs/results.md). Linked where the kernel lacks either opcode, and with
+    /// registered buffers (the driver sends from those with SEND_ZC, one buffer a request).
+    pub fn order(&self) -> Order {
+        order_for(self.cfg.order, self.ops, self.cfg.fixed_buffers)
     }
 
     /// Adds a connection with a fixed choice of operation. The socket is put in blocking mode
@@ -644,20 +668,7 @@ impl UringDriver {
             if let Some(cap) = self.cfg.ring_zc_inflight {
                 state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
             }
-            let pushed = state.submit_chain(|s| {
-                let (slot, req, registered) = match s.payload {
-                    Payload::New(buf) => ring.push(fd, buf, s.range, s.op, s.link, id)?,
-                    Payload::Held(slot) => {
-                        let (req, registered) = ring.push_slot(fd, slot, s.range, s.op, s.link)?;
-                        (slot, req, registered)
-                    }
-                };
-                Ok::<_, std::io::Error>(Pushed {
-                    slot,
-                    req,
-                    registered,
-                })
-            });
+            let pushed = state.submit_chain(|s| push_request(ring, fd, s, id));
             self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
             total += pushed.as_ref().map_or(0, |n| *n);
             if pushed.is_err() {
@@ -684,6 +695,12 @@ impl UringDriver {
 
     /// Routes the reaped completions to their connections.
     fn dispatch(&mut self) {
+        self.ring.take_released(&mut self.released);
+        for (tag, b) in self.released.drain(..) {
+            if let Some(c) = self.conns.get_mut(tag as usize).and_then(|c| c.as_mut()) {
+                c.state.on_released(b);
+            }
+        }
         self.dispatch_aux();
         for c in self.cqes.drain(..) {
             let Some(conn) = self.conns.get_mut(c.tag as usize).and_then(|c| c.as_mut()) else {
@@ -696,7 +713,7 @@ impl UringDriver {
                 st.on_notification(c.req, copied, c.age_ns);
             } else {
                 let (was, failed) = (st.chain_in_flight(), st.error().is_some());
-                st.on_result(c.slot, c.req, c.res, c.more, c.age_ns);
+                st.on_result(c.req, c.res, c.more, c.age_ns);
                 if was && st.ready() {
                     self.dirty.push(c.tag);
                 }
@@ -707,9 +724,6 @@ impl UringDriver {
                         gen: self.gens[c.tag as usize],
                     });
                 }
-            }
-            if let Some(b) = c.released {
-                st.on_released(b);
             }
             st.drain_unheld(&mut self.unheld);
             for slot in self.unheld.drain(..) {
@@ -982,18 +996,24 @@ impl UringDriver {
     /// next message.
     pub fn push_message(&mut self, id: ConnId, fields: &mut Vec<Buf>) -> Result<()> {
         let n = fields.len();
-        for (i, mut b) in fields.drain(..).enumerate() {
-            loop {
-                match self.push(id, b, i + 1 == n) {
-                    Ok(()) => break,
-                    Err(back) => {
-                        b = back;
-                        self.wait_room(id)?;
-                    }
+        for (i, b) in fields.drain(..).enumerate() {
+            self.push_waiting(id, b, i + 1 == n)?;
+        }
+        Ok(())
+    }
+
+    /// Queues `buf` on `id` as [`UringDriver::push`] does, waiting for room while the
+    /// connection's queue is full.
+    pub fn push_waiting(&mut self, id: ConnId, mut buf: Buf, end_of_message: bool) -> Result<()> {
+        loop {
+            match self.push(id, buf, end_of_message) {
+                Ok(()) => return Ok(()),
+                Err(back) => {
+                    buf = back;
+                    self.wait_room(id)?;
                 }
             }
         }
-        Ok(())
     }
 
     /// Moves into `out` the connections whose queue gained room (or that failed) since the last
@@ -1090,6 +1110,53 @@ impl UringDriver {
         }
         Ok(())
     }
+}
+
+/// The order the sends of a stream connection on a driver made from `opts` keep, for a
+/// connection that sends with `choice` (the zero-copy ones may use registered buffers): what
+/// a result row records. Probes the kernel once per process.
+pub fn stream_order(opts: &crate::Options, choice: Choice) -> Order {
+    let cfg = DriverConfig::from_options(opts, 1, choice);
+    order_for(cfg.order, crate::probe::ring_ops(), cfg.fixed_buffers)
+}
+
+/// The order a stream connection's sends keep: `asked`, else vectored where the kernel has
+/// `SENDMSG` and `SENDMSG_ZC` and no registered buffers are wanted, else linked.
+pub(crate) fn order_for(asked: Option<Order>, ops: OpSupport, fixed_buffers: bool) -> Order {
+    let vectored = ops.sendmsg && ops.sendmsg_zc && !fixed_buffers;
+    match asked {
+        Some(Order::Vectored) | None if vectored => Order::Vectored,
+        Some(Order::Unlinked) => Order::Unlinked,
+        _ => Order::Linked,
+    }
+}
+
+/// Pushes one request of connection `tag` on `ring`: a `SEND`/`SEND_ZC` for one buffer, a
+/// vectored `SENDMSG`/`SENDMSG_ZC` for several. Each new buffer goes to a ring slot.
+fn push_request(
+    ring: &mut SendRing,
+    fd: std::os::fd::BorrowedFd<'_>,
+    s: Submit<'_>,
+    tag: u32,
+) -> std::io::Result<Pushed> {
+    if let [part] = s.parts {
+        let range = part.range.clone();
+        let (slot, req, registered) =
+            match std::mem::replace(&mut part.payload, Payload::Held(u32::MAX)) {
+                Payload::New(buf) => ring.push(fd, buf, range, s.op, s.link, tag)?,
+                Payload::Held(slot) => {
+                    let (req, registered) = ring.push_slot(fd, slot, range, s.op, s.link)?;
+                    (slot, req, registered)
+                }
+            };
+        part.payload = Payload::Held(slot);
+        return Ok(Pushed { req, registered });
+    }
+    let req = ring.push_vectored(fd, s.parts, s.op, s.link, tag)?;
+    Ok(Pushed {
+        req,
+        registered: false,
+    })
 }
 
 #[cfg(test)]

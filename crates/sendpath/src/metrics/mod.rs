@@ -102,9 +102,16 @@ pub fn growing_histogram() -> Histogram<u64> {
 /// Records `ns` (clamped to 1 ns..100 s) into a histogram from [`growing_histogram`] or
 /// [`new_histogram`].
 pub fn record_ns(h: &mut Histogram<u64>, ns: u64) {
+    record_ns_n(h, ns, 1);
+}
+
+/// Records `n` durations of `ns` nanoseconds each (the sends one notification completed).
+pub fn record_ns_n(h: &mut Histogram<u64>, ns: u64, n: u64) {
     let v = ns.clamp(1, HISTOGRAM_MAX_NS);
-    if h.record(v).is_err() {
-        h.saturating_record(v);
+    if h.record_n(v, n).is_err() {
+        for _ in 0..n {
+            h.saturating_record(v);
+        }
     }
 }
 

@@ -397,12 +397,15 @@ pub struct Options {
     /// released buffer is free (or half of `inflight.max_bytes` awaits), so that one read
     /// collects many merged completions; 1 reads it whenever the pool is empty.
     pub zc_reap_every: usize,
-    /// io_uring requests in flight per socket, as one linked chain (uring, uring-zc).
+    /// io_uring sends in flight per socket, as one chain (uring, uring-zc).
     pub uring_depth: usize,
     /// Ask SEND_ZC for usage reporting (`IORING_SEND_ZC_REPORT_USAGE`) so copies are seen.
     pub uring_report_usage: bool,
     /// Send SEND_ZC from registered (fixed) buffers.
     pub uring_fixed_buffers: bool,
+    /// How a connection's queued sends keep their order on io_uring; `None` for the fastest
+    /// the kernel has (vectored, else linked: [`crate::engine::UringDriver::order`]).
+    pub uring_order: Option<crate::engine::Order>,
     /// Pipe size for splice and vmsplice (the kernel may grant less).
     pub pipe_size: usize,
     /// The file for file paths (and for `adaptive`'s file data).
@@ -422,6 +425,7 @@ impl Default for Options {
             uring_depth: 8,
             uring_report_usage: true,
             uring_fixed_buffers: false,
+            uring_order: None,
             pipe_size: 1 << 20,
             file: None,
             profile: None,

@@ -1,7 +1,8 @@
 //! An io_uring used for socket sends. The ring owns every buffer it has been handed until the
 //! kernel has posted the last completion that refers to it (the result CQE, and for SEND_ZC the
-//! notification CQE when the result carried `IORING_CQE_F_MORE`), so the `unsafe` contract of
-//! pushing an SQE that points at user memory is kept here and nowhere else.
+//! notification CQE when the result carried `IORING_CQE_F_MORE`), and the iovecs and header of
+//! every vectored request until its last completion, so the `unsafe` contract of pushing an SQE
+//! that points at user memory is kept here and nowhere else.
 
 use super::bufring::RecvBufs;
 use crate::buffer::Buf;
@@ -19,12 +20,15 @@ const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
 pub(crate) use crate::engine::SendOp as Op;
+use crate::engine::{Part, Payload};
 
 /// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpSupport {
     /// `IORING_OP_SEND`.
     pub send: bool,
+    /// `IORING_OP_SENDMSG`.
+    pub sendmsg: bool,
     /// `IORING_OP_SEND_ZC`.
     pub send_zc: bool,
     /// `IORING_OP_SENDMSG_ZC`.
@@ -36,12 +40,11 @@ pub struct OpSupport {
 /// One completion, decoded.
 #[derive(Debug)]
 pub(crate) struct Cqe {
-    /// The tag the slot's buffer was pushed with (the driver's connection index).
+    /// The tag the request's buffers were pushed with (the driver's connection index).
     pub(crate) tag: u32,
-    /// The ring slot (one per buffer handed in).
-    pub(crate) slot: u32,
-    /// The request this completion belongs to (as returned by [`SendRing::push_slot`]); a
-    /// buffer can carry several requests (a short send's remainder is a new one).
+    /// The request this completion belongs to (as returned by [`SendRing::push_slot`] or
+    /// [`SendRing::push_vectored`]); a buffer can carry several requests (a short send's
+    /// remainder is a new one).
     pub(crate) req: u64,
     /// `true` for a SEND_ZC notification (`IORING_CQE_F_NOTIF`), `false` for a request result.
     pub(crate) notif: bool,
@@ -49,15 +52,16 @@ pub(crate) struct Cqe {
     pub(crate) res: i32,
     /// `IORING_CQE_F_MORE` on a result: a notification will follow.
     pub(crate) more: bool,
-    /// Nanoseconds since the slot's first SQE was pushed.
+    /// Nanoseconds since the request's buffer went to the ring (for a vectored request,
+    /// since it was pushed).
     pub(crate) age_ns: u64,
-    /// The buffer, when this was the last completion that referred to it.
-    pub(crate) released: Option<Buf>,
 }
 
 /// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
 /// request ids keep it clear.
 const AUX: u64 = 1 << 63;
+/// Bit 62 marks a vectored send: the low half of `user_data` is then its [`Group`], not a slot.
+const GROUP: u64 = 1 << 62;
 
 /// A request other than a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +132,37 @@ struct Slot {
     pushed_at: Instant,
 }
 
+/// A vectored request (`SENDMSG` / `SENDMSG_ZC`) over several slots: the slots it reads, and
+/// the iovecs and header the kernel reads, kept until its last completion. A group's lists
+/// keep their allocations from request to request.
+struct Group {
+    slots: Vec<u32>,
+    iovs: Vec<libc::iovec>,
+    hdr: Box<libc::msghdr>,
+    tag: u32,
+    /// Completions still expected: the result, then the notification if it said `F_MORE`.
+    pending: u32,
+    pushed_at: Instant,
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
+// (and into `iovs`); a group is only read or written by the thread that owns the ring.
+unsafe impl Send for Group {}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            slots: Vec::new(),
+            iovs: Vec::new(),
+            // SAFETY: an all-zero msghdr (no name, no iovecs, no control data) is valid.
+            hdr: Box::new(unsafe { std::mem::zeroed() }),
+            tag: 0,
+            pending: 0,
+            pushed_at: Instant::now(),
+        }
+    }
+}
+
 /// A ring's registered-buffer table: (address, capacity) per entry, filled in order.
 struct FixedTable {
     keys: Vec<(usize, usize)>,
@@ -167,6 +202,12 @@ pub(crate) struct SendRing {
     enabled: bool,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
+    /// Vectored requests, in flight or free for reuse (`free_groups`).
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    /// Buffers whose last completion came in since the last [`SendRing::take_released`],
+    /// with their tags.
+    released: Vec<(u32, Buf)>,
     /// Registered-buffer table: (address, length) per index, when one was registered.
     fixed: Option<FixedTable>,
     /// Why registering buffers stopped, when the kernel refused (memlock, for one).
@@ -180,8 +221,9 @@ pub(crate) struct SendRing {
     /// Accept, receive and cancel requests whose last completion has not come.
     aux_pending: usize,
     aux: Vec<AuxCqe>,
-    /// Accept and receive CQEs of the current reap, decoded after the CQ is released.
-    aux_raw: Vec<(u64, i32, u32)>,
+    /// The CQEs of the current reap (`user_data`, `res`, `flags`), decoded after the CQ is
+    /// released.
+    raw: Vec<(u64, i32, u32)>,
     recv: Option<RecvBufs>,
     /// Completions the kernel could not post because the CQ was full (`IORING_FEAT_NODROP`
     /// keeps them and posts them later), as the ring's overflow counter reads.
@@ -230,6 +272,9 @@ impl SendRing {
                         enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
                         slots: Vec::new(),
                         free: Vec::new(),
+                        groups: Vec::new(),
+                        free_groups: Vec::new(),
+                        released: Vec::new(),
                         fixed: None,
                         fixed_error: None,
                         requests: 0,
@@ -237,7 +282,7 @@ impl SendRing {
                         tag_busy: Vec::new(),
                         aux_pending: 0,
                         aux: Vec::new(),
-                        aux_raw: Vec::new(),
+                        raw: Vec::new(),
                         recv: None,
                         cq_overflow: 0,
                     })
@@ -276,6 +321,7 @@ impl SendRing {
         self.ring.submitter().register_probe(&mut p)?;
         Ok(OpSupport {
             send: p.is_supported(opcode::Send::CODE),
+            sendmsg: p.is_supported(opcode::SendMsg::CODE),
             send_zc: p.is_supported(opcode::SendZc::CODE),
             sendmsg_zc: p.is_supported(opcode::SendMsgZc::CODE),
             splice: p.is_supported(opcode::Splice::CODE),
@@ -376,6 +422,13 @@ impl SendRing {
         link: bool,
         tag: u32,
     ) -> io::Result<(u32, u64, bool)> {
+        let slot = self.hold(buf, tag, Instant::now());
+        let (req, registered) = self.push_slot(fd, slot, range, op, link)?;
+        Ok((slot, req, registered))
+    }
+
+    /// Puts `buf` in a free slot, held for its owner, pushed at `now`.
+    fn hold(&mut self, buf: Buf, tag: u32, now: Instant) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -388,10 +441,119 @@ impl SendRing {
             tag,
             pending: 0,
             held: true,
-            pushed_at: Instant::now(),
+            pushed_at: now,
         });
-        let (req, registered) = self.push_slot(fd, slot, range, op, link)?;
-        Ok((slot, req, registered))
+        slot
+    }
+
+    /// Whether `slot` holds a buffer its owner may send `range` of.
+    fn live(&self, slot: u32, range: &std::ops::Range<usize>) -> bool {
+        self.slots
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .is_some_and(|s| s.held && range.end <= s.buf.len() && range.start <= range.end)
+    }
+
+    /// The next request id's high half (31 bits clear of `AUX` and `GROUP`).
+    fn next_request(&mut self) -> u64 {
+        self.requests = self.requests.wrapping_add(1) & 0x3fff_ffff;
+        u64::from(self.requests) << 32
+    }
+
+    /// One more completion expected for `slot`.
+    fn expect_completion(&mut self, slot: u32) {
+        let s = self.slots[slot as usize].as_mut().expect("a live slot");
+        if s.pending == 0 {
+            self.busy += 1;
+            bump(&mut self.tag_busy, s.tag, true);
+        }
+        s.pending += 1;
+    }
+
+    /// Queues one vectored send of every part's bytes, in order, on `fd`: `IORING_OP_SENDMSG`
+    /// (or `SENDMSG_ZC` for `Op::SendZc`) with `MSG_WAITALL`, see sendmsg(2). New buffers among
+    /// `parts` go to the ring first, each replaced by the slot that now holds it. With `link`,
+    /// the next SQE runs only after this one completes in full. Returns the request id. A held
+    /// part whose slot is not live is an error (`EBADSLT`), and nothing is queued.
+    pub(crate) fn push_vectored(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        parts: &mut [Part],
+        op: Op,
+        link: bool,
+        tag: u32,
+    ) -> io::Result<u64> {
+        let all_live = parts.iter().all(|p| match p.payload {
+            Payload::Held(slot) => self.live(slot, &p.range),
+            Payload::New(ref b) => p.range.end <= b.len() && p.range.start <= p.range.end,
+        });
+        if !all_live {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        }
+        let g = self.free_groups.pop().unwrap_or_else(|| {
+            self.groups.push(Group::new());
+            (self.groups.len() - 1) as u32
+        });
+        let mut slots = std::mem::take(&mut self.groups[g as usize].slots);
+        let mut iovs = std::mem::take(&mut self.groups[g as usize].iovs);
+        slots.clear();
+        iovs.clear();
+        let now = Instant::now();
+        for part in parts.iter_mut() {
+            let slot = match std::mem::replace(&mut part.payload, Payload::Held(u32::MAX)) {
+                Payload::New(buf) => self.hold(buf, tag, now),
+                Payload::Held(slot) => slot,
+            };
+            part.payload = Payload::Held(slot);
+            self.expect_completion(slot);
+            let buf = &self.slots[slot as usize].as_ref().expect("live").buf;
+            let bytes = &buf.as_slice()[part.range.clone()];
+            iovs.push(libc::iovec {
+                iov_base: bytes.as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len(),
+            });
+            slots.push(slot);
+        }
+        let req = self.next_request() | GROUP | u64::from(g);
+        let group = &mut self.groups[g as usize];
+        group.hdr.msg_iov = iovs.as_mut_ptr();
+        group.hdr.msg_iovlen = iovs.len();
+        (group.slots, group.iovs) = (slots, iovs);
+        (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
+        let (fd, hdr) = (
+            types::Fd(fd.as_raw_fd()),
+            &*group.hdr as *const libc::msghdr,
+        );
+        let entry = match op {
+            Op::Send => opcode::SendMsg::new(fd, hdr)
+                .flags(libc::MSG_WAITALL as u32)
+                .build(),
+            Op::SendZc { report_usage } => opcode::SendMsgZc::new(fd, hdr)
+                .flags(libc::MSG_WAITALL as u32)
+                .ioprio(if report_usage {
+                    IORING_SEND_ZC_REPORT_USAGE
+                } else {
+                    0
+                })
+                .build(),
+        };
+        let entry = entry.user_data(req);
+        let entry = if link {
+            entry.flags(squeue::Flags::IO_LINK)
+        } else {
+            entry
+        };
+        loop {
+            // SAFETY: the SQE points at the group's header, which points at its iovecs, which
+            // point into buffers held in the group's slots. The group is reused, and each slot
+            // released, only after the kernel posted the request's last completion (the header
+            // and iovecs are kept that long although the kernel copies them at submission).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                return Ok(req);
+            }
+            self.submit()?;
+        }
     }
 
     /// Queues another send from a buffer the ring holds (the rest of a short send, or a retry
@@ -406,19 +568,16 @@ impl SendRing {
         op: Op,
         link: bool,
     ) -> io::Result<(u64, bool)> {
-        let live = self
-            .slots
-            .get(slot as usize)
-            .and_then(|s| s.as_ref())
-            .is_some_and(|s| s.held && range.end <= s.buf.len() && range.start <= range.end);
-        if !live {
+        if !self.live(slot, &range) {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         }
         if matches!(op, Op::SendZc { .. }) {
             self.register_buf(slot);
         }
+        let req = self.next_request() | u64::from(slot);
+        self.expect_completion(slot);
         let s = self.slots[slot as usize]
-            .as_mut()
+            .as_ref()
             .expect("checked live above");
         let bytes = &s.buf.as_slice()[range];
         let fixed = s.buf.fixed.filter(|i| {
@@ -445,20 +604,12 @@ impl SendRing {
                     .build()
             }
         };
-        // Request numbers use 31 bits, leaving bit 63 of `user_data` to mark `AUX` requests.
-        self.requests = self.requests.wrapping_add(1) & 0x7fff_ffff;
-        let req = (u64::from(self.requests) << 32) | u64::from(slot);
         let entry = entry.user_data(req);
         let entry = if link {
             entry.flags(squeue::Flags::IO_LINK)
         } else {
             entry
         };
-        if s.pending == 0 {
-            self.busy += 1;
-            bump(&mut self.tag_busy, s.tag, true);
-        }
-        s.pending += 1;
         let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
         loop {
             // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
@@ -585,54 +736,79 @@ impl SendRing {
             return 0;
         }
         let now = Instant::now();
-        for cqe in &mut cq {
-            let req = cqe.user_data();
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.extend((&mut cq).map(|c| (c.user_data(), c.result(), c.flags())));
+        drop(cq);
+        for (req, res, flags) in raw.drain(..) {
             if req & AUX != 0 {
-                self.aux_raw.push((req, cqe.result(), cqe.flags()));
+                self.reap_aux(req, res, flags);
                 continue;
             }
-            let slot = req as u32;
-            let flags = cqe.flags();
             let notif = cqueue::notif(flags);
             let more = !notif && cqueue::more(flags);
-            let Some(s) = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()) else {
-                continue;
-            };
-            let was = s.pending;
-            s.pending = s.pending.saturating_sub(1);
-            if more {
-                s.pending += 1;
-            }
-            if was > 0 && s.pending == 0 {
-                self.busy -= 1;
-                bump(&mut self.tag_busy, s.tag, false);
-            }
-            let age_ns = now.duration_since(s.pushed_at).as_nanos() as u64;
-            let tag = s.tag;
-            let released = if s.pending == 0 && !s.held {
-                self.free.push(slot);
-                self.slots[slot as usize].take().map(|s| s.buf)
+            let done = if req & GROUP != 0 {
+                self.group_completed(req as u32, more)
             } else {
-                None
+                self.slot_completed(req as u32, more)
+            };
+            let Some((tag, pushed_at)) = done else {
+                continue;
             };
             out.push(Cqe {
                 tag,
-                slot,
                 req,
                 notif,
-                res: cqe.result(),
+                res,
                 more,
-                age_ns,
-                released,
+                age_ns: now.duration_since(pushed_at).as_nanos() as u64,
             });
         }
-        drop(cq);
-        let mut raw = std::mem::take(&mut self.aux_raw);
-        for (data, res, flags) in raw.drain(..) {
-            self.reap_aux(data, res, flags);
-        }
-        self.aux_raw = raw;
+        self.raw = raw;
         n
+    }
+
+    /// One completion of a request on `slot` came in (`more`: another will follow). Releases
+    /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
+    /// its buffer went to the ring; `None` for a slot not in use.
+    fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Instant)> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let was = s.pending;
+        s.pending = s.pending.saturating_sub(1) + u32::from(more);
+        if was > 0 && s.pending == 0 {
+            self.busy -= 1;
+            bump(&mut self.tag_busy, s.tag, false);
+        }
+        let done = (s.tag, s.pushed_at);
+        if s.pending == 0 && !s.held {
+            self.free.push(slot);
+            if let Some(s) = self.slots[slot as usize].take() {
+                self.released.push((s.tag, s.buf));
+            }
+        }
+        Some(done)
+    }
+
+    /// One completion of vectored request `g` came in: one for each of its slots. After its
+    /// last, the group is free for another request.
+    fn group_completed(&mut self, g: u32, more: bool) -> Option<(u32, Instant)> {
+        let group = self.groups.get_mut(g as usize).filter(|g| g.pending > 0)?;
+        group.pending = group.pending - 1 + u32::from(more);
+        let done = (group.tag, group.pushed_at);
+        let slots = std::mem::take(&mut group.slots);
+        for &slot in &slots {
+            self.slot_completed(slot, more);
+        }
+        let group = &mut self.groups[g as usize];
+        group.slots = slots;
+        if group.pending == 0 {
+            self.free_groups.push(g);
+        }
+        Some(done)
+    }
+
+    /// Moves the buffers released since the last call, each with its tag, into `out`.
+    pub(crate) fn take_released(&mut self, out: &mut Vec<(u32, Buf)>) {
+        out.append(&mut self.released);
     }
 
     /// Number of buffers the kernel may still read (completions outstanding).
@@ -877,6 +1053,11 @@ impl Drop for SendRing {
             for s in self.slots.drain(..).flatten() {
                 if s.pending > 0 {
                     std::mem::forget(s.buf);
+                }
+            }
+            for g in self.groups.drain(..) {
+                if g.pending > 0 {
+                    std::mem::forget(g);
                 }
             }
         }

@@ -107,6 +107,7 @@ impl<'a> Ring<'a> {
             inflight: InflightLimits::default(),
             fixed_buffers: zc,
             ring_zc_inflight: zc.then_some(cfg.zc_inflight),
+            order: None,
         }) {
             Ok(d) => d,
             Err(e) => return Err(Box::new((base, format!("io_uring setup: {e}")))),

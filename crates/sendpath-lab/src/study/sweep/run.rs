@@ -137,7 +137,7 @@ impl Point {
                 fixed_buffers: p.opts.uring_fixed_buffers
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
-                uring_order: crate::results::uring_order(p.strategy, p.proto),
+                uring_order: crate::results::uring_order(p.strategy, p.proto, &p.opts),
                 tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
                     .then(|| congestion::in_effect(p.congestion.as_deref()))
                     .flatten(),
@@ -160,6 +160,7 @@ impl Point {
                 uring_order: crate::results::uring_order(
                     p.strategy,
                     crate::traffic::datagram::Protocol::Tcp,
+                    &p.opts,
                 ),
                 tcp_congestion: congestion::in_effect(p.congestion.as_deref()),
                 ..Default::default()
