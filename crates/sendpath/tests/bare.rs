@@ -147,6 +147,14 @@ fn every_io_uring_order_runs() {
         return;
     };
     assert!(rate > 0.0);
+    // Through the library, in either of its orders.
+    for path in ["uring", "uring-zc"] {
+        for order in ["linked", "vectored"] {
+            let args = [path, "64K", "--seconds", "0.2", "--lib", "--order", order];
+            let Some(rate) = sends(&args) else { return };
+            assert!(rate > 0.0, "{path} --lib --order {order} sent nothing");
+        }
+    }
 }
 
 #[test]

@@ -21,13 +21,18 @@ pub(crate) struct LibPath {
 
 impl LibPath {
     /// Opens `a.path` on a duplicate of `tx`, with the library's default options at bare's
-    /// depth (and `file`, for the file paths).
+    /// depth and order (and `file`, for the file paths).
     pub(crate) fn open(a: &Args, tx: &TcpStream, file: Option<&File>) -> Result<LibPath, String> {
         let strategy = Strategy::parse(&a.path).map_err(|e| e.to_string())?;
         let mut opts = Options {
             uring_depth: a.depth,
             uring_fixed_buffers: a.fixed,
             zc_reap_every: a.reap_every,
+            uring_order: match a.order {
+                Some(super::Order::Linked) => Some(sendpath::engine::Order::Linked),
+                Some(super::Order::Vectored) => Some(sendpath::engine::Order::Vectored),
+                _ => None,
+            },
             ..Options::default()
         };
         let file_len = match file.filter(|_| strategy.source() == Source::File) {

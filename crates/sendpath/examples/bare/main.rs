@@ -24,10 +24,11 @@
 //! batches up to 16 or 64 KiB): their bytes are no longer all in the L1 cache. Paths: `copy` (`send`), `gather` (`sendmsg`, one iovec),
 //! `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the error queue read every `--reap-every` sends),
 //! `uring` (`IORING_OP_SEND`, `MSG_WAITALL`) and `uring-zc` (`IORING_OP_SEND_ZC` with usage
-//! reporting; `--fixed` for a registered buffer), `--depth` in flight: `--order linked` is
-//! sendpath's way on a stream (a chain of `--depth` linked requests, the next once it is done),
-//! `none` keeps `--depth` unlinked requests in flight (on TCP their bytes may interleave out of
-//! order), `vectored` one `SENDMSG`/`SENDMSG_ZC` over `--depth` buffers at a time, `bundle`
+//! reporting; `--fixed` for a registered buffer), `--depth` in flight: `--order linked` is a
+//! chain of `--depth` linked requests, the next once it is done (sendpath's way with registered
+//! buffers or `--uring-order linked`), `none` keeps `--depth` unlinked requests in flight (on TCP their bytes may interleave out of
+//! order), `vectored` one `SENDMSG`/`SENDMSG_ZC` over `--depth` buffers at a time (sendpath's
+//! way by default), `bundle`
 //! one send bundle from a provided-buffer ring (`uring` only, Linux 6.10). `vmsplice` maps
 //! fresh pages per message, writes them, vmsplices and splices them, and unmaps them. File paths send a
 //! warm `--file-size` file (64 MiB) round and round: `read-send` (`pread`, `send`),
@@ -224,8 +225,9 @@ fn check(a: Args) -> Result<Args, String> {
     if a.udp && (a.gso.is_none() && a.size > 65_507 || route::is_file_path(&a.path)) {
         return Err(format!("--proto udp runs the memory paths: {USAGE}"));
     }
-    if a.lib && (a.udp || a.order.is_some() || a.fixed_file) {
-        return Err(format!("--lib sends as the library does (TCP, linked chains, no registered socket): drop --proto udp, --order and --fixed-file: {USAGE}"));
+    let lib_order = matches!(a.order, None | Some(Order::Linked | Order::Vectored));
+    if a.lib && (a.udp || !lib_order || a.fixed_file) {
+        return Err(format!("--lib sends as the library does (TCP, ordered, no registered socket): drop --proto udp, --fixed-file, and --order other than linked or vectored: {USAGE}"));
     }
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
         return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));

@@ -108,8 +108,10 @@ impl Route {
         if let Link::Tcp { file: Some(f), .. } = &self.link {
             return sys::file::send(fd, f.as_fd(), a, until);
         }
+        // As sendpath orders by default: vectored on TCP, linked from a registered buffer.
         let order = a.order.unwrap_or(match self.link {
-            Link::Tcp { .. } => super::Order::Linked,
+            Link::Tcp { .. } if a.fixed => super::Order::Linked,
+            Link::Tcp { .. } => super::Order::Vectored,
             Link::Udp { .. } => super::Order::None,
         });
         if is_copying_path(&a.path) {
