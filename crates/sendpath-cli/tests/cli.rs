@@ -877,7 +877,7 @@ fn a_sink_timeout_says_what_timed_out() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    assert!(!out.status.success());
+    assert!(!out.status.success(), "the sink exited 0: {o}{e}");
     assert!(
         o.contains("no data for") && !o.contains("os error 11"),
         "{o}"

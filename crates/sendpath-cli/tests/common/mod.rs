@@ -43,13 +43,26 @@ pub(crate) fn skip(reason: &str) {
 }
 
 /// A loopback address with a port that was free a moment ago, for a `sendpath sink` to listen on.
+/// The port is below the kernel's ephemeral range (`ip_local_port_range`), so the thousands of
+/// connections other tests open at the same time cannot take it before the sink binds it.
 pub(crate) fn free_loopback_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > 12_000)
+        .unwrap_or(32_768);
+    let span = low - 10_000;
+    let start = std::process::id() * 7919;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 10_000 + (start.wrapping_add(n.wrapping_mul(104_729))) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free loopback port below {low}");
 }
 
 /// The round numbers of a results row's repeats, in file order.
