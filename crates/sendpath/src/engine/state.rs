@@ -66,6 +66,10 @@ impl Order {
 /// The most buffers one vectored request carries (`UIO_MAXIOV`).
 const MAX_IOV: usize = 1024;
 
+/// The slot of a [`Payload::Held`] that stands for a buffer the driver has taken while it
+/// pushes it: no slot yet, or none if the push failed.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
 /// How a connection may use SEND_ZC; absent when the kernel lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZcConfig {
@@ -377,16 +381,35 @@ impl ConnState {
                 _ => SendOp::Send,
             };
             let link = self.cfg.order != Order::Unlinked && end < parts.len();
-            let p = push(Submit {
+            let submit = Submit {
                 parts: &mut parts[at..end],
                 op,
                 link,
-            })?;
-            self.record(&parts[at..end], zc, p);
+            };
+            match push(submit) {
+                Ok(p) => self.record(&parts[at..end], zc, p),
+                Err(e) => {
+                    self.abandon(&mut parts[at..]);
+                    return Err(e);
+                }
+            }
             at = end;
             requests += 1;
         }
         Ok(requests)
+    }
+
+    /// Parts the driver could not push (the connection then fails): their held slots are let
+    /// go of and their new buffers go back to the pool, as [`ConnState::fail`] does with a
+    /// queue.
+    fn abandon(&mut self, parts: &mut [Part]) {
+        for p in parts {
+            match std::mem::replace(&mut p.payload, Payload::Held(NO_SLOT)) {
+                Payload::New(buf) => self.pool.put(buf),
+                Payload::Held(NO_SLOT) => {}
+                Payload::Held(slot) => self.unheld.push(slot),
+            }
+        }
     }
 
     /// One past the last part of the request that starts at part `at`.
@@ -1039,5 +1062,46 @@ mod tests {
         let r = k.submit(&mut st);
         assert!(r.iter().all(|x| x.1 == r[0].1 && x.3 == SendOp::Send));
         assert_eq!(r.len(), 6);
+    }
+
+    #[test]
+    fn a_chain_the_driver_cannot_push_lets_its_slots_go_and_its_buffers_back() {
+        let mut k = Kernel::new(1);
+        let mut st = state(3, false, Choice::Copy);
+        fill(&mut st, 3, 10);
+        let c = k.submit(&mut st);
+        st.on_result(c[0].1, 4, false, 0);
+        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[2].1, -libc::ECANCELED, false, 0);
+        // The resend's first request goes in; the ring refuses the second.
+        let mut pushes = 0;
+        let r = st.submit_chain(|s| {
+            pushes += 1;
+            if pushes > 1 {
+                return Err(());
+            }
+            k.push(s)
+        });
+        assert!(r.is_err());
+        st.fail(libc::EBUSY);
+        let mut un = Vec::new();
+        st.drain_unheld(&mut un);
+        assert_eq!(un, [1, 2], "the slots not pushed; slot 0 is in the kernel");
+        st.on_result(k.log.last().unwrap().1, 6, false, 0);
+        st.drain_unheld(&mut un);
+        assert_eq!(un, [1, 2, 0]);
+        // A new buffer not pushed goes back to the pool.
+        let mut st = state(2, false, Choice::Copy);
+        fill(&mut st, 2, 10);
+        let mut pushes = 0;
+        let r = st.submit_chain(|s| {
+            pushes += 1;
+            if pushes > 1 {
+                return Err(());
+            }
+            k.push(s)
+        });
+        assert!(r.is_err());
+        assert_eq!(st.free_bufs(), 1);
     }
 }

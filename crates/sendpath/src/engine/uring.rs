@@ -12,7 +12,7 @@
 //! to end a connection, whose id ([`ConnId`], with a generation) is reused only after
 //! [`Event::Closed`].
 
-use super::state::{ConnState, Order, Payload, Pushed, StateConfig, Submit, ZcConfig};
+use super::state::{ConnState, Order, Payload, Pushed, StateConfig, Submit, ZcConfig, NO_SLOT};
 use super::{Choice, Fixed};
 use crate::policy::InflightLimits;
 use crate::sys::uring::{
@@ -1142,9 +1142,11 @@ fn push_request(
     if let [part] = s.parts {
         let range = part.range.clone();
         let (slot, req, registered) =
-            match std::mem::replace(&mut part.payload, Payload::Held(u32::MAX)) {
+            match std::mem::replace(&mut part.payload, Payload::Held(NO_SLOT)) {
                 Payload::New(buf) => ring.push(fd, buf, range, s.op, s.link, tag)?,
                 Payload::Held(slot) => {
+                    // Held until the push succeeds, so a failed one still names its slot.
+                    part.payload = Payload::Held(slot);
                     let (req, registered) = ring.push_slot(fd, slot, range, s.op, s.link)?;
                     (slot, req, registered)
                 }

@@ -79,14 +79,6 @@ impl SendPath for UringPath {
         self.driver.conn_error(self.id)
     }
 
-    fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
-        for b in bufs.drain(..) {
-            self.driver.push_waiting(self.id, b, true)?;
-            self.driver.submit_ready()?;
-        }
-        self.driver.conn_error(self.id)
-    }
-
     fn flush(&mut self) -> Result<()> {
         self.driver.flush(self.id)
     }

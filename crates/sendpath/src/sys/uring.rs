@@ -20,6 +20,7 @@ const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
 pub(crate) use crate::engine::SendOp as Op;
+use crate::engine::NO_SLOT;
 use crate::engine::{Part, Payload};
 
 /// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
@@ -451,10 +452,10 @@ impl SendRing {
         self.slots
             .get(slot as usize)
             .and_then(|s| s.as_ref())
-            .is_some_and(|s| s.held && range.end <= s.buf.len() && range.start <= range.end)
+            .is_some_and(|s| s.held && within(range, &s.buf))
     }
 
-    /// The next request id's high half (31 bits clear of `AUX` and `GROUP`).
+    /// The next request id's high half: 30 bits, clear of `AUX` (bit 63) and `GROUP` (62).
     fn next_request(&mut self) -> u64 {
         self.requests = self.requests.wrapping_add(1) & 0x3fff_ffff;
         u64::from(self.requests) << 32
@@ -485,7 +486,7 @@ impl SendRing {
     ) -> io::Result<u64> {
         let all_live = parts.iter().all(|p| match p.payload {
             Payload::Held(slot) => self.live(slot, &p.range),
-            Payload::New(ref b) => p.range.end <= b.len() && p.range.start <= p.range.end,
+            Payload::New(ref b) => within(&p.range, b),
         });
         if !all_live {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
@@ -500,7 +501,7 @@ impl SendRing {
         iovs.clear();
         let now = Instant::now();
         for part in parts.iter_mut() {
-            let slot = match std::mem::replace(&mut part.payload, Payload::Held(u32::MAX)) {
+            let slot = match std::mem::replace(&mut part.payload, Payload::Held(NO_SLOT)) {
                 Payload::New(buf) => self.hold(buf, tag, now),
                 Payload::Held(slot) => slot,
             };
@@ -1005,6 +1006,11 @@ impl SendRing {
         }
         self.in_kernel()
     }
+}
+
+/// Whether `range` is a range of `buf`'s bytes.
+fn within(range: &std::ops::Range<usize>, buf: &Buf) -> bool {
+    range.start <= range.end && range.end <= buf.len()
 }
 
 /// Counts one more (`up`) or one fewer request outstanding for `tag`.
