@@ -81,6 +81,12 @@ pub trait Choose: Send + std::fmt::Debug {
     fn decisions(&self) -> Option<Decisions> {
         None
     }
+
+    /// The choice it makes for every send, whatever the send, if it is fixed: a connection
+    /// then asks once per chain, not once per send.
+    fn fixed(&self) -> Option<Choice> {
+        None
+    }
 }
 
 /// The adaptive sender on the io_uring driver: SEND or SEND_ZC per send, from a host profile,
@@ -119,5 +125,9 @@ pub struct Fixed(pub Choice);
 impl Choose for Fixed {
     fn choose(&mut self, _: &SendContext) -> Choice {
         self.0
+    }
+
+    fn fixed(&self) -> Option<Choice> {
+        Some(self.0)
     }
 }

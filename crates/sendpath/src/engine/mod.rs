@@ -25,8 +25,6 @@ mod splice;
 mod state;
 mod uring;
 
-pub(crate) use state::NO_SLOT;
-
 pub use choose::{chooser_for, on_ring, AdaptiveChoice, Choice, Choose, Fixed, SendContext};
 pub use splice::{SpliceFailure, SpliceJob, SpliceProgress, SpliceStep};
 pub use state::{ConnState, Order, Part, Payload, Pushed, SendOp, StateConfig, Submit, ZcConfig};

@@ -66,10 +66,6 @@ impl Order {
 /// The most buffers one vectored request carries (`UIO_MAXIOV`).
 const MAX_IOV: usize = 1024;
 
-/// The slot of a [`Payload::Held`] that stands for a buffer the driver has taken while it
-/// pushes it: no slot yet, or none if the push failed.
-pub(crate) const NO_SLOT: u32 = u32::MAX;
-
 /// How a connection may use SEND_ZC; absent when the kernel lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ZcConfig {
@@ -95,8 +91,9 @@ pub struct StateConfig {
 /// The buffer of a request to submit.
 #[derive(Debug)]
 pub enum Payload {
-    /// A buffer the kernel does not hold yet: the driver hands it to the ring.
-    New(Buf),
+    /// A buffer the kernel does not hold yet: the next one at the front of the request's
+    /// [`Submit::queue`], which the driver takes from there and hands to the ring.
+    New,
     /// The buffer in this ring slot, which the ring still holds (the rest of a short send, or a
     /// link the kernel cancelled).
     Held(u32),
@@ -118,6 +115,9 @@ pub struct Submit<'a> {
     /// The buffers it sends, in order: one for a `SEND` or `SEND_ZC`; several for a vectored
     /// `SENDMSG` or `SENDMSG_ZC` (with `op` `Send` or `SendZc`).
     pub parts: &'a mut [Part],
+    /// The connection's queued buffers: each [`Payload::New`] part, in order, is the one at
+    /// the front. The driver takes exactly those.
+    pub queue: &'a mut VecDeque<Buf>,
     /// SEND or SEND_ZC.
     pub op: SendOp,
     /// Link to the next request (`IOSQE_IO_LINK`); false on the chain's last.
@@ -139,6 +139,7 @@ pub struct Pushed {
 struct InFlight {
     req: u64,
     entries: usize,
+    bytes: usize,
     res: Option<i32>,
 }
 
@@ -232,6 +233,16 @@ impl ConnState {
         }
         self.queue.push_back(buf);
         Ok(())
+    }
+
+    /// Queues buffers from `bufs`, each a message, as [`ConnState::push`] would one at a time,
+    /// until the queue is full or `bufs` runs out; returns how many it took.
+    pub fn push_from(&mut self, bufs: &mut impl Iterator<Item = Buf>) -> usize {
+        let before = self.queue.len();
+        self.queue.extend(bufs.take(self.room()));
+        let n = self.queue.len() - before;
+        self.stats.sends += n as u64;
+        n
     }
 
     /// A buffer of `len` bytes to fill: one the kernel has released, or a new one.
@@ -332,10 +343,11 @@ impl ConnState {
         }
         self.gather_parts();
         let mut parts = std::mem::take(&mut self.parts);
-        let pushed = self.push_requests(&mut parts, &mut push);
-        // After an error, buffers not handed to the ring go with the list's contents.
+        let mut queue = std::mem::take(&mut self.queue);
+        let pushed = self.push_requests(&mut parts, &mut queue, &mut push);
         parts.clear();
         self.parts = parts;
+        self.queue = queue;
         self.part_zc.clear();
         self.resend.clear();
         if self.queue.is_empty() {
@@ -345,21 +357,27 @@ impl ConnState {
     }
 
     /// The chain's buffers into `parts` (and whether each goes zero-copy into `part_zc`):
-    /// what the last chain left, then queued buffers.
+    /// what the last chain left, then queued buffers (which stay in the queue until the
+    /// driver takes them).
     fn gather_parts(&mut self) {
         let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
         self.deciding = (0, 0);
-        for i in 0..n {
-            let (payload, range, zc) = if i < self.resend.len() {
-                let e = self.resend[i];
-                (Payload::Held(e.slot), e.start..e.end, e.zc)
-            } else {
-                let buf = self.queue.pop_front().expect("counted above");
-                let len = buf.len();
-                let zc = self.decide(len);
-                (Payload::New(buf), 0..len, zc)
-            };
-            self.parts.push(Part { payload, range });
+        for e in &self.resend {
+            self.parts.push(Part {
+                payload: Payload::Held(e.slot),
+                range: e.start..e.end,
+            });
+            self.part_zc.push(e.zc);
+        }
+        // A fixed choice of copy needs no decision per send.
+        let copy = self.chooser.fixed() == Some(Choice::Copy);
+        for i in 0..n - self.resend.len() {
+            let len = self.queue[i].len();
+            let zc = !copy && self.decide(len);
+            self.parts.push(Part {
+                payload: Payload::New,
+                range: 0..len,
+            });
             self.part_zc.push(zc);
         }
     }
@@ -368,6 +386,7 @@ impl ConnState {
     fn push_requests<E>(
         &mut self,
         parts: &mut [Part],
+        queue: &mut VecDeque<Buf>,
         push: &mut impl FnMut(Submit<'_>) -> Result<Pushed, E>,
     ) -> Result<usize, E> {
         let (mut at, mut requests) = (0, 0);
@@ -383,13 +402,14 @@ impl ConnState {
             let link = self.cfg.order != Order::Unlinked && end < parts.len();
             let submit = Submit {
                 parts: &mut parts[at..end],
+                queue,
                 op,
                 link,
             };
             match push(submit) {
                 Ok(p) => self.record(&parts[at..end], zc, p),
                 Err(e) => {
-                    self.abandon(&mut parts[at..]);
+                    self.abandon(&mut parts[at..], queue);
                     return Err(e);
                 }
             }
@@ -402,11 +422,10 @@ impl ConnState {
     /// Parts the driver could not push (the connection then fails): their held slots are let
     /// go of and their new buffers go back to the pool, as [`ConnState::fail`] does with a
     /// queue.
-    fn abandon(&mut self, parts: &mut [Part]) {
+    fn abandon(&mut self, parts: &mut [Part], queue: &mut VecDeque<Buf>) {
         for p in parts {
-            match std::mem::replace(&mut p.payload, Payload::Held(NO_SLOT)) {
-                Payload::New(buf) => self.pool.put(buf),
-                Payload::Held(NO_SLOT) => {}
+            match p.payload {
+                Payload::New => self.pool.put_all(queue.pop_front()),
                 Payload::Held(slot) => self.unheld.push(slot),
             }
         }
@@ -448,6 +467,7 @@ impl ConnState {
         self.requests.push(InFlight {
             req: p.req,
             entries: n,
+            bytes,
             res: None,
         });
     }
@@ -502,7 +522,7 @@ impl ConnState {
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
     pub fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: u64) {
         let i = (self.requests.iter()).position(|r| r.req == req && r.res.is_none());
-        if let Some(i) = i.filter(|_| res > 0) {
+        if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
             self.count_transmitted(i, res as usize);
         }
         let early = self.ledger.on_result(req, res, more);
@@ -517,8 +537,8 @@ impl ConnState {
         }
     }
 
-    /// Request `i` sent `done` bytes: if that leaves some of its buffers unsent (a short
-    /// vectored request), its notification speaks only for those it reached.
+    /// Request `i` sent `done` bytes, fewer than it carried: if that leaves some of its buffers
+    /// unsent (a short vectored request), its notification speaks only for those it reached.
     fn count_transmitted(&mut self, i: usize, mut done: usize) {
         let at: usize = self.requests[..i].iter().map(|r| r.entries).sum();
         let r = self.requests[i];
@@ -632,7 +652,8 @@ mod tests {
             let req = self.next_req;
             for part in s.parts.iter_mut() {
                 let slot = match part.payload {
-                    Payload::New(_) => {
+                    Payload::New => {
+                        s.queue.pop_front().expect("a queued buffer per new part");
                         self.next_slot += 1;
                         self.next_slot - 1
                     }
@@ -769,6 +790,7 @@ mod tests {
             st.submit_chain(|s: Submit<'_>| -> Result<Pushed, ()> {
                 l.push(s.link);
                 for (i, p) in s.parts.iter_mut().enumerate() {
+                    s.queue.pop_front();
                     p.payload = Payload::Held(i as u32);
                 }
                 Ok(Pushed {
@@ -793,6 +815,39 @@ mod tests {
             dg.push(Buf::from(vec![0u8; 10]), true).unwrap();
         }
         assert_eq!(links(&mut dg), [false, false, false]);
+    }
+
+    /// A chooser that is always copy, and says so: asking it per send is a mistake.
+    #[derive(Debug)]
+    struct AlwaysCopy;
+
+    impl Choose for AlwaysCopy {
+        fn choose(&mut self, _: &SendContext) -> Choice {
+            panic!("a fixed choice is not asked per send")
+        }
+
+        fn fixed(&self) -> Option<Choice> {
+            Some(Choice::Copy)
+        }
+    }
+
+    #[test]
+    fn a_fixed_copy_choice_is_not_asked_per_send_and_every_send_copies() {
+        let mut k = Kernel::new(1);
+        let cfg = StateConfig {
+            order: Order::Vectored,
+            ..state(4, true, Choice::Copy).config()
+        };
+        let mut st = ConnState::new(cfg, Box::new(AlwaysCopy));
+        fill(&mut st, 4, 100);
+        let c = k.submit(&mut st);
+        assert_eq!(c.len(), 4, "four buffers");
+        assert!(c.iter().all(|x| x.3 == SendOp::Send && x.1 == c[0].1));
+        assert_eq!(
+            (st.stats().zc_attempts, st.stats().fallbacks.total()),
+            (0, 0)
+        );
+        assert!(st.queue.is_empty(), "the driver took every queued buffer");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! to end a connection, whose id ([`ConnId`], with a generation) is reused only after
 //! [`Event::Closed`].
 
-use super::state::{ConnState, Order, Payload, Pushed, StateConfig, Submit, ZcConfig, NO_SLOT};
+use super::state::{ConnState, Order, Payload, Pushed, StateConfig, Submit, ZcConfig};
 use super::{Choice, Fixed};
 use crate::policy::InflightLimits;
 use crate::sys::uring::{
@@ -1016,6 +1016,27 @@ impl UringDriver {
         }
     }
 
+    /// Queues each of `bufs` on `id` as its own message, in order, as [`UringDriver::push_waiting`]
+    /// and [`UringDriver::submit_ready`] would one buffer at a time, but filling the queue in
+    /// one step; leaves `bufs` empty. On an error the buffers not yet queued are dropped.
+    pub fn push_bufs(&mut self, id: ConnId, bufs: &mut Vec<Buf>) -> Result<()> {
+        let mut left = bufs.drain(..);
+        loop {
+            let st = &mut self.conn_mut(id).state;
+            let took = st.push_from(&mut left);
+            if st.ready() {
+                self.dirty.push(id.idx);
+            }
+            self.submit_ready()?;
+            if left.len() == 0 {
+                return Ok(());
+            }
+            if took == 0 {
+                self.wait_room(id)?;
+            }
+        }
+    }
+
     /// Moves into `out` the connections whose queue gained room (or that failed) since the last
     /// call, so a loop over thousands of connections visits only those.
     pub fn take_writable(&mut self, out: &mut Vec<ConnId>) {
@@ -1103,9 +1124,8 @@ impl UringDriver {
         }
         for (i, c) in self.conns.iter_mut().enumerate() {
             if let Some(c) = c {
-                let left = self.ring.in_kernel_for(i as u32) as u64;
-                c.state
-                    .count_leaked(left.saturating_sub(u64::from(c.receiving)));
+                let left = self.ring.buffers_in_kernel_for(i as u32) as u64;
+                c.state.count_leaked(left);
             }
         }
         Ok(())
@@ -1140,21 +1160,22 @@ fn push_request(
     tag: u32,
 ) -> std::io::Result<Pushed> {
     if let [part] = s.parts {
-        let range = part.range.clone();
-        let (slot, req, registered) =
-            match std::mem::replace(&mut part.payload, Payload::Held(NO_SLOT)) {
-                Payload::New(buf) => ring.push(fd, buf, range, s.op, s.link, tag)?,
-                Payload::Held(slot) => {
-                    // Held until the push succeeds, so a failed one still names its slot.
-                    part.payload = Payload::Held(slot);
-                    let (req, registered) = ring.push_slot(fd, slot, range, s.op, s.link)?;
-                    (slot, req, registered)
-                }
-            };
-        part.payload = Payload::Held(slot);
+        if let Payload::New = part.payload {
+            let buf = s
+                .queue
+                .pop_front()
+                .ok_or(std::io::ErrorKind::InvalidInput)?;
+            // Named from here on, so a failed push below still lets the slot go.
+            let now = ring.clock(s.op);
+            part.payload = Payload::Held(ring.hold(buf, tag, now));
+        }
+        let Payload::Held(slot) = part.payload else {
+            unreachable!("held above")
+        };
+        let (req, registered) = ring.push_slot(fd, slot, part.range.clone(), s.op, s.link)?;
         return Ok(Pushed { req, registered });
     }
-    let req = ring.push_vectored(fd, s.parts, s.op, s.link, tag)?;
+    let req = ring.push_vectored(fd, s.parts, s.queue, s.op, s.link, tag)?;
     Ok(Pushed {
         req,
         registered: false,

@@ -79,6 +79,11 @@ impl SendPath for UringPath {
         self.driver.conn_error(self.id)
     }
 
+    fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
+        self.driver.push_bufs(self.id, bufs)?;
+        self.driver.conn_error(self.id)
+    }
+
     fn flush(&mut self) -> Result<()> {
         self.driver.flush(self.id)
     }
@@ -89,9 +94,8 @@ impl SendPath for UringPath {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        if self.driver.state(self.id).free_bufs() == 0
-            && self.driver.state(self.id).zc_inflight() > 0
-        {
+        let st = self.driver.state(self.id);
+        if st.free_bufs() == 0 && st.zc_inflight() > 0 {
             // Completions that are ready may release a buffer; a failed ring just means none.
             let _ = self.driver.run(false);
         }

@@ -7,6 +7,7 @@
 use super::bufring::RecvBufs;
 use crate::buffer::Buf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -20,7 +21,6 @@ const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
 pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
 pub(crate) use crate::engine::SendOp as Op;
-use crate::engine::NO_SLOT;
 use crate::engine::{Part, Payload};
 
 /// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
@@ -54,7 +54,9 @@ pub(crate) struct Cqe {
     /// `IORING_CQE_F_MORE` on a result: a notification will follow.
     pub(crate) more: bool,
     /// Nanoseconds since the request's buffer went to the ring (for a vectored request,
-    /// since it was pushed).
+    /// since it was pushed), read for a notification and for a result a notification follows
+    /// (what a zero-copy outcome is timed from); 0 for a result that ends its request, whose
+    /// age nothing reads.
     pub(crate) age_ns: u64,
 }
 
@@ -123,6 +125,9 @@ pub(crate) struct AuxCqe {
     pub(crate) fd: Option<OwnedFd>,
 }
 
+/// One cache line per slot: a buffer the ring holds goes in with one line written. When it
+/// went to the ring is kept beside ([`SendRing::held_at`]).
+#[repr(align(64))]
 struct Slot {
     buf: Buf,
     tag: u32,
@@ -130,7 +135,6 @@ struct Slot {
     pending: u32,
     /// The owner may still send from it (see [`SendRing::unhold`]).
     held: bool,
-    pushed_at: Instant,
 }
 
 /// A vectored request (`SENDMSG` / `SENDMSG_ZC`) over several slots: the slots it reads, and
@@ -202,6 +206,10 @@ pub(crate) struct SendRing {
     /// and becomes its single issuer.
     enabled: bool,
     slots: Vec<Option<Slot>>,
+    /// When each slot's buffer went to the ring.
+    held_at: Vec<Instant>,
+    /// The clock as [`SendRing::clock`] last read it.
+    last_clock: Instant,
     free: Vec<u32>,
     /// Vectored requests, in flight or free for reuse (`free_groups`).
     groups: Vec<Group>,
@@ -272,6 +280,8 @@ impl SendRing {
                         setup,
                         enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
                         slots: Vec::new(),
+                        held_at: Vec::new(),
+                        last_clock: Instant::now(),
                         free: Vec::new(),
                         groups: Vec::new(),
                         free_groups: Vec::new(),
@@ -423,17 +433,30 @@ impl SendRing {
         link: bool,
         tag: u32,
     ) -> io::Result<(u32, u64, bool)> {
-        let slot = self.hold(buf, tag, Instant::now());
+        let now = self.clock(op);
+        let slot = self.hold(buf, tag, now);
         let (req, registered) = self.push_slot(fd, slot, range, op, link)?;
         Ok((slot, req, registered))
     }
 
-    /// Puts `buf` in a free slot, held for its owner, pushed at `now`.
-    fn hold(&mut self, buf: Buf, tag: u32, now: Instant) -> u32 {
+    /// When a buffer pushed for `op` went to the ring: the clock for a zero-copy send, whose
+    /// notification is timed from it; for a copy, whose completion nothing times, the last
+    /// time read (no clock read per send).
+    pub(crate) fn clock(&mut self, op: Op) -> Instant {
+        if matches!(op, Op::SendZc { .. }) {
+            self.last_clock = Instant::now();
+        }
+        self.last_clock
+    }
+
+    /// Puts `buf` in a free slot, held for its owner, pushed at `now`; send from it with
+    /// [`SendRing::push_slot`].
+    pub(crate) fn hold(&mut self, buf: Buf, tag: u32, now: Instant) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
                 self.slots.push(None);
+                self.held_at.push(now);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -442,8 +465,8 @@ impl SendRing {
             tag,
             pending: 0,
             held: true,
-            pushed_at: now,
         });
+        self.held_at[slot as usize] = now;
         slot
     }
 
@@ -461,32 +484,37 @@ impl SendRing {
         u64::from(self.requests) << 32
     }
 
-    /// One more completion expected for `slot`.
-    fn expect_completion(&mut self, slot: u32) {
-        let s = self.slots[slot as usize].as_mut().expect("a live slot");
-        if s.pending == 0 {
-            self.busy += 1;
-            bump(&mut self.tag_busy, s.tag, true);
-        }
-        s.pending += 1;
+    /// One more request of `tag` whose last completion has not come.
+    fn request_started(&mut self, tag: u32) {
+        self.busy += 1;
+        bump(&mut self.tag_busy, tag, true);
+    }
+
+    /// A request of `tag` had its last completion.
+    fn request_ended(&mut self, tag: u32) {
+        self.busy = self.busy.saturating_sub(1);
+        bump(&mut self.tag_busy, tag, false);
     }
 
     /// Queues one vectored send of every part's bytes, in order, on `fd`: `IORING_OP_SENDMSG`
-    /// (or `SENDMSG_ZC` for `Op::SendZc`) with `MSG_WAITALL`, see sendmsg(2). New buffers among
-    /// `parts` go to the ring first, each replaced by the slot that now holds it. With `link`,
-    /// the next SQE runs only after this one completes in full. Returns the request id. A held
-    /// part whose slot is not live is an error (`EBADSLT`), and nothing is queued.
+    /// (or `SENDMSG_ZC` for `Op::SendZc`) with `MSG_WAITALL`, see sendmsg(2). Each new part's
+    /// buffer, taken from the front of `queue`, goes to the ring first, and the part names the
+    /// slot that now holds it. With `link`, the next SQE runs only after this one completes in
+    /// full. Returns the request id. A held part whose slot is not live, or a new one without
+    /// its buffer, is an error (`EBADSLT`), and nothing is queued.
     pub(crate) fn push_vectored(
         &mut self,
         fd: BorrowedFd<'_>,
         parts: &mut [Part],
+        queue: &mut VecDeque<Buf>,
         op: Op,
         link: bool,
         tag: u32,
     ) -> io::Result<u64> {
+        let mut new = queue.iter();
         let all_live = parts.iter().all(|p| match p.payload {
             Payload::Held(slot) => self.live(slot, &p.range),
-            Payload::New(ref b) => within(&p.range, b),
+            Payload::New => new.next().is_some_and(|b| within(&p.range, b)),
         });
         if !all_live {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
@@ -499,16 +527,16 @@ impl SendRing {
         let mut iovs = std::mem::take(&mut self.groups[g as usize].iovs);
         slots.clear();
         iovs.clear();
-        let now = Instant::now();
+        let now = self.clock(op);
         for part in parts.iter_mut() {
-            let slot = match std::mem::replace(&mut part.payload, Payload::Held(NO_SLOT)) {
-                Payload::New(buf) => self.hold(buf, tag, now),
+            let slot = match part.payload {
+                Payload::New => self.hold(queue.pop_front().expect("checked above"), tag, now),
                 Payload::Held(slot) => slot,
             };
             part.payload = Payload::Held(slot);
-            self.expect_completion(slot);
-            let buf = &self.slots[slot as usize].as_ref().expect("live").buf;
-            let bytes = &buf.as_slice()[part.range.clone()];
+            let s = self.slots[slot as usize].as_mut().expect("live");
+            s.pending += 1;
+            let bytes = &s.buf.as_slice()[part.range.clone()];
             iovs.push(libc::iovec {
                 iov_base: bytes.as_ptr() as *mut libc::c_void,
                 iov_len: bytes.len(),
@@ -516,6 +544,7 @@ impl SendRing {
             slots.push(slot);
         }
         let req = self.next_request() | GROUP | u64::from(g);
+        self.request_started(tag);
         let group = &mut self.groups[g as usize];
         group.hdr.msg_iov = iovs.as_mut_ptr();
         group.hdr.msg_iovlen = iovs.len();
@@ -576,10 +605,12 @@ impl SendRing {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
-        self.expect_completion(slot);
         let s = self.slots[slot as usize]
-            .as_ref()
+            .as_mut()
             .expect("checked live above");
+        s.pending += 1;
+        let tag = s.tag;
+        let s = &*s;
         let bytes = &s.buf.as_slice()[range];
         let fixed = s.buf.fixed.filter(|i| {
             self.fixed
@@ -612,6 +643,7 @@ impl SendRing {
             entry
         };
         let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
+        self.request_started(tag);
         loop {
             // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
             // That buffer is only moved out (released) once `pending` drops to zero, which
@@ -736,7 +768,7 @@ impl SendRing {
             // Most passes look more often than completions come: no clock reading for none.
             return 0;
         }
-        let now = Instant::now();
+        let mut now = None;
         let mut raw = std::mem::take(&mut self.raw);
         raw.extend((&mut cq).map(|c| (c.user_data(), c.result(), c.flags())));
         drop(cq);
@@ -750,7 +782,11 @@ impl SendRing {
             let done = if req & GROUP != 0 {
                 self.group_completed(req as u32, more)
             } else {
-                self.slot_completed(req as u32, more)
+                let done = self.slot_completed(req as u32, more);
+                if let (Some((tag, _)), false) = (done, more) {
+                    self.request_ended(tag);
+                }
+                done
             };
             let Some((tag, pushed_at)) = done else {
                 continue;
@@ -761,7 +797,13 @@ impl SendRing {
                 notif,
                 res,
                 more,
-                age_ns: now.duration_since(pushed_at).as_nanos() as u64,
+                age_ns: match notif || more {
+                    true => {
+                        let now = *now.get_or_insert_with(Instant::now);
+                        now.duration_since(pushed_at).as_nanos() as u64
+                    }
+                    false => 0,
+                },
             });
         }
         self.raw = raw;
@@ -773,13 +815,8 @@ impl SendRing {
     /// its buffer went to the ring; `None` for a slot not in use.
     fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Instant)> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
-        let was = s.pending;
         s.pending = s.pending.saturating_sub(1) + u32::from(more);
-        if was > 0 && s.pending == 0 {
-            self.busy -= 1;
-            bump(&mut self.tag_busy, s.tag, false);
-        }
-        let done = (s.tag, s.pushed_at);
+        let done = (s.tag, self.held_at[slot as usize]);
         if s.pending == 0 && !s.held {
             self.free.push(slot);
             if let Some(s) = self.slots[slot as usize].take() {
@@ -803,6 +840,7 @@ impl SendRing {
         group.slots = slots;
         if group.pending == 0 {
             self.free_groups.push(g);
+            self.request_ended(done.0);
         }
         Some(done)
     }
@@ -812,15 +850,24 @@ impl SendRing {
         out.append(&mut self.released);
     }
 
-    /// Number of buffers the kernel may still read (completions outstanding).
+    /// Number of send requests whose last completion has not come: while it is not 0, the
+    /// kernel may still read a buffer the ring holds.
     pub(crate) fn in_kernel(&self) -> usize {
         self.busy
     }
 
-    /// Number of buffers with completions outstanding that carry `tag`, plus the accept and
-    /// receive requests armed with it: while this is not 0, a completion may still name `tag`.
+    /// Number of send requests with completions outstanding that carry `tag`, plus the accept
+    /// and receive requests armed with it: while this is not 0, a completion may still name
+    /// `tag`.
     pub(crate) fn in_kernel_for(&self, tag: u32) -> usize {
         self.tag_busy.get(tag as usize).map_or(0, |n| *n as usize)
+    }
+
+    /// Number of buffers carrying `tag` that the kernel may still read (a scan: for counting
+    /// what is left after a deadline, not for a loop).
+    pub(crate) fn buffers_in_kernel_for(&self, tag: u32) -> usize {
+        let slots = self.slots.iter().flatten();
+        slots.filter(|s| s.tag == tag && s.pending > 0).count()
     }
 
     /// Accept and receive requests armed (multishot requests stay armed until their last CQE).
@@ -1067,5 +1114,15 @@ impl Drop for SendRing {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 64);
     }
 }
