@@ -1119,6 +1119,18 @@ mod tests {
         assert_eq!(r.len(), 6);
     }
 
+    /// Submits `st`'s chain on `k`, whose ring takes the first request and refuses the next.
+    fn submit_refusing_after_one(st: &mut ConnState, k: &mut Kernel) -> Result<usize, ()> {
+        let mut pushes = 0;
+        st.submit_chain(|s| {
+            pushes += 1;
+            if pushes > 1 {
+                return Err(());
+            }
+            k.push(s)
+        })
+    }
+
     #[test]
     fn a_chain_the_driver_cannot_push_lets_its_slots_go_and_its_buffers_back() {
         let mut k = Kernel::new(1);
@@ -1129,15 +1141,7 @@ mod tests {
         st.on_result(c[1].1, -libc::ECANCELED, false, 0);
         st.on_result(c[2].1, -libc::ECANCELED, false, 0);
         // The resend's first request goes in; the ring refuses the second.
-        let mut pushes = 0;
-        let r = st.submit_chain(|s| {
-            pushes += 1;
-            if pushes > 1 {
-                return Err(());
-            }
-            k.push(s)
-        });
-        assert!(r.is_err());
+        assert!(submit_refusing_after_one(&mut st, &mut k).is_err());
         st.fail(libc::EBUSY);
         let mut un = Vec::new();
         st.drain_unheld(&mut un);
@@ -1148,15 +1152,7 @@ mod tests {
         // A new buffer not pushed goes back to the pool.
         let mut st = state(2, false, Choice::Copy);
         fill(&mut st, 2, 10);
-        let mut pushes = 0;
-        let r = st.submit_chain(|s| {
-            pushes += 1;
-            if pushes > 1 {
-                return Err(());
-            }
-            k.push(s)
-        });
-        assert!(r.is_err());
+        assert!(submit_refusing_after_one(&mut st, &mut k).is_err());
         assert_eq!(st.free_bufs(), 1);
     }
 }

@@ -177,8 +177,6 @@ const LISTENER: u32 = u32::MAX;
 struct Conn {
     sock: Socket,
     state: ConnState,
-    /// Receives on the ring (re-armed when the provided buffers ran out).
-    receiving: bool,
     /// Given to [`UringDriver::close`]; gone once no completion can name it.
     closing: bool,
 }
@@ -391,7 +389,6 @@ impl UringDriver {
         let conn = Conn {
             sock,
             state,
-            receiving: false,
             closing: false,
         };
         let id = match self.free_ids.pop() {
@@ -442,8 +439,7 @@ impl UringDriver {
     /// [`Event::Received`].
     pub fn add_receiving(&mut self, sock: impl Into<Socket>, state: ConnState) -> Result<ConnId> {
         let id = self.add_with(sock, state)?;
-        let c = self.conns[id.index()].as_mut().expect("just added");
-        c.receiving = true;
+        let c = self.conns[id.index()].as_ref().expect("just added");
         if let Err(e) = self.ring.push_recv_multi(c.sock.as_fd(), id.idx) {
             self.close(id);
             return Err(Error::sys("io_uring RECV (multishot)")(e));
@@ -1160,17 +1156,19 @@ fn push_request(
     tag: u32,
 ) -> std::io::Result<Pushed> {
     if let [part] = s.parts {
-        if let Payload::New = part.payload {
-            let buf = s
-                .queue
-                .pop_front()
-                .ok_or(std::io::ErrorKind::InvalidInput)?;
-            // Named from here on, so a failed push below still lets the slot go.
-            let now = ring.clock(s.op);
-            part.payload = Payload::Held(ring.hold(buf, tag, now));
-        }
-        let Payload::Held(slot) = part.payload else {
-            unreachable!("held above")
+        let slot = match part.payload {
+            Payload::Held(slot) => slot,
+            Payload::New => {
+                let buf = s
+                    .queue
+                    .pop_front()
+                    .ok_or(std::io::Error::from_raw_os_error(libc::EBADSLT))?;
+                let now = ring.clock(s.op);
+                let slot = ring.hold(buf, tag, now);
+                // Named from here on, so a failed push below still lets the slot go.
+                part.payload = Payload::Held(slot);
+                slot
+            }
         };
         let (req, registered) = ring.push_slot(fd, slot, part.range.clone(), s.op, s.link)?;
         return Ok(Pushed { req, registered });
