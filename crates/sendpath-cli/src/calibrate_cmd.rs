@@ -160,7 +160,8 @@ fn measure(
 fn route(a: &CalibrateArgs) -> anyhow::Result<calibrate::Route> {
     use sendpath_lab::traffic::datagram::Protocol;
     let udp = a.proto == Protocol::Udp;
-    let fits = sendpath_lab::traffic::datagram::HEADER..=sendpath::udp::MAX_PAYLOAD;
+    let fits =
+        sendpath_lab::traffic::datagram::HEADER..=sendpath_lab::traffic::datagram::MAX_PAYLOAD;
     if let Some(s) = a.sizes.iter().find(|s| udp && !fits.contains(s)) {
         bail!(
             "--sizes {s}: a UDP datagram here carries {}..{} bytes",

@@ -21,7 +21,7 @@ macro_rules! say {
 pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
     let workers = a.workers.map_or_else(
         || {
-            sendpath::host::allowed_cpus()
+            sendpath_host::thread::allowed_cpus()
                 .map(|c| c.len())
                 .unwrap_or(1)
                 .max(1)

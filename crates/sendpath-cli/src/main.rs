@@ -21,7 +21,7 @@ fn exit_now() -> ! {
 
 /// Counts allocations, so rows can show what `--alloc fresh` costs against a pool.
 #[global_allocator]
-static ALLOC: sendpath::heap::CountingAlloc = sendpath::heap::CountingAlloc;
+static ALLOC: sendpath_host::heap::CountingAlloc = sendpath_host::heap::CountingAlloc;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();

@@ -94,7 +94,7 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
 }
 
 pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
-    let mut r = sendpath::probe::run();
+    let mut r = sendpath_lab::probe::run();
     if let Some(name) = &a.iface {
         only_interface(&mut r.offloads, name)?;
     }
@@ -134,7 +134,10 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
 
 /// Keeps the offloads of interface `name` only; an error listing the interfaces there are
 /// when it is not one of them.
-fn only_interface(offloads: &mut Vec<sendpath::probe::Offloads>, name: &str) -> anyhow::Result<()> {
+fn only_interface(
+    offloads: &mut Vec<sendpath_lab::probe::Offloads>,
+    name: &str,
+) -> anyhow::Result<()> {
     let all: Vec<String> = offloads.iter().map(|o| o.interface.clone()).collect();
     offloads.retain(|o| o.interface == name);
     if offloads.is_empty() {
@@ -147,7 +150,7 @@ fn only_interface(offloads: &mut Vec<sendpath::probe::Offloads>, name: &str) -> 
 }
 
 /// The kernel, the CPU and io_uring's operations.
-fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
+fn uring_rows(r: &sendpath_lab::probe::ProbeReport) -> Vec<(&'static str, String)> {
     let u = &r.io_uring;
     vec![
         ("kernel", r.kernel_release.clone()),
@@ -180,7 +183,7 @@ fn uring_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
 }
 
 /// One line per interface: its offloads, and whether zero-copy can avoid the copy there.
-fn offload_lines(offloads: &[sendpath::probe::Offloads]) -> Vec<String> {
+fn offload_lines(offloads: &[sendpath_lab::probe::Offloads]) -> Vec<String> {
     let w = offloads
         .iter()
         .map(|o| o.interface.len())
@@ -255,7 +258,7 @@ fn copied(c: Option<bool>) -> &'static str {
 }
 
 /// MSG_ZEROCOPY, the limits that bound pinned memory, counters, MTU and pipes.
-fn host_rows(r: &sendpath::probe::ProbeReport) -> Vec<(&'static str, String)> {
+fn host_rows(r: &sendpath_lab::probe::ProbeReport) -> Vec<(&'static str, String)> {
     vec![
         (
             "MSG_ZEROCOPY (SO_ZEROCOPY)",

@@ -183,10 +183,10 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
     }
     for size in a.sizes() {
         let seg = a.gso.map_or(size, usize::from);
-        if size > sendpath::udp::MAX_PAYLOAD {
+        if size > sendpath_lab::traffic::datagram::MAX_PAYLOAD {
             bail!(
                 "--size {size}: a UDP send carries at most {} bytes (with or without --gso)",
-                sendpath::udp::MAX_PAYLOAD
+                sendpath_lab::traffic::datagram::MAX_PAYLOAD
             );
         }
         let last = match size % seg {

@@ -446,7 +446,7 @@ fn a_reachable_agent_needs_a_token() {
 /// across the veth pair.
 #[test]
 fn sweep_against_an_agent_in_a_namespace() {
-    if sendpath::host::euid() != 0 {
+    if sendpath_host::thread::euid() != 0 {
         common::skip("needs root to create a network namespace");
         return;
     }

@@ -891,7 +891,7 @@ fn a_sink_timeout_says_what_timed_out() {
 #[test]
 fn zero_copy_past_the_locked_memory_limit_falls_back_and_ends_as_a_normal_user() {
     use std::os::unix::fs::PermissionsExt;
-    if sendpath::host::euid() != 0 {
+    if sendpath_host::thread::euid() != 0 {
         common::skip("needs root to run the binary as another (unprivileged) user");
         return;
     }

@@ -174,7 +174,7 @@ fn the_receiver_writes_the_file_it_was_sent() {
     let got = std::fs::read(&sink).unwrap();
     assert_eq!(got.len(), 3 << 20);
     let mut want = vec![0u8; got.len()];
-    sendpath::pattern::fill(&mut want, 0);
+    sendpath_host::pattern::fill(&mut want, 0);
     assert!(got == want, "the received file differs from the source");
 }
 

@@ -9,7 +9,7 @@ use std::process::Command;
 
 /// Whether this test can create namespaces (root and iproute2), else why not.
 fn can_create_netns() -> Result<(), String> {
-    if sendpath::host::euid() != 0 {
+    if sendpath_host::thread::euid() != 0 {
         return Err("needs root to create a network namespace".into());
     }
     match Command::new("ip").arg("-V").output() {
@@ -316,7 +316,7 @@ fn udp_flags_are_checked() {
 
 #[test]
 fn the_black_hole_needs_root_and_says_so() {
-    if sendpath::host::euid() != 0 {
+    if sendpath_host::thread::euid() != 0 {
         fails_with(
             &["stream", "--proto", "udp", "--topology", "blackhole"],
             &["root"],

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The modules form layers, each importing only those below it (`tests/layout.rs` checks it):
-//! units, cancel, topology, traffic, limits; results; measure, analysis, export, render;
+//! units, cancel, topology, traffic, limits, probe; results; measure, analysis, export, render;
 //! http, remote; workload; study, calibrate; agent.
 
 pub mod agent;
@@ -23,6 +23,7 @@ pub mod export;
 pub mod http;
 pub mod limits;
 pub mod measure;
+pub mod probe;
 pub mod remote;
 pub(crate) mod render;
 pub mod results;

@@ -1,8 +1,8 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
 use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat, RoleCounts};
-use sendpath::metrics::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
-use sendpath::perf::{HwEvent, PerfCounter};
+use sendpath_host::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
+use sendpath_host::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
 
 /// What is read at the edges of each window: CPU time (per thread by role, and system-wide by
@@ -210,7 +210,7 @@ pub(crate) struct Snapshot {
     /// Context switches and system calls, sender and receiver threads.
     roles: RolesReading,
     /// The process's allocations so far (when the program counts them).
-    heap: Option<sendpath::heap::HeapCounts>,
+    heap: Option<sendpath_host::heap::HeapCounts>,
 }
 
 /// A measured window: the readings at its two edges.
@@ -250,7 +250,7 @@ impl Snapshot {
                 cpu: None,
                 hw: None,
                 roles: RolesReading::default(),
-                heap: sendpath::heap::heap_counts(),
+                heap: sendpath_host::heap::heap_counts(),
             };
         }
         let cpu = (|| {
@@ -270,7 +270,7 @@ impl Snapshot {
             cpu,
             hw: hw.read(),
             roles: counts,
-            heap: sendpath::heap::heap_counts(),
+            heap: sendpath_host::heap::heap_counts(),
         }
     }
 

@@ -51,7 +51,7 @@ pub struct SweepInfo {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Environment {
     /// What `sendpath probe` found.
-    pub probe: sendpath::probe::ProbeReport,
+    pub probe: crate::probe::ProbeReport,
     /// `uname -r`.
     pub kernel: String,
     /// CPU model.
@@ -1238,7 +1238,7 @@ mod tests {
         assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some("linked"));
         assert_eq!(uring_order(UringZc, Udp, &o).as_deref(), Some("unlinked"));
         o.uring_order = None;
-        let ops = sendpath::probe::run().io_uring;
+        let ops = crate::probe::run().io_uring;
         let vectored = if ops.sendmsg && ops.sendmsg_zc {
             "vectored"
         } else {

@@ -170,7 +170,7 @@ fn needs_root(kind: &str) -> anyhow::Error {
 impl Netns {
     /// Creates the namespace, the veth pair and their addresses, the MTU and the rate limit.
     pub fn create(spec: NetnsSpec) -> anyhow::Result<Netns> {
-        if sendpath::host::euid() != 0 {
+        if sendpath_host::thread::euid() != 0 {
             return Err(needs_root("netns"));
         }
         remove_stale();
@@ -248,7 +248,7 @@ impl Netns {
     /// carrier) before the driver: no local receiver, so the kernel never copies zero-copy
     /// pages. The senders' sockets are made inside the namespace.
     pub fn blackhole(mtu: Option<u32>) -> anyhow::Result<Netns> {
-        if sendpath::host::euid() != 0 {
+        if sendpath_host::thread::euid() != 0 {
             return Err(needs_root("blackhole"));
         }
         remove_stale();
@@ -308,7 +308,7 @@ impl Netns {
         let path = format!("/run/netns/{}", self.info.namespace);
         std::thread::spawn(move || -> anyhow::Result<T> {
             let ns = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-            sendpath::host::enter_netns(ns.as_fd()).context("setns into the namespace")?;
+            sendpath_host::thread::enter_netns(ns.as_fd()).context("setns into the namespace")?;
             f()
         })
         .join()

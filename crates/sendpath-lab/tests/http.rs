@@ -310,7 +310,7 @@ fn http_load_measures_closed_and_open_loop_without_errors() {
     let r = srv.stop();
     assert!(r.requests >= closed.requests + open.requests);
     // The configuration's batched waits, recorded when the kernel takes them.
-    if sendpath::probe::run().io_uring.min_wait {
+    if sendpath_lab::probe::run().io_uring.min_wait {
         assert_eq!((r.wait_nr, r.min_wait_us), (Some(32), Some(50)), "{r:?}");
     } else {
         skip("no IORING_FEAT_MIN_TIMEOUT (Linux 6.12): serve wakes at each completion");

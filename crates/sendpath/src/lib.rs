@@ -70,7 +70,6 @@ pub mod completion;
 pub mod engine;
 mod error;
 pub mod metrics;
-pub mod pattern;
 pub mod policy;
 pub mod probe;
 pub mod profile;
@@ -78,6 +77,16 @@ mod socket;
 pub mod strategy;
 #[allow(unsafe_code)]
 mod sys;
+
+pub use buffer::Buf;
+pub use error::Error;
+pub use metrics::SendStats;
+pub use probe::{probe, Capabilities, IoUringProbe, MsgZerocopyProbe};
+pub use socket::Socket;
+pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod test_support {
@@ -90,47 +99,3 @@ mod test_support {
         println!("skipped: {reason}");
     }
 }
-
-/// Threads and CPUs: safe wrappers the measuring tools need.
-pub mod host {
-    pub use crate::sys::host::{allowed_cpus, enter_netns, euid, gettid, pin_current_thread};
-}
-
-/// Per-connection TCP counters the measuring tools read around a window.
-pub mod tcp {
-    pub use crate::sys::socket::{socket_drops, tcp_counters, TcpCounters};
-}
-
-/// Connected UDP sockets: segmentation offload and the receiving socket's drops.
-pub mod udp {
-    pub use crate::sys::socket::{set_udp_segment, socket_drops};
-
-    /// The largest UDP payload over IPv4 (65535 minus the IP and UDP headers); a send above
-    /// it fails with `EMSGSIZE`, with or without segmentation.
-    pub const MAX_PAYLOAD: usize = 65_507;
-}
-
-/// Files and the page cache.
-pub mod file {
-    pub use crate::sys::file::{drop_page_cache, fs_is_memory_backed, fs_type};
-    pub use crate::sys::mem::resident_fraction;
-}
-
-/// A counting global allocator, for showing what message buffers cost in allocation.
-pub mod heap {
-    pub use crate::sys::alloc::{heap_counts, CountingAlloc, HeapCounts};
-}
-
-/// Hardware performance counters (`perf_event_open`), where the CPU exposes them.
-pub mod perf {
-    pub use crate::sys::perf::{HwEvent, PerfCounter};
-}
-
-pub use buffer::Buf;
-pub use error::Error;
-pub use metrics::SendStats;
-pub use socket::Socket;
-pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
-
-/// The library's result type.
-pub type Result<T, E = Error> = std::result::Result<T, E>;

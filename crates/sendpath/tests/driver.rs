@@ -4,7 +4,7 @@
 mod common;
 
 use sendpath::engine::{Choice, DriverConfig, UringDriver};
-use sendpath::pattern::{self, Verifier};
+use sendpath_host::pattern::{self, Verifier};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;

@@ -5,15 +5,15 @@
 
 mod common;
 
-use sendpath::pattern;
 use sendpath::policy::InflightLimits;
 use sendpath::{open, Msg, Options, Strategy};
+use sendpath_host::pattern;
 use std::net::TcpStream;
 use std::time::Duration;
 
 #[test]
 fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
-    if sendpath::host::euid() != 0 {
+    if sendpath_host::thread::euid() != 0 {
         common::skip("needs root for SO_SNDBUFFORCE (a send buffer past wmem_max)");
         return;
     }

@@ -122,7 +122,7 @@ fn adaptive_counts_a_run_of_copies_by_send_buf_as_by_send() {
         let mut off = 0u64;
         for &len in sizes {
             let mut b = p.take_buf(len);
-            sendpath::pattern::fill(b.as_mut_slice(), off);
+            sendpath_host::pattern::fill(b.as_mut_slice(), off);
             off += len as u64;
             match by_buf {
                 true => p.send_buf(b).unwrap(),
@@ -155,7 +155,7 @@ fn the_copying_paths_take_back_a_sent_buffer_at_once() {
         let sock = std::net::TcpStream::connect(addr).unwrap();
         let mut p = sendpath::open(s, sock, &Options::default()).unwrap();
         let mut b = p.take_buf(4096);
-        sendpath::pattern::fill(b.as_mut_slice(), 0);
+        sendpath_host::pattern::fill(b.as_mut_slice(), 0);
         let at = b.as_slice().as_ptr();
         p.send_buf(b).unwrap();
         assert_eq!(
@@ -203,7 +203,7 @@ fn short_send(s: Strategy, size: usize) -> (u64, u64, u64, u64) {
     let addr = l.local_addr().unwrap();
     let rx = std::thread::spawn(move || {
         let (mut c, _) = l.accept().unwrap();
-        let mut v = sendpath::pattern::Verifier::new();
+        let mut v = sendpath_host::pattern::Verifier::new();
         let mut buf = vec![0u8; 128 << 10];
         loop {
             std::thread::sleep(Duration::from_millis(4));
@@ -218,11 +218,11 @@ fn short_send(s: Strategy, size: usize) -> (u64, u64, u64, u64) {
         .unwrap();
     let mut p = sendpath::open(s, sock, &Options::default()).unwrap();
     let mut b = p.take_buf(size);
-    sendpath::pattern::fill(b.as_mut_slice(), 0);
+    sendpath_host::pattern::fill(b.as_mut_slice(), 0);
     p.send_buf(b).unwrap();
     // A second message after it: its ids follow the first's only if those were all counted.
     let mut b = p.take_buf(4096);
-    sendpath::pattern::fill(b.as_mut_slice(), size as u64);
+    sendpath_host::pattern::fill(b.as_mut_slice(), size as u64);
     p.send_buf(b).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     p.finish(Duration::from_secs(5)).unwrap();
@@ -278,7 +278,7 @@ fn splice_is_byte_exact() {
 
 #[test]
 fn uring_splice_is_byte_exact() {
-    let p = probe::run();
+    let p = probe();
     if !p.io_uring.enabled {
         common::skip(&format!("io_uring unavailable ({:?})", p.io_uring.error));
         return;
@@ -303,7 +303,7 @@ fn vmsplice_is_byte_exact() {
 
 #[test]
 fn msg_zerocopy_is_byte_exact_and_reports_local_copies() {
-    let p = probe::run();
+    let p = probe();
     if !p.msg_zerocopy.supported {
         common::skip(&format!(
             "MSG_ZEROCOPY unavailable here ({})",
@@ -371,7 +371,7 @@ fn msg_zerocopy_inflight_cap_falls_back_to_copy() {
 
 #[test]
 fn uring_is_byte_exact() {
-    let p = probe::run();
+    let p = probe();
     if !p.io_uring.enabled || !p.io_uring.send {
         common::skip(&format!(
             "io_uring SEND unavailable ({:?})",
@@ -392,7 +392,7 @@ fn uring_is_byte_exact() {
 
 #[test]
 fn uring_zc_is_byte_exact_and_reports_local_copies() {
-    let p = probe::run();
+    let p = probe();
     if !p.io_uring.send_zc {
         common::skip("IORING_OP_SEND_ZC unavailable");
         return;
@@ -427,7 +427,7 @@ fn uring_zc_is_byte_exact_and_reports_local_copies() {
 
 #[test]
 fn uring_zc_fixed_buffers_are_byte_exact() {
-    let p = probe::run();
+    let p = probe();
     if !p.io_uring.send_zc {
         common::skip("IORING_OP_SEND_ZC unavailable");
         return;
@@ -444,7 +444,7 @@ fn uring_zc_fixed_buffers_are_byte_exact() {
 
 #[test]
 fn uring_zc_inflight_cap_falls_back_to_copy() {
-    let p = probe::run();
+    let p = probe();
     if !p.io_uring.send_zc {
         common::skip("IORING_OP_SEND_ZC unavailable");
         return;
@@ -511,7 +511,7 @@ fn unknown_strategy_names_the_choices() {
 
 #[test]
 fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
-    let p = probe::run();
+    let p = probe();
     if p.msg_zerocopy.local_copied != Some(true) {
         common::skip("this kernel does not report local MSG_ZEROCOPY sends as copied");
         return;
@@ -570,8 +570,9 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
 #[test]
 fn adaptive_keeps_byte_order_across_all_four_paths() {
     use sendpath::profile::{Profile, Tier};
-    use sendpath::{pattern, Msg};
-    if !probe::run().io_uring.send_zc {
+    use sendpath::Msg;
+    use sendpath_host::pattern;
+    if !probe().io_uring.send_zc {
         common::skip("io_uring SEND_ZC unavailable here");
         return;
     }

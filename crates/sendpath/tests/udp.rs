@@ -3,8 +3,8 @@
 
 mod common;
 
-use sendpath::pattern::{self, Verifier};
 use sendpath::{open, Msg, Options, Source, Strategy};
+use sendpath_host::pattern::{self, Verifier};
 use std::net::UdpSocket;
 use std::time::Duration;
 

@@ -65,7 +65,7 @@ pub(super) fn positive_rate(s: &str) -> Result<f64, String> {
 }
 
 pub(super) fn cpu_list(s: &str) -> Result<Vec<usize>, String> {
-    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+    let allowed = sendpath_host::thread::allowed_cpus().unwrap_or_default();
     s.split(',').map(|x| one_cpu(x, &allowed)).collect()
 }
 
@@ -166,7 +166,7 @@ pub(super) fn cpu_pair(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("`{s}`: give two CPUs, sender then receiver, e.g. 0,1"))?;
-    let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+    let allowed = sendpath_host::thread::allowed_cpus().unwrap_or_default();
     Ok((one_cpu(a, &allowed)?, one_cpu(b, &allowed)?))
 }
 

@@ -5,7 +5,7 @@ use crate::cancel::Cancel;
 use crate::remote::proto::{self, Reply};
 use crate::workload::rr::{client, ClientOut, RrPoint};
 use anyhow::bail;
-use sendpath::metrics::cpu::ThreadCpu;
+use sendpath_host::cpu::ThreadCpu;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,7 +122,9 @@ fn start_clients(
             shared.tids.clone(),
         );
         clients.push(std::thread::spawn(move || {
-            t.lock().expect("tid lock").push(sendpath::host::gettid());
+            t.lock()
+                .expect("tid lock")
+                .push(sendpath_host::thread::gettid());
             let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
             let _ = c.shutdown(std::net::Shutdown::Both);
             r

@@ -4,7 +4,7 @@
 use crate::traffic::RecvMode;
 use crate::workload::{receive, RecvCounters};
 use anyhow::{bail, Context};
-use sendpath::metrics::cpu::ThreadCpu;
+use sendpath_host::cpu::ThreadCpu;
 use std::net::{IpAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -100,7 +100,7 @@ pub(super) fn start_receive(
             ))?;
             let (c, t, d) = (c.clone(), t.clone(), d.clone());
             threads.push(std::thread::spawn(move || {
-                let tid = sendpath::host::gettid();
+                let tid = sendpath_host::thread::gettid();
                 t.lock().expect("tid lock").push(tid);
                 let v = receive(&s, mode, &c, recv_size, None);
                 // Move this thread's CPU (exact, not in ticks) from the live list to the

@@ -148,7 +148,7 @@ pub fn run(cfg: &LoadConfig, cancel: &Cancel) -> LoadReport {
                 .sum::<usize>();
             std::thread::spawn(move || {
                 if !cfg.cpus.is_empty() {
-                    let _ = sendpath::host::pin_current_thread(cfg.cpus[t % cfg.cpus.len()]);
+                    let _ = sendpath_host::thread::pin_current_thread(cfg.cpus[t % cfg.cpus.len()]);
                 }
                 Worker::new(cfg, n, first, request, window_start, end).run(&cancel)
             })

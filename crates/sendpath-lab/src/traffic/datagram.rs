@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// Bytes of the sequence number at the start of every datagram.
 pub const HEADER: usize = 8;
 
+/// The largest UDP payload over IPv4 (65535 minus the IP and UDP headers); a send above it
+/// fails with `EMSGSIZE`, with or without segmentation.
+pub const MAX_PAYLOAD: usize = 65_507;
+
 /// The transport a stream runs on.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
@@ -59,7 +63,7 @@ pub fn stamp(buf: &mut [u8], seg: usize, first: u64, fill: bool) -> u64 {
         let h = d.len().min(HEADER);
         d[..h].copy_from_slice(&seq.to_le_bytes()[..h]);
         if fill && d.len() > HEADER {
-            sendpath::pattern::fill(&mut d[HEADER..], seq);
+            sendpath_host::pattern::fill(&mut d[HEADER..], seq);
         }
         seq += 1;
     }
@@ -100,7 +104,7 @@ impl Tally {
         self.next = self.next.max(seq.saturating_add(1));
         if verify {
             let body = &head[HEADER..len.min(head.len())];
-            let mut v = sendpath::pattern::Verifier {
+            let mut v = sendpath_host::pattern::Verifier {
                 offset: seq,
                 ..Default::default()
             };

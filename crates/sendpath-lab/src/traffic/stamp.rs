@@ -82,7 +82,7 @@ impl StampReader {
                 let k = n.min(STAMP_BYTES - self.at);
                 self.head[self.at..self.at + k].copy_from_slice(&chunk[..k]);
                 if self.restore {
-                    sendpath::pattern::fill(&mut chunk[..k], self.offset);
+                    sendpath_host::pattern::fill(&mut chunk[..k], self.offset);
                 }
             }
             self.at += n;
@@ -115,7 +115,7 @@ mod tests {
 
     fn message(size: usize, sent: u64, offset: u64) -> Vec<u8> {
         let mut m = vec![0u8; size];
-        sendpath::pattern::fill(&mut m, offset);
+        sendpath_host::pattern::fill(&mut m, offset);
         m[..STAMP_BYTES].copy_from_slice(&sent.to_le_bytes());
         m
     }
@@ -173,7 +173,7 @@ mod tests {
         for c in s.chunks_mut(5) {
             r.feed(c, 10, true);
         }
-        let mut v = sendpath::pattern::Verifier::new();
+        let mut v = sendpath_host::pattern::Verifier::new();
         v.check(&s);
         assert_eq!((v.mismatches, v.bytes_verified()), (0, 600));
     }

@@ -11,8 +11,8 @@ use crate::traffic::mix::Alloc;
 use crate::traffic::stamp::{now_ns, StampReader};
 pub use crate::traffic::{default_recv_size, RecvMode};
 use anyhow::{bail, Context};
-use sendpath::pattern::{self, Verifier};
 use sendpath::{Buf, FileRange, Msg, SendPath, Source, Strategy};
+use sendpath_host::pattern::{self, Verifier};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -225,7 +225,8 @@ impl PatternFile {
             off += n as u64;
         }
         f.sync_all().context("fsync of the source file")?;
-        let filesystem = sendpath::file::fs_type(f.as_fd()).unwrap_or_else(|_| "unknown".into());
+        let filesystem =
+            sendpath_host::file::fs_type(f.as_fd()).unwrap_or_else(|_| "unknown".into());
         Ok(PatternFile {
             file: Arc::new(f),
             len,
@@ -238,7 +239,7 @@ impl PatternFile {
     /// file left resident), so it tries again, up to 3 times, while more than 1% remains.
     pub(crate) fn make_cold(&self) -> anyhow::Result<()> {
         for _ in 0..3 {
-            sendpath::file::drop_page_cache(self.file.as_fd())
+            sendpath_host::file::drop_page_cache(self.file.as_fd())
                 .context("posix_fadvise(DONTNEED)")?;
             if self.resident_fraction().is_none_or(|f| f <= 0.01) {
                 break;
@@ -250,7 +251,7 @@ impl PatternFile {
 
     /// Fraction of the file in the page cache now (`mincore`).
     pub(crate) fn resident_fraction(&self) -> Option<f64> {
-        sendpath::file::resident_fraction(self.file.as_fd(), self.len as usize).ok()
+        sendpath_host::file::resident_fraction(self.file.as_fd(), self.len as usize).ok()
     }
 }
 
@@ -260,14 +261,14 @@ impl PatternFile {
 pub fn cold_file_dir() -> Result<Option<PathBuf>, String> {
     let fs_of = |d: &Path| -> Option<String> {
         let f = tempfile::tempfile_in(d).ok()?;
-        sendpath::file::fs_type(f.as_fd()).ok()
+        sendpath_host::file::fs_type(f.as_fd()).ok()
     };
     let tmp = std::env::temp_dir();
     match fs_of(&tmp) {
-        Some(fs) if sendpath::file::fs_is_memory_backed(&fs) => {
+        Some(fs) if sendpath_host::file::fs_is_memory_backed(&fs) => {
             let var = PathBuf::from("/var/tmp");
             match fs_of(&var) {
-                Some(v) if !sendpath::file::fs_is_memory_backed(&v) => Ok(Some(var)),
+                Some(v) if !sendpath_host::file::fs_is_memory_backed(&v) => Ok(Some(var)),
                 _ => Err(fs),
             }
         }

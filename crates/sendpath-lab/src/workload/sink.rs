@@ -61,7 +61,7 @@ type Received = (
     SocketAddr,
     Duration,
     u64,
-    anyhow::Result<sendpath::pattern::Verifier>,
+    anyhow::Result<sendpath_host::pattern::Verifier>,
 );
 
 /// Prints a line per connection, then the run's error: connections that timed out (naming

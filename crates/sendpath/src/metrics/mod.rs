@@ -1,6 +1,4 @@
-//! Counters kept by every send path, and host CPU sampling.
-
-pub mod cpu;
+//! Counters kept by every send path.
 
 use crate::policy::adaptive::Decisions;
 use crate::policy::FallbackReason;

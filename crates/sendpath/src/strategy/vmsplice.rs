@@ -129,7 +129,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pattern;
+    use sendpath_host::pattern;
     use std::io::Read;
     use std::net::TcpListener;
     use std::time::Duration;

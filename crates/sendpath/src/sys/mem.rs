@@ -208,23 +208,3 @@ impl Drop for FileMap {
         }
     }
 }
-
-/// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)` then `mincore()`: the fraction of the file's
-/// first `len` bytes that are in the page cache, without reading (or faulting in) any of them.
-/// See mincore(2).
-pub fn resident_fraction(fd: BorrowedFd<'_>, len: usize) -> io::Result<f64> {
-    if len == 0 {
-        return Ok(0.0);
-    }
-    let ps = page_size();
-    let pages = len.div_ceil(ps);
-    let ptr = map(len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd())?;
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `ptr` is a fresh mapping of `len` bytes (page aligned); `vec` has one byte per page.
-    let r = super::cvt(unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) });
-    // SAFETY: unmapping the mapping made above, which nothing else refers to.
-    unsafe { libc::munmap(ptr.cast(), len) };
-    r?;
-    let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
-    Ok(resident as f64 / pages as f64)
-}

@@ -3,13 +3,9 @@
 //! it holds. Everything above this module works with safe types (`BorrowedFd`, slices, owned
 //! buffers) and `io::Result`. (The crate root allows `unsafe_code` for this module only.)
 
-pub(crate) mod alloc;
 pub(crate) mod bufring;
-pub(crate) mod ethtool;
 pub(crate) mod file;
-pub(crate) mod host;
 pub(crate) mod mem;
-pub(crate) mod perf;
 pub(crate) mod socket;
 pub(crate) mod uring;
 

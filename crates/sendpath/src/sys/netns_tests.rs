@@ -14,7 +14,7 @@ struct Netns(String);
 impl Netns {
     /// A namespace named after this process and `tag` (tests run in parallel).
     fn create(tag: &str) -> Result<Netns, String> {
-        if sys::host::euid() != 0 {
+        if sendpath_host::thread::euid() != 0 {
             return Err("needs root to create a network namespace".into());
         }
         let name = format!("sendpath-zc-{tag}-{}", std::process::id());
@@ -75,7 +75,7 @@ fn udp_zerocopy_out_of_a_dead_veth_completes_without_copy() {
     let path = format!("/run/netns/{}", ns.0);
     let (tracker, copied_ranges, ranges) = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).expect("open netns");
-        sys::host::enter_netns(f.as_fd()).expect("setns");
+        sendpath_host::thread::enter_netns(f.as_fd()).expect("setns");
         let s = UdpSocket::bind("192.0.2.1:0").unwrap();
         s.connect("192.0.2.2:9").unwrap();
         sys::socket::enable_zerocopy(s.as_fd()).unwrap();
@@ -140,7 +140,7 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
     ];
     let stats = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).expect("open netns");
-        sys::host::enter_netns(f.as_fd()).expect("setns");
+        sendpath_host::thread::enter_netns(f.as_fd()).expect("setns");
         let s = UdpSocket::bind("192.0.2.1:0").unwrap();
         s.connect("192.0.2.2:9").unwrap();
         let opts = Options {
@@ -191,7 +191,7 @@ fn uring_zc_out_of_a_dead_veth_completes_without_copy() {
     let path = format!("/run/netns/{}", ns.0);
     let stats = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).expect("open netns");
-        sys::host::enter_netns(f.as_fd()).expect("setns");
+        sendpath_host::thread::enter_netns(f.as_fd()).expect("setns");
         let s = UdpSocket::bind("192.0.2.1:0").unwrap();
         s.connect("192.0.2.2:9").unwrap();
         let mut out = Vec::new();

@@ -27,16 +27,6 @@ pub(crate) fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, value: i32)
     cvt(ret).map(drop)
 }
 
-/// `UDP_SEGMENT` from `<linux/udp.h>` (glibc's headers lack it).
-const UDP_SEGMENT: i32 = 103;
-
-/// `setsockopt(fd, SOL_UDP, UDP_SEGMENT, seg)`: every send on this UDP socket is cut by the
-/// kernel (or the NIC) into datagrams of `seg` payload bytes, the last one shorter (UDP GSO);
-/// 0 turns it off. See udp(7).
-pub fn set_udp_segment(fd: BorrowedFd<'_>, seg: u16) -> io::Result<()> {
-    set_int_opt(fd, libc::SOL_UDP, UDP_SEGMENT, i32::from(seg))
-}
-
 /// `shutdown(fd, how)`. See shutdown(2).
 pub(crate) fn shutdown(fd: BorrowedFd<'_>, how: std::net::Shutdown) -> io::Result<()> {
     let how = match how {
@@ -209,39 +199,8 @@ fn get_opt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<T> 
     cvt(ret).map(|_| v)
 }
 
-/// Counters of a TCP socket since it was opened, from `TCP_INFO` (what `ss -ti` prints).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TcpCounters {
-    /// Segments retransmitted (`tcpi_total_retrans`).
-    pub retrans_segs: u64,
-    /// Microseconds with data to send (`tcpi_busy_time`).
-    pub busy_us: u64,
-    /// Microseconds of those held back by the peer's receive window (`tcpi_rwnd_limited`).
-    pub rwnd_limited_us: u64,
-}
-
-/// This TCP socket's [`TcpCounters`]. See tcp(7).
-pub fn tcp_counters(fd: BorrowedFd<'_>) -> io::Result<TcpCounters> {
-    get_opt::<libc::tcp_info>(fd, libc::IPPROTO_TCP, libc::TCP_INFO).map(|i| TcpCounters {
-        retrans_segs: u64::from(i.tcpi_total_retrans),
-        busy_us: i.tcpi_busy_time,
-        rwnd_limited_us: i.tcpi_rwnd_limited,
-    })
-}
-
 /// Whether the socket carries datagrams (`SO_TYPE` is `SOCK_DGRAM`): each send is a message
 /// of its own, so no send waits on the one before it. See socket(7).
 pub(crate) fn is_datagram(fd: BorrowedFd<'_>) -> bool {
     get_opt::<i32>(fd, libc::SOL_SOCKET, libc::SO_TYPE).is_ok_and(|t| t == libc::SOCK_DGRAM)
-}
-
-/// `SO_MEMINFO` from `<linux/sock_diag.h>`, and the index of the drop counter in its array.
-const SO_MEMINFO: i32 = 55;
-const SK_MEMINFO_DROPS: usize = 8;
-
-/// The packets this socket dropped since it was opened (`SK_MEMINFO_DROPS` of `SO_MEMINFO`,
-/// what `ss -m` prints as `d`): on a receiving TCP socket, segments that did not fit its
-/// receive buffer, among other causes. See sock_diag(7).
-pub fn socket_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
-    get_opt::<[u32; 9]>(fd, libc::SOL_SOCKET, SO_MEMINFO).map(|m| m[SK_MEMINFO_DROPS])
 }

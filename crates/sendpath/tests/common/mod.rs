@@ -1,8 +1,8 @@
 //! A loopback receiver that checks every byte against the pattern, and a sender loop.
 #![allow(dead_code)]
 
-use sendpath::pattern::{self, Verifier};
 use sendpath::{open, Msg, Options, SendPath, Strategy};
+use sendpath_host::pattern::{self, Verifier};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

@@ -278,7 +278,7 @@ fn spawn_workers(
         let cpu = (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         handles.push(std::thread::spawn(move || {
             if let Some(c) = cpu {
-                let _ = sendpath::host::pin_current_thread(c);
+                let _ = sendpath_host::thread::pin_current_thread(c);
             }
             let open = Gauge(&open, i);
             match cfg.send {

@@ -149,7 +149,7 @@ impl Host {
         Ok(Host {
             nginx: super::installed("nginx"),
             wrk: super::installed("wrk"),
-            cpus: sendpath::host::allowed_cpus().unwrap_or_default(),
+            cpus: sendpath_host::thread::allowed_cpus().unwrap_or_default(),
             listen_ip,
         })
     }

@@ -229,7 +229,7 @@ impl<P: FnMut(&Measurement)> Study<'_, P> {
         if !self.cfg.wrk_check || !installed("wrk") {
             return Ok(true);
         }
-        let allowed = sendpath::host::allowed_cpus().unwrap_or_default();
+        let allowed = sendpath_host::thread::allowed_cpus().unwrap_or_default();
         let check = if self.cfg.server_cpus.is_empty() && allowed.len() >= 2 {
             StudyConfig {
                 workers: 1,

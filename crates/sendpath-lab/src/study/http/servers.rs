@@ -53,7 +53,7 @@ pub(crate) fn nginx_config(
             .collect();
         format!("worker_cpu_affinity {};\n", masks.join(" "))
     };
-    let user = if sendpath::host::euid() == 0 {
+    let user = if sendpath_host::thread::euid() == 0 {
         "user root;\n"
     } else {
         ""

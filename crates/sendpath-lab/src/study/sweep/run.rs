@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 /// The environment block of a results file.
 pub fn environment() -> Environment {
-    let probe = sendpath::probe::run();
+    let probe = crate::probe::run();
     Environment {
         kernel: probe.kernel_release.clone(),
         cpu: probe.cpu_model.clone(),

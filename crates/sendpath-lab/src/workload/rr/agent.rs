@@ -129,7 +129,7 @@ fn serve_agent_clients(
         let held = release.clone();
         servers.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.0));
-            let _ = tids.send((true, sendpath::host::gettid()));
+            let _ = tids.send((true, sendpath_host::thread::gettid()));
             let r = serve(sv, &p, fill, conn);
             // The agent's clock ends its window, and its clients close: stay until our
             // window's last CPU reading, which needs this thread.

@@ -14,8 +14,8 @@ use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
 use hdrhistogram::Histogram;
 use sendpath::metrics::{new_histogram, SendStats};
-use sendpath::pattern::Verifier;
 use sendpath::{Options, Strategy};
+use sendpath_host::pattern::Verifier;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -269,7 +269,7 @@ fn start_pairs(
         let tids = tid_tx.clone();
         servers.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.0));
-            let _ = tids.send((true, sendpath::host::gettid()));
+            let _ = tids.send((true, sendpath_host::thread::gettid()));
             serve(sv, &p, fill, conn)
         }));
         let p = pt.clone();
@@ -281,7 +281,7 @@ fn start_pairs(
         let tids = tid_tx.clone();
         clients.push(std::thread::spawn(move || {
             pin(p.cpus.map(|c| c.1));
-            let _ = tids.send((false, sendpath::host::gettid()));
+            let _ = tids.send((false, sendpath_host::thread::gettid()));
             let r = client(c.try_clone()?, &p, &rec, &st, &dn, conn);
             let _ = c.shutdown(std::net::Shutdown::Both);
             r

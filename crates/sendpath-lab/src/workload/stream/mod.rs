@@ -17,8 +17,8 @@ use anyhow::{anyhow, Context};
 use ending::{check_arrival, stalled_senders, stop_draining, stop_stalled_senders};
 use sender::{Finished, Sender};
 use sendpath::metrics::SendStats;
-use sendpath::pattern::Verifier;
 use sendpath::{Options, Strategy};
+use sendpath_host::pattern::Verifier;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -110,7 +110,7 @@ pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
 pub(crate) fn pin(cpu: Option<usize>) {
     if let Some(c) = cpu {
         // The CPU was checked against the allowed set when the flag was parsed.
-        let _ = sendpath::host::pin_current_thread(c);
+        let _ = sendpath_host::thread::pin_current_thread(c);
     }
 }
 
@@ -375,7 +375,7 @@ fn start_thread(
         let on = shared.measuring.clone();
         threads.receivers.push(std::thread::spawn(move || {
             pin(cpu);
-            let _ = tids.send((false, sendpath::host::gettid()));
+            let _ = tids.send((false, sendpath_host::thread::gettid()));
             let v = match rxs.as_slice() {
                 [one] => receive(one, mode, &c, size, stamps.as_mut().map(|r| (r, &on.0)))
                     .map(|v| vec![v]),
@@ -390,7 +390,7 @@ fn start_thread(
     let tids = tids.clone();
     threads.senders.push(std::thread::spawn(move || {
         pin(sender.cpu);
-        let _ = tids.send((true, sendpath::host::gettid()));
+        let _ = tids.send((true, sendpath_host::thread::gettid()));
         sender.run(txs, &stop, &sent, &finished, &start)
     }));
     Ok(())

@@ -136,7 +136,7 @@ impl Multiplexed<'_> {
                 while d.room(id) > 0 {
                     let mut b = d.take_buf(id, self.size);
                     if self.fill {
-                        sendpath::pattern::fill(b.as_mut_slice(), offsets[c]);
+                        sendpath_host::pattern::fill(b.as_mut_slice(), offsets[c]);
                     }
                     offsets[c] += self.size as u64;
                     if d.push(id, b, true).is_err() {

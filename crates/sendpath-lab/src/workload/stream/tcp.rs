@@ -17,7 +17,7 @@ pub(super) fn room_for_fds(n: usize) -> bool {
 /// the receivers' sockets dropped (when the receivers are ours).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct TcpCounts {
-    pub(super) senders: Option<sendpath::tcp::TcpCounters>,
+    pub(super) senders: Option<sendpath_host::socket::TcpCounters>,
     drops: Option<u64>,
 }
 
@@ -27,10 +27,10 @@ impl TcpCounts {
     pub(super) fn read(tx: &[TcpStream], rx: &[Arc<TcpStream>], ours: bool) -> TcpCounts {
         let senders = tx
             .iter()
-            .map(|s| sendpath::tcp::tcp_counters(s.as_fd()).ok())
-            .try_fold(sendpath::tcp::TcpCounters::default(), |a, c| {
+            .map(|s| sendpath_host::socket::tcp_counters(s.as_fd()).ok())
+            .try_fold(sendpath_host::socket::TcpCounters::default(), |a, c| {
                 let c = c?;
-                Some(sendpath::tcp::TcpCounters {
+                Some(sendpath_host::socket::TcpCounters {
                     retrans_segs: a.retrans_segs + c.retrans_segs,
                     busy_us: a.busy_us + c.busy_us,
                     rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
@@ -38,7 +38,11 @@ impl TcpCounts {
             });
         let drops = if ours && !rx.is_empty() {
             rx.iter()
-                .map(|s| sendpath::tcp::socket_drops(s.as_fd()).ok().map(u64::from))
+                .map(|s| {
+                    sendpath_host::socket::socket_drops(s.as_fd())
+                        .ok()
+                        .map(u64::from)
+                })
                 .sum()
         } else {
             None

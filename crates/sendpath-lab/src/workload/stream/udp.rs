@@ -97,7 +97,7 @@ fn sockets(pt: &StreamPoint, ours: bool) -> anyhow::Result<(UdpSocket, Option<Ud
     rustix::net::sockopt::set_ip_mtu_discover(&tx, rustix::net::sockopt::Ipv4PathMtuDiscovery::DO)
         .context("setsockopt(IP_MTU_DISCOVER, IP_PMTUDISC_DO)")?;
     if let Some(seg) = pt.gso {
-        sendpath::udp::set_udp_segment(tx.as_fd(), seg)
+        sendpath_host::socket::set_udp_segment(tx.as_fd(), seg)
             .context("setsockopt(UDP_SEGMENT): this kernel has no UDP GSO (Linux 4.18+)")?;
     }
     tx.set_write_timeout(Some(stall_limit(pt))).ok();
@@ -132,7 +132,7 @@ fn start_sender(
     let (cpu, tids, mtu) = (pt.cpus.map(|c| c.0), tids.clone(), route_mtu(pt));
     std::thread::spawn(move || {
         pin(cpu);
-        let _ = tids.send((true, sendpath::host::gettid()));
+        let _ = tids.send((true, sendpath_host::thread::gettid()));
         let opened = sendpath::open(strategy, tx, &opts);
         start.wait();
         let result = opened.map_err(anyhow::Error::from).and_then(|mut p| {
@@ -189,7 +189,7 @@ fn start_receiver(
     let (cpu, tids, threads) = (pt.cpus.map(|c| c.1), tids.clone(), pt.threads);
     std::thread::spawn(move || {
         pin(cpu);
-        let _ = tids.send((false, sendpath::host::gettid()));
+        let _ = tids.send((false, sendpath_host::thread::gettid()));
         receive(&rx, mode, &c, || finished.count() == threads)
     })
 }
@@ -232,7 +232,9 @@ fn receive(
             break;
         }
     }
-    let drops = sendpath::udp::socket_drops(s.as_fd()).ok().map(u64::from);
+    let drops = sendpath_host::socket::socket_drops(s.as_fd())
+        .ok()
+        .map(u64::from);
     Ok((t, drops))
 }
 

@@ -1,31 +1,7 @@
-//! Host facts that need a system call: `uname`, `getrlimit`, `geteuid`, `getrusage`,
-//! `sysconf`.
+//! Threads, CPUs and namespaces, and the process's CPU time: `geteuid`, `sysconf`,
+//! `getrusage`, `sched_setaffinity`, `setns`, `gettid`.
 
 use std::io;
-
-/// `uname(&buf)`: the kernel release string (`uname -r`). See uname(2).
-pub(crate) fn kernel_release() -> io::Result<String> {
-    // SAFETY: utsname is plain bytes; all-zero is valid.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a live utsname the kernel fills in.
-    super::cvt(unsafe { libc::uname(&mut u) })?;
-    // SAFETY: the kernel NUL-terminates each utsname field.
-    let s = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
-    Ok(s.to_string_lossy().into_owned())
-}
-
-/// `getrlimit(RLIMIT_MEMLOCK)`: (soft, hard) in bytes, `None` meaning unlimited.
-/// See getrlimit(2).
-pub(crate) fn memlock_limit() -> io::Result<(Option<u64>, Option<u64>)> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `r` is a live rlimit the kernel fills in.
-    super::cvt(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) })?;
-    let conv = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
-    Ok((conv(r.rlim_cur), conv(r.rlim_max)))
-}
 
 /// `geteuid()`. See geteuid(2).
 pub fn euid() -> u32 {

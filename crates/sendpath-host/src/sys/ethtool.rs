@@ -41,7 +41,7 @@ fn ethtool(sock: &OwnedFd, ifname: &str, data: &mut [u64]) -> io::Result<()> {
 
 /// Every named offload feature of `ifname` and whether it is active (what `ethtool -k`
 /// prints as on or off).
-pub(crate) fn features(ifname: &str) -> io::Result<Vec<(String, bool)>> {
+pub fn features(ifname: &str) -> io::Result<Vec<(String, bool)>> {
     // SAFETY: socket(2) returns a new descriptor or -1, checked by cvt.
     let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` is a descriptor just returned to us and owned by nothing else.
