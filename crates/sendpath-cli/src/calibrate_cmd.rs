@@ -2,12 +2,12 @@
 
 use crate::cli::CalibrateArgs;
 use anyhow::{bail, Context};
-use sendpath::profile::Profile;
+use sendpath::{Calibration, Profile};
 use sendpath_lab::calibrate;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
-use sendpath_lab::study::sweep::{fresh_seed, Point, Recorder};
+use sendpath_lab::study::sweep::{fresh_seed, Recorder};
 use sendpath_lab::units::fmt_size;
 use std::process::ExitCode;
 
@@ -32,18 +32,26 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         ("--json", a.json.as_deref()),
     ])?;
     let route = route(a)?;
-    let points = calibrate::points(&a.sizes, a.duration, a.warmup, &route);
-    let schedule = Schedule {
+    let seed = a.seed.unwrap_or_else(fresh_seed);
+    let cal = Calibration {
+        sizes: a.sizes.clone(),
         rounds: a.repeat,
-        seed: a.seed.unwrap_or_else(fresh_seed),
+        tiebreak_rounds: a.tiebreak_rounds,
+        seed,
+        route: route.describe(),
+        options: sendpath::Options {
+            uring_fixed_buffers: route.fixed_buffers,
+            ..Default::default()
+        },
+        command_line: std::env::args().collect(),
     };
-    let windows = points.len() as u32 * a.repeat;
+    let windows = a.sizes.len() as u32 * Profile::TIER_PATHS.len() as u32 * a.repeat;
     eprintln!(
         "calibrate: {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
-        sendpath::profile::TIER_PATHS.map(|s| s.name()).join(", "),
+        Profile::TIER_PATHS.map(|s| s.name()).join(", "),
         a.sizes.len(),
         a.repeat,
-        schedule.seed,
+        seed,
         windows,
         a.duration.as_secs_f64(),
         f64::from(windows) * (a.duration + a.warmup).as_secs_f64() + f64::from(windows) * 0.05
@@ -51,12 +59,23 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     if a.repeat < 5 {
         eprintln!("note: fewer than 5 rounds: the tiers rest on very few paired windows");
     }
-    let rec = measure(a, &points, schedule, &route, cancel)?;
-    if cancel.is_cancelled() {
-        rec.write(true)?;
-        bail!("interrupted: no profile written (a profile needs every round)");
-    }
-    let profile = calibrate::profile(&rec.results, &route);
+    // The windows are recorded as a run of rounds: the planned ones, then tie-break ones.
+    let schedule = Schedule {
+        rounds: a.repeat + a.tiebreak_rounds,
+        seed,
+    };
+    let mut rec = Recorder::new(a.json.clone(), None, schedule);
+    rec.cancel = cancel.clone();
+    let mut meter = Meter::open(true);
+    let measured = calibrate::run(&cal, &route, (a.duration, a.warmup), &mut rec, &mut meter);
+    let profile = match measured {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            rec.write(true)?;
+            bail!("interrupted: no profile written (a profile needs every round)");
+        }
+        Err(e) => return Err(e),
+    };
     print_profile(&profile);
     profile
         .save(&out)
@@ -64,7 +83,7 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     println!();
     println!("wrote {}", out.display());
     println!("tiers: {}", profile.describe_tiers().join(", "));
-    if profile.zerocopy_measured_copied {
+    if profile.zerocopy_measured_copied() {
         println!("the kernel copied the zero-copy sends here (a local receiver), and zero-copy won anyway where its tier says: adaptive keeps it there and does not back off on copied completions");
     }
     rec.write(true)?;
@@ -78,7 +97,7 @@ fn print_profile(profile: &Profile) {
         "{:>8}  {:<42}  {:<42}  {:<42}  tier",
         "size", "msg-zerocopy / copy per round (wins)", "uring / copy", "uring-zc / copy"
     );
-    for m in &profile.measurements {
+    for m in profile.measurements() {
         let cell = |s: sendpath::Strategy| {
             m.paths
                 .iter()
@@ -107,7 +126,7 @@ fn print_profile(profile: &Profile) {
             copy.map_or(0.0, |c| c.gbps)
         );
     }
-    for m in &profile.measurements {
+    for m in profile.measurements() {
         let c = m.candidates(calibrate::MARGIN);
         let [a, b, ..] = c.as_slice() else {
             continue;
@@ -125,35 +144,6 @@ fn print_profile(profile: &Profile) {
             );
         }
     }
-}
-
-/// Measures every size's paths in `a.repeat` rounds, then tie-break rounds where the winner is
-/// in doubt.
-fn measure(
-    a: &CalibrateArgs,
-    points: &[Point],
-    schedule: Schedule,
-    route: &calibrate::Route,
-    cancel: &Cancel,
-) -> anyhow::Result<Recorder> {
-    let mut rec = Recorder::new(a.json.clone(), None, schedule);
-    rec.cancel = cancel.clone();
-    let mut meter = Meter::open(true);
-    rec.run_rounds(points, None, &mut meter, &|| {})?;
-    let contested = calibrate::contested(&calibrate::measurements(&rec.results));
-    if a.tiebreak_rounds > 0 && !contested.is_empty() && !cancel.is_cancelled() {
-        let sizes: Vec<String> = contested.iter().map(|&s| fmt_size(s)).collect();
-        eprintln!(
-            "calibrate: at {} the rounds left the winner in doubt (it beat copy, or the runner-up, in more than half of them but not in a clear majority): {} more rounds there",
-            sizes.join(", "),
-            a.tiebreak_rounds
-        );
-        let more: Vec<_> = calibrate::points(&contested, a.duration, a.warmup, route);
-        // Rounds already measured are skipped: only the new ones run, at these sizes.
-        rec.results.schedule.rounds = a.repeat + a.tiebreak_rounds;
-        rec.run_rounds(&more, None, &mut meter, &|| {})?;
-    }
-    Ok(rec)
 }
 
 /// The route the flags name (`--proto`, `--topology`, `--fixed-buffers`), its namespace made.

@@ -136,7 +136,7 @@ fn print_serve(r: &ServeReport) {
     }
 }
 
-fn fallbacks_line(f: &sendpath::metrics::Fallbacks) -> String {
+fn fallbacks_line(f: &sendpath::Fallbacks) -> String {
     format!(
         "inflight_cap {}, enomem {}, enobufs {}, unsupported {}",
         f.inflight_cap, f.enomem, f.enobufs, f.unsupported

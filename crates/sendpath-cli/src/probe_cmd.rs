@@ -1,7 +1,7 @@
 //! `sendpath probe`.
 
 use crate::cli::ProbeArgs;
-use sendpath::profile::Profile;
+use sendpath::Profile;
 use std::process::ExitCode;
 
 fn yes(b: bool) -> &'static str {
@@ -66,7 +66,7 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
     let mut v = Vec::new();
     match (&a.profile, a.state) {
         (Some(p), "calibrated") => {
-            let when = p.environment.as_ref().map_or(String::new(), |e| {
+            let when = p.environment().map_or(String::new(), |e| {
                 format!(
                     ", measured on {} ({}, kernel {}) at unix time {}",
                     e.route, e.paths, e.kernel, e.created_unix_s
@@ -74,7 +74,7 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
             });
             v.push(format!("host profile: {at}{when}"));
             v.push(format!("  tiers: {}", p.describe_tiers().join(", ")));
-            if p.zerocopy_measured_copied {
+            if p.zerocopy_measured_copied() {
                 v.push("  zero-copy won where it has a tier although the kernel copied it: copied completions do not make adaptive back off".into());
             }
         }

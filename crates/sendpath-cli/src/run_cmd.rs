@@ -2,7 +2,7 @@
 
 use crate::cli::{RrArgs, RunArgs, StreamArgs};
 use anyhow::bail;
-use sendpath::profile::Profile;
+use sendpath::Profile;
 use sendpath::Source;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
@@ -217,7 +217,7 @@ fn check_connections(a: &StreamArgs, per_thread: usize, most_threads: usize) -> 
             .run
             .strategy
             .iter()
-            .filter(|s| !sendpath::engine::on_ring(**s))
+            .filter(|s| !s.on_ring())
             .map(|s| s.name())
             .collect();
         if !other.is_empty() {

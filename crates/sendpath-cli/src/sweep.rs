@@ -102,7 +102,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
 
 /// The profile and the agent the flags name, read and checked before anything is written.
 struct Receiver {
-    profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+    profile: Option<std::sync::Arc<sendpath::Profile>>,
     agent: Option<sendpath_lab::remote::AgentTarget>,
 }
 

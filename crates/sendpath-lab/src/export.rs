@@ -301,7 +301,7 @@ fn zerocopy_columns(row: &Row) -> Vec<String> {
 
 /// Fairness across connections, the size mix and allocation, adaptive's decisions, TCP.
 fn tail_columns(row: &Row) -> Vec<String> {
-    let dec = |g: fn(&sendpath::policy::adaptive::Decisions) -> u64| {
+    let dec = |g: fn(&sendpath::Decisions) -> u64| {
         row.zerocopy
             .decisions
             .as_ref()

@@ -64,7 +64,7 @@ pub struct Environment {
     pub sendpath_version: String,
     /// The host profile `adaptive` decided from (null when no `adaptive` point ran).
     #[serde(default)]
-    pub profile: Option<sendpath::profile::Profile>,
+    pub profile: Option<sendpath::Profile>,
     /// What the connections crossed when not loopback (`--topology netns`); null for
     /// loopback or `--connect`.
     #[serde(default)]
@@ -543,7 +543,7 @@ pub struct ZerocopyCounts {
     /// Whether the kernel reports copies for this path here (usage reporting present).
     pub copied_known: bool,
     /// Fallbacks to copy, by reason.
-    pub fallbacks: sendpath::metrics::Fallbacks,
+    pub fallbacks: sendpath::Fallbacks,
     /// Zero-copy sends made from registered (fixed) buffers (`--fixed-buffers`).
     #[serde(default)]
     pub registered: u64,
@@ -563,7 +563,7 @@ pub struct ZerocopyCounts {
     pub notifications: u64,
     /// What `adaptive` decided in the window; null for the fixed paths.
     #[serde(default)]
-    pub decisions: Option<sendpath::policy::adaptive::Decisions>,
+    pub decisions: Option<sendpath::Decisions>,
 }
 
 /// Zero-copy accounting for the row (summed over repeats and connections).
@@ -578,7 +578,7 @@ pub struct Zerocopy {
     /// `copied / completions`; null when unknown or not applicable.
     pub copied_fraction: Option<f64>,
     /// Fallbacks to copy, by reason.
-    pub fallbacks: sendpath::metrics::Fallbacks,
+    pub fallbacks: sendpath::Fallbacks,
     /// Zero-copy sends made from registered (fixed) buffers.
     #[serde(default)]
     pub registered: u64,
@@ -602,7 +602,7 @@ pub struct Zerocopy {
     /// What `adaptive` decided, summed over repeats and connections (sends per path,
     /// switches, back-offs, retries, cap halvings); null for the fixed paths.
     #[serde(default)]
-    pub decisions: Option<sendpath::policy::adaptive::Decisions>,
+    pub decisions: Option<sendpath::Decisions>,
 }
 
 /// Bytes sent and received, and receiver-side verification.
@@ -809,22 +809,11 @@ pub struct Row {
     pub tcp_congestion: Option<String>,
 }
 
-/// What [`Row::uring_order`] records for `strategy` over `protocol` with `opts`.
-pub(crate) fn uring_order(
-    strategy: sendpath::Strategy,
-    protocol: crate::traffic::datagram::Protocol,
-    opts: &sendpath::Options,
-) -> Option<String> {
-    use sendpath::engine::{stream_order, Choice};
-    use sendpath::Strategy::{Adaptive, Uring, UringSplice, UringZc};
-    let udp = protocol == crate::traffic::datagram::Protocol::Udp;
-    match strategy {
-        Uring | UringZc | Adaptive if udp => Some("unlinked".into()),
-        Uring => Some(stream_order(opts, Choice::Copy).name().into()),
-        UringZc | Adaptive => Some(stream_order(opts, Choice::ZeroCopy).name().into()),
-        UringSplice => Some("linked pairs".into()),
-        _ => None,
-    }
+/// What [`Row::uring_order`] holds before a window reports how its senders sent: the linked
+/// splice pairs of `uring-splice`, which sends no chain of buffers; for the other ring paths
+/// the library's counters say ([`sendpath::SendStats::uring_order`]).
+pub(crate) fn uring_order(strategy: sendpath::Strategy) -> Option<String> {
+    (strategy == sendpath::Strategy::UringSplice).then(|| "linked pairs".into())
 }
 
 /// Context switches and system calls per MiB of payload (2^20 bytes) in a window, by role:
@@ -974,7 +963,7 @@ impl Row {
     }
 
     /// The repeat measured in `round`, if any.
-    pub(crate) fn in_round(&self, round: u32) -> Option<&Repeat> {
+    pub fn in_round(&self, round: u32) -> Option<&Repeat> {
         self.repeats.iter().find(|r| r.round == round)
     }
 
@@ -1157,7 +1146,7 @@ impl Row {
     }
 
     fn summarise_latency(&mut self) {
-        let mut merged = sendpath::metrics::new_histogram();
+        let mut merged = crate::units::new_histogram();
         for r in &self.repeats {
             for &(v, c) in &r.latency_hist_ns {
                 merged.saturating_record_n(v, c);
@@ -1227,37 +1216,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn io_uring_rows_name_how_order_was_kept() {
-        use crate::traffic::datagram::Protocol::{Tcp, Udp};
-        use sendpath::engine::Order;
+    fn only_uring_splice_names_its_order_before_a_window_says() {
         use sendpath::Strategy::*;
-        let mut o = sendpath::Options {
-            uring_order: Some(Order::Linked),
-            ..Default::default()
-        };
-        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some("linked"));
-        assert_eq!(uring_order(UringZc, Udp, &o).as_deref(), Some("unlinked"));
-        o.uring_order = None;
-        let ops = crate::probe::run().io_uring;
-        let vectored = if ops.sendmsg && ops.sendmsg_zc {
-            "vectored"
-        } else {
-            "linked"
-        };
-        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some(vectored));
-        o.uring_fixed_buffers = true;
-        assert_eq!(uring_order(Uring, Tcp, &o).as_deref(), Some(vectored));
-        let zc = uring_order(UringZc, Tcp, &o);
-        assert_eq!(
-            zc.as_deref(),
-            Some("linked"),
-            "registered buffers go linked"
-        );
-        assert_eq!(
-            uring_order(UringSplice, Tcp, &o).as_deref(),
-            Some("linked pairs")
-        );
-        assert_eq!(uring_order(Copy, Tcp, &o), None);
+        assert_eq!(uring_order(UringSplice).as_deref(), Some("linked pairs"));
+        for s in [Copy, Uring, UringZc, Adaptive] {
+            assert_eq!(uring_order(s), None, "{s}: the library's counters say");
+        }
     }
 
     #[test]

@@ -87,6 +87,26 @@ pub(crate) fn size_range(from: usize, to: usize) -> String {
     }
 }
 
+/// The largest value latency histograms hold: 100 s in nanoseconds.
+pub const HISTOGRAM_MAX_NS: u64 = 100_000_000_000;
+
+/// A histogram of nanosecond values from 1 ns to 100 s with 3 significant digits; larger
+/// values are clamped to 100 s by `saturating_record`.
+pub fn new_histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
+        .expect("valid histogram bounds")
+}
+
+/// Records `ns` (clamped to 1 ns..100 s) into a histogram from [`new_histogram`].
+pub fn record_ns(h: &mut hdrhistogram::Histogram<u64>, ns: u64) {
+    h.saturating_record(ns.clamp(1, HISTOGRAM_MAX_NS));
+}
+
+/// The byte a fresh message buffer is written with before the sender fills it (or does
+/// not): written once, so its pages are the process's own, never the kernel's shared zero
+/// page, which a send would copy from over and over.
+pub const FILL: u8 = 0x5A;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,7 +102,7 @@ fn ring_available() -> bool {
     // On its own thread: dropping a ring leaves task work for the thread that made it, and the
     // next blocking socket read there with a timeout returns EINTR.
     let made = std::thread::spawn(|| {
-        sendpath::engine::UringDriver::new(sendpath::engine::DriverConfig::default())
+        sendpath::UringDriver::new(sendpath::DriverConfig::default())
             .map(|_| ())
             .map_err(|e| e.to_string())
     })

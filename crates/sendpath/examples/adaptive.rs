@@ -9,7 +9,7 @@
 //! A receiver thread on 127.0.0.1 reads everything; on loopback the kernel copies every
 //! zero-copy send, so with the defaults the sender backs off from zero-copy after a few sends.
 
-use sendpath::profile::Profile;
+use sendpath::Profile;
 use sendpath::{open, Options, Strategy};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};

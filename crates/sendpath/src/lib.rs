@@ -14,12 +14,11 @@
 //! | `mmap-send` | `send()` straight from a mapping of the file |
 //! | `sendfile` | `sendfile()` file to socket |
 //! | `splice` | file to pipe to socket with `splice()` |
+//! | `uring-splice` | file to pipe to socket with linked io_uring `SPLICE` pairs |
 //! | `vmsplice` | user pages into a pipe with `vmsplice()`, spliced to the socket |
 //! | `adaptive` | per send, the path this host measured fastest at its size (`copy`, `msg-zerocopy`, `uring`, `uring-zc`; `sendfile()` for file data) |
 //!
-//! Buffers given to a path are moved in and come back (through [`SendPath::take_buf`]) only
-//! when the kernel has released them. Zero-copy paths count how many of their sends the kernel
-//! copied anyway, and every fallback to copying, by reason ([`metrics::SendStats`]).
+//! ## Quick start
 //!
 //! ```no_run
 //! use sendpath::{open, Options, Strategy};
@@ -27,63 +26,69 @@
 //!
 //! let sock = std::net::TcpStream::connect("127.0.0.1:9000")?;
 //! let mut path = open(Strategy::MsgZerocopy, sock, &Options::default())?;
-//! let mut buf = path.take_buf(65536); // a buffer the kernel has released
-//! buf.as_mut_slice().fill(b'x');
-//! path.send_buf(buf)?; // moved in: no safe code can touch it now (several: Msg::Fields)
-//! let mut batch: Vec<_> = (0..16).map(|_| path.take_buf(4096)).collect();
-//! path.send_bufs(&mut batch)?; // 16 messages, the loop inside the path
-//! path.finish(Duration::from_secs(2))?; // wait for every completion (bounded)
-//! let s = path.stats().summary();
-//! println!("copied {:?}, fallbacks {:?}", s.copied_fraction, s.fallbacks);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! The adaptive sender decides from a host profile that `sendpath calibrate` measured
-//! ([`profile::Profile`]; the documented defaults when there is none), stops using zero-copy
-//! on a route where the kernel copies (when the profile expected it not to) and tries again
-//! later, and counts every decision ([`policy::adaptive::Decisions`]). A runnable version is
-//! `examples/adaptive.rs`.
-//!
-//! ```no_run
-//! use sendpath::profile::Profile;
-//! use sendpath::{open, Options, Strategy};
-//! use std::sync::Arc;
-//!
-//! let (profile, _file) = Profile::load_active()?; // the defaults when no profile exists
-//! let opts = Options { profile: Some(Arc::new(profile)), ..Options::default() };
-//! let sock = std::net::TcpStream::connect("127.0.0.1:9000")?;
-//! let mut path = open(Strategy::Adaptive, sock, &opts)?;
-//! for len in [88, 4096, 1 << 20] {
-//!     let mut buf = path.take_buf(len);
+//! for _ in 0..1000 {
+//!     let mut buf = path.take_buf(65536); // a buffer the kernel has released, or a new one
 //!     buf.as_mut_slice().fill(b'x');
-//!     path.send_buf(buf)?; // copy or zero-copy, by the profile's tier for `len`
+//!     path.send_buf(buf)?; // moved in: no safe code can touch it until the kernel is done
 //! }
-//! path.finish(std::time::Duration::from_secs(2))?;
-//! println!("{:?}", path.stats().decisions); // sends per path, switches, back-offs
+//! let stats = path.close(Duration::from_secs(2))?; // every completion in, or an error
+//! println!("copied {:?}, fallbacks {:?}", stats.copied_fraction(), stats.fallbacks);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## What a server uses
+//!
+//! - **One socket, any path**: [`open`] a [`Strategy`] with [`Options`] on a connected
+//!   [`Socket`] and get a [`SendPath`]: [`Buf`]s from [`SendPath::take_buf`] (or
+//!   [`SharedPool`]) sent with [`SendPath::send_buf`], messages of several fields or file
+//!   ranges with [`Msg`] and [`FileRange`].
+//! - **Many connections on one thread**: a [`UringDriver`] ([`DriverConfig`]) with a
+//!   [`ConnId`] per connection, and, for a server, accept and receive on the same ring
+//!   ([`Event`], [`RecvBuf`], [`RecvConfig`]).
+//! - **What happened**: [`SendStats`] per path or connection (what the kernel reported copied,
+//!   every fallback by reason, the adaptive sender's [`Decisions`]), and an [`Error`] that
+//!   names the system call, the errno and what to do.
+//! - **Which path, from measurement**: the adaptive sender decides from a [`Profile`], which
+//!   [`Calibration`] measures on a route the caller supplies; [`probe`] says what the kernel
+//!   lets each path do.
+//!
+//! Buffers handed to a path come back only when the kernel has released them: a zero-copy
+//! send's buffer after its completion notification, on every outcome, errors included. A
+//! path or driver closed with a deadline reports buffers the kernel still held as an error
+//! ([`Error::Leaked`]); one dropped without closing never blocks for long, and counts what it
+//! had to leak in [`leaked_on_drop`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod buffer;
-pub mod completion;
-pub mod engine;
+mod buffer;
+mod completion;
+mod driver;
 mod error;
-pub mod metrics;
-pub mod policy;
-pub mod probe;
-pub mod profile;
+mod policy;
+mod probe;
+mod profile;
+mod send;
 mod socket;
-pub mod strategy;
+mod stats;
+mod strategy;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use buffer::Buf;
+pub use buffer::{Buf, SharedPool};
+pub use driver::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, UringDriver};
 pub use error::Error;
-pub use metrics::SendStats;
+pub use policy::adaptive::{AdaptiveConfig, Decisions};
+pub use policy::InflightLimits;
 pub use probe::{probe, Capabilities, IoUringProbe, MsgZerocopyProbe};
+pub use profile::calibrate::{Calibration, Window, WindowResult};
+pub use profile::{
+    HeadToHead, Measurement, PathMeasurement, Profile, ProfileEnvironment, ProfileOrigin, Tier,
+};
+pub use send::Order;
 pub use socket::Socket;
+pub use stats::{leaked_on_drop, Fallbacks, LatencySummaryNs, SendStats, SendStatsSummary};
 pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
+pub use sys::uring::RingSetup;
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

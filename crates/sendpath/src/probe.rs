@@ -210,24 +210,13 @@ fn check_uring_zc() -> UringZcCheck {
     local().or_else(|_| flag_only()).unwrap_or(unknown)
 }
 
-/// The send opcodes this kernel's io_uring has, probed once per process (none where no ring
-/// can be set up).
-pub(crate) fn ring_ops() -> crate::sys::uring::OpSupport {
-    static OPS: OnceLock<crate::sys::uring::OpSupport> = OnceLock::new();
-    *OPS.get_or_init(|| {
-        SendRing::new(8, 16)
-            .and_then(|r| r.probe())
-            .unwrap_or_default()
-    })
-}
-
 fn uring_zc_check() -> UringZcCheck {
     static C: OnceLock<UringZcCheck> = OnceLock::new();
     *C.get_or_init(check_uring_zc)
 }
 
 /// Whether SEND_ZC accepts `IORING_SEND_ZC_REPORT_USAGE` here (tested once per process).
-pub fn send_zc_report_usage_supported() -> bool {
+pub(crate) fn send_zc_report_usage_supported() -> bool {
     uring_zc_check().report_usage
 }
 

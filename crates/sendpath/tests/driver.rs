@@ -3,7 +3,7 @@
 
 mod common;
 
-use sendpath::engine::{Choice, DriverConfig, UringDriver};
+use sendpath::{DriverConfig, Options, Strategy, UringDriver};
 use sendpath_host::pattern::{self, Verifier};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -12,7 +12,10 @@ use std::time::Duration;
 fn driver(connections: usize) -> Option<UringDriver> {
     match UringDriver::new(DriverConfig {
         connections,
-        depth: 4,
+        options: Options {
+            uring_depth: 4,
+            ..Options::default()
+        },
         ..DriverConfig::default()
     }) {
         Ok(d) => Some(d),
@@ -71,12 +74,12 @@ fn many_connections_on_one_ring_stay_byte_exact() {
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
-            let choice = if i % 2 == 0 {
-                Choice::Copy
+            let strategy = if i % 2 == 0 {
+                Strategy::Uring
             } else {
-                Choice::ZeroCopy
+                Strategy::UringZc
             };
-            d.add(s, choice, true).unwrap()
+            d.add(s, strategy).unwrap()
         })
         .collect();
     // Sizes vary per connection and message so chains and short sends differ.
@@ -88,10 +91,10 @@ fn many_connections_on_one_ring_stay_byte_exact() {
         for (c, &id) in ids.iter().enumerate() {
             while next[c] < MSGS && d.room(id) > 0 {
                 let len = size(c, next[c]);
-                let mut b = d.take_buf(id, len);
+                let mut b = d.take_buf(id, len).unwrap();
                 pattern::fill(b.as_mut_slice(), offset[c]);
                 offset[c] += len as u64;
-                d.push(id, b, true).unwrap();
+                d.push(id, b, true).map_err(|(e, _)| e).unwrap();
                 next[c] += 1;
                 queued = true;
             }
@@ -101,10 +104,10 @@ fn many_connections_on_one_ring_stay_byte_exact() {
     d.finish(Duration::from_secs(10)).unwrap();
     for (c, &id) in ids.iter().enumerate() {
         d.conn_error(id).unwrap();
-        let st = d.stats(id);
+        let st = d.stats(id).unwrap();
         assert_eq!(st.bytes, offset[c], "connection {c}: bytes on the socket");
         assert_eq!(st.sends, MSGS as u64);
-        if c % 2 == 1 && d.ops().send_zc {
+        if c % 2 == 1 && sendpath::probe().io_uring.send_zc {
             assert_eq!(
                 st.zc_completions + st.fallbacks.total(),
                 MSGS as u64,
@@ -112,7 +115,10 @@ fn many_connections_on_one_ring_stay_byte_exact() {
             );
         }
         assert_eq!(st.leaked_buffers, 0);
-        d.socket(id).shutdown(std::net::Shutdown::Write).unwrap();
+        d.socket(id)
+            .unwrap()
+            .shutdown(std::net::Shutdown::Write)
+            .unwrap();
     }
     for (c, h) in rx.into_iter().enumerate() {
         let v = h.join().unwrap().unwrap();
@@ -127,7 +133,7 @@ fn a_reset_connection_fails_alone() {
     let (tx, rx) = connections(3, &[1]);
     let ids: Vec<_> = tx
         .into_iter()
-        .map(|s| d.add(s, Choice::ZeroCopy, true).unwrap())
+        .map(|s| d.add(s, Strategy::UringZc).unwrap())
         .collect();
     let mut offset = [0u64; 3];
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -137,18 +143,18 @@ fn a_reset_connection_fails_alone() {
         for (c, &id) in ids.iter().enumerate() {
             let enough = offset[c] >= 8 << 20;
             while !enough && d.room(id) > 0 {
-                let mut b = d.take_buf(id, 32 << 10);
+                let mut b = d.take_buf(id, 32 << 10).unwrap();
                 pattern::fill(b.as_mut_slice(), offset[c]);
                 offset[c] += 32 << 10;
-                d.push(id, b, true).unwrap();
+                d.push(id, b, true).map_err(|(e, _)| e).unwrap();
                 queued = true;
             }
         }
-        let before = d.state(ids[1]).error().is_some();
+        let before = d.conn_error(ids[1]).is_err();
         d.run(!queued).unwrap();
         let mut writable = Vec::new();
         d.take_writable(&mut writable);
-        let failed = d.state(ids[1]).error().is_some();
+        let failed = d.conn_error(ids[1]).is_err();
         if failed && !before {
             assert!(
                 writable.contains(&ids[1]),
@@ -167,8 +173,9 @@ fn a_reset_connection_fails_alone() {
     assert!(d.conn_error(ids[1]).is_err());
     for c in [0, 2] {
         d.conn_error(ids[c]).unwrap();
-        assert_eq!(d.stats(ids[c]).bytes, offset[c]);
+        assert_eq!(d.stats(ids[c]).unwrap().bytes, offset[c]);
         d.socket(ids[c])
+            .unwrap()
             .shutdown(std::net::Shutdown::Write)
             .unwrap();
     }
@@ -186,7 +193,7 @@ fn a_reset_connection_fails_alone() {
 /// and its id comes back as `Closed`, with the receive buffers all returned.
 #[test]
 fn a_ring_accepts_receives_answers_and_closes() {
-    use sendpath::engine::{Event, RecvConfig};
+    use sendpath::{Event, RecvConfig};
     let Some(mut d) = driver(64) else { return };
     if let Err(e) = d.provide_recv_buffers(RecvConfig {
         buffers: 16,
@@ -228,21 +235,14 @@ fn a_ring_accepts_receives_answers_and_closes() {
             match ev {
                 Event::Accepted(sock) => {
                     accepted += 1;
-                    d.add_receiving(
-                        sock,
-                        sendpath::engine::ConnState::new(
-                            d.state_config(false),
-                            Box::new(sendpath::engine::Fixed(Choice::Copy)),
-                        ),
-                    )
-                    .unwrap();
+                    d.add_receiving(sock, Strategy::Uring).unwrap();
                 }
                 Event::Received { conn, buf } => {
-                    let mut out = d.take_buf(conn, buf.len());
+                    let mut out = d.take_buf(conn, buf.len()).unwrap();
                     out.as_mut_slice().copy_from_slice(d.received(&buf));
                     d.recycle(buf);
-                    d.push(conn, out, true).unwrap();
-                    d.request_flush(conn);
+                    d.push(conn, out, true).map_err(|(e, _)| e).unwrap();
+                    d.request_flush(conn).unwrap();
                 }
                 Event::RecvEnded { conn, error } => {
                     assert!(error.is_none(), "{error:?}");
@@ -251,7 +251,7 @@ fn a_ring_accepts_receives_answers_and_closes() {
                 }
                 Event::Closed(_) => closed += 1,
                 Event::AcceptFailed(e) => panic!("accept failed: {e}"),
-                Event::Spliced { .. } => panic!("no splice was asked for"),
+                e => panic!("no file send was asked for: {e:?}"),
             }
         }
     }
@@ -259,7 +259,7 @@ fn a_ring_accepts_receives_answers_and_closes() {
         c.join().unwrap().unwrap();
     }
     assert_eq!((accepted, done, closed), (CLIENTS, CLIENTS, CLIENTS));
-    assert_eq!(d.open_connections(), 0);
+    assert_eq!(d.len(), 0);
     assert_eq!(d.total_stats().bytes, (CLIENTS * 300) as u64);
     let t = std::time::Instant::now();
     drop(d);
@@ -273,13 +273,13 @@ fn a_ring_accepts_receives_answers_and_closes() {
 /// closing it again does not touch the new connection.
 #[test]
 fn a_closed_connections_id_never_names_the_next_one() {
-    use sendpath::engine::Event;
+    use sendpath::Event;
     let Some(mut d) = driver(4) else { return };
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let _a = TcpStream::connect(addr).unwrap();
     let _b = TcpStream::connect(addr).unwrap();
-    let old = d.add(l.accept().unwrap().0, Choice::Copy, false).unwrap();
+    let old = d.add(l.accept().unwrap().0, Strategy::Uring).unwrap();
     d.close(old);
     let mut events = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -291,7 +291,7 @@ fn a_closed_connections_id_never_names_the_next_one() {
         d.run_for(Duration::from_millis(10)).unwrap();
         d.take_events(&mut events);
     }
-    let new = d.add(l.accept().unwrap().0, Choice::Copy, false).unwrap();
+    let new = d.add(l.accept().unwrap().0, Strategy::Uring).unwrap();
     assert_eq!(new.index(), old.index(), "the index is handed out again");
     assert_ne!(new, old);
     assert!(!d.is_open(old) && d.is_open(new));
@@ -300,5 +300,101 @@ fn a_closed_connections_id_never_names_the_next_one() {
         d.is_open(new),
         "closing a stale id leaves the new connection alone"
     );
-    assert_eq!(d.conn_at(new.index()), Some(new));
+    // The stale id is refused by everything that would act on a connection, and nothing
+    // reaches the connection now at its index.
+    let buf = sendpath::Buf::from(vec![1u8; 7]);
+    let (e, back) = d.push(old, buf, true).unwrap_err();
+    assert!(matches!(e, sendpath::Error::UnknownConn { .. }), "{e}");
+    assert_eq!(back.len(), 7, "the buffer comes back");
+    assert!(d.take_buf(old, 10).is_err() && d.stats(old).is_err());
+    assert!(d.request_flush(old).is_err() && d.flush(old).is_err());
+    assert_eq!(d.stats(new).unwrap().sends, 0);
+    // An id of another driver names none of this one's connections, even at a live index.
+    let Some(mut other) = driver(1) else { return };
+    let foreign = other
+        .add(TcpStream::connect(addr).unwrap(), Strategy::Uring)
+        .unwrap();
+    assert_eq!(foreign.index(), 0);
+    let (e, _) = d
+        .push(foreign, sendpath::Buf::from(vec![1u8; 7]), true)
+        .unwrap_err();
+    assert!(e.to_string().contains("belongs to another driver"), "{e}");
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// How each connection keeps its order is decided once, by the driver, and recorded in its
+/// counters: vectored where the kernel has SENDMSG_ZC, linked when asked or with registered
+/// buffers for a connection that may send zero-copy, unlinked for datagrams.
+#[test]
+fn each_connection_records_the_order_the_driver_chose_for_it() {
+    use sendpath::Order;
+    let ops = sendpath::probe().io_uring;
+    if !(ops.sendmsg && ops.sendmsg_zc) {
+        return common::skip("no SENDMSG_ZC here: every order is linked");
+    }
+    let order_of = |opts: Options, strategy: Strategy, udp: bool| -> Option<Order> {
+        let mut d = UringDriver::new(DriverConfig {
+            options: opts,
+            ..DriverConfig::default()
+        })
+        .unwrap();
+        let id = if udp {
+            let (a, b) = (
+                std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+                std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+            );
+            a.connect(b.local_addr().unwrap()).unwrap();
+            d.add(a, strategy).unwrap()
+        } else {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            d.add(s, strategy).unwrap()
+        };
+        d.stats(id).unwrap().uring_order
+    };
+    let fixed = Options {
+        uring_fixed_buffers: true,
+        ..Options::default()
+    };
+    let linked = Options {
+        uring_order: Some(Order::Linked),
+        ..Options::default()
+    };
+    let d = Options::default;
+    assert_eq!(order_of(d(), Strategy::Uring, false), Some(Order::Vectored));
+    assert_eq!(
+        order_of(d(), Strategy::UringZc, false),
+        Some(Order::Vectored)
+    );
+    assert_eq!(
+        order_of(linked, Strategy::Uring, false),
+        Some(Order::Linked)
+    );
+    assert_eq!(
+        order_of(fixed.clone(), Strategy::UringZc, false),
+        Some(Order::Linked)
+    );
+    assert_eq!(
+        order_of(fixed.clone(), Strategy::Adaptive, false),
+        Some(Order::Linked)
+    );
+    assert_eq!(
+        order_of(fixed, Strategy::Uring, false),
+        Some(Order::Vectored),
+        "registered buffers serve only zero-copy sends"
+    );
+    assert_eq!(
+        order_of(d(), Strategy::UringZc, true),
+        Some(Order::Unlinked)
+    );
+    // Off the ring, a path says nothing of an order.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let p = sendpath::open(Strategy::Copy, s, &Options::default()).unwrap();
+    assert_eq!(p.stats().uring_order, None);
+    // A strategy that does not run on the ring is refused by the driver, naming why.
+    let mut ring = UringDriver::new(DriverConfig::default()).unwrap();
+    let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let e = ring.add(s, Strategy::Sendfile).unwrap_err();
+    assert!(e.to_string().contains("sendpath::open"), "{e}");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use sendpath::policy::InflightLimits;
+use sendpath::InflightLimits;
 use sendpath::{open, Msg, Options, Strategy};
 use sendpath_host::pattern;
 use std::net::TcpStream;

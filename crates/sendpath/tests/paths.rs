@@ -3,7 +3,7 @@
 mod common;
 
 use common::{assert_intact, report, stream};
-use sendpath::policy::InflightLimits;
+use sendpath::InflightLimits;
 use sendpath::{probe, Options, Strategy};
 use std::time::Duration;
 
@@ -553,8 +553,8 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
     assert_eq!((d.copy_sends, d.zerocopy_sends), (2000, 0), "{d:?}");
 
     // A profile measured on this kind of route (zero-copy won although copied) keeps it.
-    let mut profile = sendpath::profile::Profile::defaults();
-    profile.zerocopy_measured_copied = true;
+    let defaults = sendpath::Profile::defaults();
+    let profile = sendpath::Profile::from_tiers(defaults.tiers().to_vec(), true).unwrap();
     let opts = Options {
         profile: Some(std::sync::Arc::new(profile)),
         ..Options::default()
@@ -569,8 +569,8 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
 
 #[test]
 fn adaptive_keeps_byte_order_across_all_four_paths() {
-    use sendpath::profile::{Profile, Tier};
     use sendpath::Msg;
+    use sendpath::{Profile, Tier};
     use sendpath_host::pattern;
     if !probe().io_uring.send_zc {
         common::skip("io_uring SEND_ZC unavailable here");
@@ -578,9 +578,7 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
     }
     // A profile naming every path, so runs of sizes cross between the blocking calls and the
     // ring, and between SEND and SEND_ZC on the ring.
-    let mut profile = Profile::defaults();
-    profile.zerocopy_measured_copied = true;
-    profile.tiers = [
+    let tiers = [
         (0, Strategy::Copy),
         (1000, Strategy::Uring),
         (16_000, Strategy::MsgZerocopy),
@@ -588,9 +586,10 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
     ]
     .map(|(from_bytes, path)| Tier { from_bytes, path })
     .to_vec();
+    let profile = Profile::from_tiers(tiers, true).unwrap();
     let opts = Options {
         profile: Some(std::sync::Arc::new(profile)),
-        adaptive: sendpath::policy::adaptive::AdaptiveConfig {
+        adaptive: sendpath::AdaptiveConfig {
             run_min: 8,
             ..Default::default()
         },

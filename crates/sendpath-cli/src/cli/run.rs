@@ -117,9 +117,9 @@ pub(crate) struct RunArgs {
 pub(crate) fn load_profile(
     file: Option<&std::path::Path>,
     strategies: &[sendpath::Strategy],
-) -> anyhow::Result<Option<std::sync::Arc<sendpath::profile::Profile>>> {
+) -> anyhow::Result<Option<std::sync::Arc<sendpath::Profile>>> {
     use anyhow::Context;
-    use sendpath::profile::Profile;
+    use sendpath::Profile;
     if !strategies.contains(&sendpath::Strategy::Adaptive) {
         return Ok(None);
     }
@@ -150,10 +150,10 @@ impl RunArgs {
     /// The send paths' options; `profile` is what [`load_profile`] returned.
     pub(crate) fn options(
         &self,
-        profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+        profile: Option<std::sync::Arc<sendpath::Profile>>,
     ) -> sendpath::Options {
         sendpath::Options {
-            inflight: sendpath::policy::InflightLimits {
+            inflight: sendpath::InflightLimits {
                 max_sends: self.inflight as usize,
                 ..Default::default()
             },
@@ -161,16 +161,16 @@ impl RunArgs {
             uring_depth: self.uring_depth as usize,
             uring_fixed_buffers: self.fixed_buffers,
             uring_order: match self.uring_order.as_str() {
-                "vectored" => Some(sendpath::engine::Order::Vectored),
-                "linked" => Some(sendpath::engine::Order::Linked),
+                "vectored" => Some(sendpath::Order::Vectored),
+                "linked" => Some(sendpath::Order::Linked),
                 _ => None,
             },
             pipe_size: self.pipe_size,
             profile,
-            adaptive: sendpath::policy::adaptive::AdaptiveConfig {
+            adaptive: sendpath::AdaptiveConfig {
                 run_min: self
                     .adaptive_run
-                    .unwrap_or(sendpath::policy::adaptive::AdaptiveConfig::default().run_min),
+                    .unwrap_or(sendpath::AdaptiveConfig::default().run_min),
                 ..Default::default()
             },
             ..Default::default()

@@ -66,7 +66,7 @@ pub(super) fn run_rr_clients(
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
-    let mut hist = sendpath::metrics::new_histogram();
+    let mut hist = crate::units::new_histogram();
     let (mut bytes, mut verified, mut mismatches) = (0, 0, 0);
     for h in clients {
         let o = h

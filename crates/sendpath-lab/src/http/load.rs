@@ -154,7 +154,7 @@ pub fn run(cfg: &LoadConfig, cancel: &Cancel) -> LoadReport {
             })
         })
         .collect();
-    let mut hist = sendpath::metrics::new_histogram();
+    let mut hist = crate::units::new_histogram();
     let mut report = LoadReport {
         target: cfg.target.to_string(),
         connections: cfg.connections,
@@ -265,7 +265,7 @@ impl Worker {
             end,
             interval,
             idle: BinaryHeap::new(),
-            hist: sendpath::metrics::new_histogram(),
+            hist: crate::units::new_histogram(),
             requests: 0,
             bytes: 0,
             late: 0,

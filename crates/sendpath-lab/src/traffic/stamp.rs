@@ -68,7 +68,7 @@ impl StampReader {
             head: [0; STAMP_BYTES],
             offset: 0,
             restore,
-            hist: sendpath::metrics::new_histogram(),
+            hist: crate::units::new_histogram(),
             implausible: 0,
         }
     }
@@ -101,8 +101,8 @@ impl StampReader {
     fn record(&mut self, now: u64) {
         let sent = u64::from_le_bytes(self.head);
         match now.checked_sub(sent) {
-            Some(ns) if ns < sendpath::metrics::HISTOGRAM_MAX_NS => {
-                sendpath::metrics::record_ns(&mut self.hist, ns)
+            Some(ns) if ns < crate::units::HISTOGRAM_MAX_NS => {
+                crate::units::record_ns(&mut self.hist, ns)
             }
             _ => self.implausible += 1,
         }

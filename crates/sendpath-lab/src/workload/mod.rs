@@ -309,7 +309,7 @@ pub(crate) fn one_buf(strategy: Strategy, size: usize, shape: &MsgShape) -> bool
 
 /// The one buffer of a `size`-byte memory message at stream offset `off` (see [`one_buf`]):
 /// taken from the path's pool or newly allocated (`shape.alloc`), filled with the pattern when
-/// `shape.fill` (otherwise it holds bytes written earlier, see [`sendpath::buffer::FILL`]),
+/// `shape.fill` (otherwise it holds bytes written earlier, see [`crate::units::FILL`]),
 /// stamped with the send time when `shape.stamp`.
 #[inline]
 pub(crate) fn message_buf(
@@ -317,7 +317,7 @@ pub(crate) fn message_buf(
     size: usize,
     off: u64,
     shape: &MsgShape,
-    shared: Option<&sendpath::buffer::SharedPool>,
+    shared: Option<&sendpath::SharedPool>,
 ) -> anyhow::Result<Buf> {
     let mut b = field_buf(p, size, off, shape, shared)?;
     if shape.stamp {
@@ -333,11 +333,11 @@ fn field_buf(
     len: usize,
     off: u64,
     shape: &MsgShape,
-    shared: Option<&sendpath::buffer::SharedPool>,
+    shared: Option<&sendpath::SharedPool>,
 ) -> anyhow::Result<Buf> {
     let mut b = match (shape.alloc, shared) {
         (Alloc::Pool, _) => p.take_buf(len),
-        (Alloc::Fresh, _) => Buf::fresh(len, sendpath::buffer::FILL),
+        (Alloc::Fresh, _) => Buf::fresh(len, crate::units::FILL),
         (Alloc::Shared, Some(s)) => s.take(len),
         (Alloc::Shared, None) => {
             bail!("shared buffers: this workload has no pool shared by its threads (stream has)")
@@ -358,7 +358,7 @@ pub(crate) fn send_message(
     size: usize,
     off: u64,
     shape: MsgShape,
-    shared: Option<&sendpath::buffer::SharedPool>,
+    shared: Option<&sendpath::SharedPool>,
 ) -> anyhow::Result<()> {
     let file_len = shape.file_len;
     match strategy.source() {
@@ -431,7 +431,7 @@ pub(crate) fn file_message(
 
 /// What a sending thread (a stream sender, an rr server) returns: its statistics and its
 /// path's fallback note.
-pub(crate) type Sent = anyhow::Result<(sendpath::metrics::SendStats, Option<String>)>;
+pub(crate) type Sent = anyhow::Result<(sendpath::SendStats, Option<String>)>;
 
 /// Joins sending threads: their merged statistics and first fallback note; the first error
 /// goes to `first_err` (unless one is there); a panic is an error naming `who`.
@@ -439,8 +439,8 @@ pub(crate) fn join_senders(
     threads: Vec<std::thread::JoinHandle<Sent>>,
     who: &str,
     first_err: &mut Option<anyhow::Error>,
-) -> anyhow::Result<(sendpath::metrics::SendStats, Option<String>)> {
-    let mut stats = sendpath::metrics::SendStats::default();
+) -> anyhow::Result<(sendpath::SendStats, Option<String>)> {
+    let mut stats = sendpath::SendStats::default();
     let mut note = None;
     for t in threads {
         match t.join().map_err(|_| anyhow::anyhow!("{who} panicked"))? {

@@ -89,7 +89,7 @@ fn sockets(route: &str) -> anyhow::Result<(UdpSocket, Option<UdpSocket>, Option<
 }
 
 /// [`SENDS`] datagrams with `path`, then the wait for their completions.
-fn try_path(tx: &UdpSocket, path: Strategy) -> anyhow::Result<sendpath::metrics::SendStatsSummary> {
+fn try_path(tx: &UdpSocket, path: Strategy) -> anyhow::Result<sendpath::SendStatsSummary> {
     let mut p = sendpath::open(path, tx.try_clone()?, &Options::default())?;
     for _ in 0..SENDS {
         let mut b = p.take_buf(SIZE);

@@ -29,8 +29,8 @@ impl LibPath {
             uring_fixed_buffers: a.fixed,
             zc_reap_every: a.reap_every,
             uring_order: match a.order {
-                Some(super::Order::Linked) => Some(sendpath::engine::Order::Linked),
-                Some(super::Order::Vectored) => Some(sendpath::engine::Order::Vectored),
+                Some(super::Order::Linked) => Some(sendpath::Order::Linked),
+                Some(super::Order::Vectored) => Some(sendpath::Order::Vectored),
                 _ => None,
             },
             ..Options::default()

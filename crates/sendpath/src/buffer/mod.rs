@@ -13,7 +13,7 @@ use crate::sys::mem::PageBuf;
 /// send from it would copy one hot 4 KiB page over and over instead of the message. Writing every
 /// byte once gives each buffer pages of its own; a caller that fills the buffer (with a message,
 /// or the verification pattern) overwrites it.
-pub const FILL: u8 = 0x5A;
+pub(crate) const FILL: u8 = 0x5A;
 
 /// The page size zero-copy sends pin memory by.
 const PAGE: usize = 4096;
@@ -88,7 +88,7 @@ impl Buf {
     /// (where the allocator puts them) take two pages and two fragments instead of one, and on
     /// the project's machine a MSG_ZEROCOPY send of 4 KiB over loopback ran at 0.39 of the
     /// speed of the same sends from page-aligned buffers (64 KiB SEND_ZC: 0.69). Pools hand
-    /// these out from a page up ([`BufPool::take`]).
+    /// these out from a page up.
     pub fn page_aligned(len: usize, byte: u8) -> Buf {
         let mut v: Vec<u8> = Vec::with_capacity(len + PAGE - 1);
         let off = v.as_ptr().align_offset(PAGE).min(PAGE - 1);
@@ -107,7 +107,7 @@ impl Buf {
 
     /// A buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the pages can
     /// be given away to the kernel and unmapped instead of being reused), every byte written
-    /// with [`FILL`].
+    /// with a fill byte (`0x5A`).
     pub fn pages(len: usize) -> std::io::Result<Buf> {
         let mut p = PageBuf::new(len)?;
         p.as_mut_slice().fill(FILL);
@@ -156,7 +156,7 @@ impl Buf {
         self.len() == 0
     }
 
-    /// Sets the length, writing [`FILL`] into new bytes. Keeps the allocation (and any
+    /// Sets the length, writing a fill byte (`0x5A`) into new bytes. Keeps the allocation (and any
     /// registration) when shrinking or growing within capacity.
     #[inline]
     pub fn resize(&mut self, len: usize) {
@@ -303,7 +303,7 @@ const SPARE_LISTS: usize = 4096;
 /// A free list of buffers, so a steady send loop allocates nothing. Buffers come back from
 /// [`crate::SendPath::take_buf`] and are reused for any size up to their capacity.
 #[derive(Debug, Default)]
-pub struct BufPool {
+pub(crate) struct BufPool {
     free: Vec<Buf>,
     /// Emptied lists of messages' buffers, kept for the next messages (at most
     /// [`SPARE_LISTS`]).
@@ -314,7 +314,7 @@ pub struct BufPool {
 
 impl BufPool {
     /// An empty pool.
-    pub fn new() -> BufPool {
+    pub(crate) fn new() -> BufPool {
         BufPool::default()
     }
 
@@ -322,7 +322,7 @@ impl BufPool {
     /// from a page up ([`Buf::page_aligned`]). Every byte of it has been written (by an earlier
     /// message, or with [`FILL`]).
     #[inline]
-    pub fn take(&mut self, len: usize) -> Buf {
+    pub(crate) fn take(&mut self, len: usize) -> Buf {
         let reused = self.free.pop();
         self.allocated += u64::from(reused.is_none());
         reuse_or_new(reused, len)
@@ -331,7 +331,7 @@ impl BufPool {
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
     /// [`Buf::fresh`] buffer are dropped instead.
     #[inline]
-    pub fn put(&mut self, mut b: Buf) {
+    pub(crate) fn put(&mut self, mut b: Buf) {
         if let Some(home) = b.home.take() {
             return home.put(b);
         }
@@ -341,7 +341,7 @@ impl BufPool {
     }
 
     /// Gives buffers back for reuse.
-    pub fn put_all(&mut self, bufs: impl IntoIterator<Item = Buf>) {
+    pub(crate) fn put_all(&mut self, bufs: impl IntoIterator<Item = Buf>) {
         for b in bufs {
             self.put(b);
         }
@@ -350,7 +350,7 @@ impl BufPool {
     /// Gives a message's buffers back for reuse, and keeps their emptied list for
     /// [`BufPool::take_fields`].
     #[inline]
-    pub fn put_fields(&mut self, mut fields: Vec<Buf>) {
+    pub(crate) fn put_fields(&mut self, mut fields: Vec<Buf>) {
         for b in fields.drain(..) {
             self.put(b);
         }
@@ -362,12 +362,12 @@ impl BufPool {
     /// An empty list for a message's buffers: one [`BufPool::put_fields`] kept, so a steady
     /// loop allocates no list per message.
     #[inline]
-    pub fn take_fields(&mut self) -> Vec<Buf> {
+    pub(crate) fn take_fields(&mut self) -> Vec<Buf> {
         self.spares.pop().unwrap_or_default()
     }
 
     /// Number of buffers ready for reuse.
-    pub fn free_len(&self) -> usize {
+    pub(crate) fn free_len(&self) -> usize {
         self.free.len()
     }
 }

@@ -11,7 +11,7 @@
 
 /// One buffer of a chain: bytes `start..end` of the buffer in ring slot `slot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChainEntry {
+pub(crate) struct ChainEntry {
     /// Ring slot holding the buffer.
     pub slot: u32,
     /// First byte to send.
@@ -24,7 +24,7 @@ pub struct ChainEntry {
 
 /// One request of a chain: how many of the chain's entries it sent, in order, and its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChainResult {
+pub(crate) struct ChainResult {
     /// Entries the request carried: 1 for a SEND, more for a vectored SENDMSG.
     pub entries: usize,
     /// The CQE `res` of the request (not of its notification): bytes sent or `-errno`.
@@ -33,7 +33,7 @@ pub struct ChainResult {
 
 /// The outcome of one chain.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Settled {
+pub(crate) struct Settled {
     /// Bytes the chain put on the socket, in order.
     pub bytes_done: u64,
     /// What to send next, in order, before anything new: remainders and cancelled links.
@@ -48,7 +48,7 @@ pub struct Settled {
 
 /// Decides what a chain achieved and what must be resent. `results` are the chain's requests
 /// in order; together they carry every entry of `chain`, in order.
-pub fn settle_chain(chain: &[ChainEntry], results: &[ChainResult]) -> Settled {
+pub(crate) fn settle_chain(chain: &[ChainEntry], results: &[ChainResult]) -> Settled {
     let mut s = Settled::default();
     let mut broken = false;
     let mut at = 0;

@@ -25,7 +25,8 @@ enum Token<B> {
 
 /// What one notification did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct HeldRelease<B> {
+#[cfg(test)]
+pub(crate) struct HeldRelease<B> {
     /// Messages whose last id is now reported: free to reuse.
     pub freed: Vec<B>,
     /// Ids (sends) the range completed.
@@ -39,7 +40,7 @@ pub struct HeldRelease<B> {
 }
 
 /// Messages held for their MSG_ZEROCOPY completions. `B` is what a message owns (its buffers).
-pub struct HeldMessages<B> {
+pub(crate) struct HeldMessages<B> {
     tracker: ZcTracker<Token<B>>,
     parts: Vec<Option<Held<B>>>,
     free_slots: Vec<usize>,
@@ -53,12 +54,12 @@ impl<B> Default for HeldMessages<B> {
 
 impl<B> HeldMessages<B> {
     /// Nothing held; the socket's next zero-copy id is 0.
-    pub fn new() -> HeldMessages<B> {
+    pub(crate) fn new() -> HeldMessages<B> {
         HeldMessages::starting_at(0)
     }
 
     /// Nothing held; the socket's next zero-copy id is `first_id` (tests of wrap-around).
-    pub fn starting_at(first_id: u32) -> HeldMessages<B> {
+    pub(crate) fn starting_at(first_id: u32) -> HeldMessages<B> {
         HeldMessages {
             tracker: ZcTracker::starting_at(first_id),
             parts: Vec::new(),
@@ -71,7 +72,13 @@ impl<B> HeldMessages<B> {
     /// nothing of it and it is handed straight back. A message sent at `sent_at_ns` has the
     /// latency of each of its ids reported; an untimed one (`None`) has none.
     #[inline]
-    pub fn sent(&mut self, item: B, ids: u32, bytes: usize, sent_at_ns: Option<u64>) -> Option<B> {
+    pub(crate) fn sent(
+        &mut self,
+        item: B,
+        ids: u32,
+        bytes: usize,
+        sent_at_ns: Option<u64>,
+    ) -> Option<B> {
         match ids {
             0 => Some(item),
             1 => {
@@ -109,7 +116,8 @@ impl<B> HeldMessages<B> {
     }
 
     /// Applies one completion range from the error queue, collected in lists.
-    pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> HeldRelease<B> {
+    #[cfg(test)]
+    pub(crate) fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> HeldRelease<B> {
         let mut freed = Vec::new();
         let mut latencies_ns = Vec::new();
         let c = self.release(n, now_ns, |item| freed.push(item), |l| latencies_ns.push(l));
@@ -126,7 +134,7 @@ impl<B> HeldMessages<B> {
     /// each timed id's latency to `latency`. [`HeldMessages::on_notification`] without the
     /// lists.
     #[inline]
-    pub fn release(
+    pub(crate) fn release(
         &mut self,
         n: ZcNotification,
         now_ns: u64,
@@ -152,24 +160,25 @@ impl<B> HeldMessages<B> {
 
     /// Completion ids not yet reported.
     #[inline]
-    pub fn outstanding(&self) -> usize {
+    pub(crate) fn outstanding(&self) -> usize {
         self.tracker.outstanding()
     }
 
     /// Bytes of messages not yet fully reported.
     #[inline]
-    pub fn outstanding_bytes(&self) -> usize {
+    pub(crate) fn outstanding_bytes(&self) -> usize {
         self.tracker.outstanding_bytes()
     }
 
     /// The id the socket's next zero-copy send will get.
-    pub fn next_id(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn next_id(&self) -> u32 {
         self.tracker.next_id()
     }
 
     /// Gives up on every held message (the drain timed out). The kernel may still read what
     /// they own: the caller must never reuse or free it.
-    pub fn abandon(&mut self) -> Vec<B> {
+    pub(crate) fn abandon(&mut self) -> Vec<B> {
         let mut out: Vec<B> = (self.tracker.abandon().into_iter())
             .filter_map(|t| match t {
                 Token::Whole(item) => Some(item),

@@ -5,9 +5,9 @@
 mod chain;
 mod held;
 mod send_zc;
-mod zerocopy;
+pub(crate) mod zerocopy;
 
-pub use chain::{settle_chain, ChainEntry, ChainResult, Settled};
-pub use held::{HeldMessages, HeldRelease};
-pub use send_zc::{NotifOutcome, SendZcLedger};
-pub use zerocopy::{RangeCounts, ZcNotification, ZcTracker};
+pub(crate) use chain::{settle_chain, ChainEntry, ChainResult};
+pub(crate) use held::HeldMessages;
+pub(crate) use send_zc::{NotifOutcome, SendZcLedger};
+pub(crate) use zerocopy::ZcNotification;

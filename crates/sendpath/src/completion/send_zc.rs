@@ -44,7 +44,7 @@ type ReqMap<V> = HashMap<u64, V, BuildHasherDefault<ReqHasher>>;
 
 /// What a notification meant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotifOutcome {
+pub(crate) enum NotifOutcome {
     /// The request transmitted bytes; `copied` is the kernel's usage report.
     Completion {
         /// `IORING_NOTIF_USAGE_ZC_COPIED` was set.
@@ -70,7 +70,7 @@ struct Request {
 /// Per-request SEND_ZC state: in flight from submission to notification (or to a result without
 /// `F_MORE`).
 #[derive(Debug, Default)]
-pub struct SendZcLedger {
+pub(crate) struct SendZcLedger {
     requests: ReqMap<Request>,
     /// Notifications that arrived before their request's result, by request id.
     early: ReqMap<bool>,
@@ -80,18 +80,19 @@ pub struct SendZcLedger {
 
 impl SendZcLedger {
     /// An empty ledger.
-    pub fn new() -> SendZcLedger {
+    pub(crate) fn new() -> SendZcLedger {
         SendZcLedger::default()
     }
 
     /// A SEND_ZC request of `bytes` bytes was submitted with id `req`.
-    pub fn submitted(&mut self, req: u64, bytes: usize) {
+    #[cfg(test)]
+    pub(crate) fn submitted(&mut self, req: u64, bytes: usize) {
         self.submitted_sends(req, bytes, 1);
     }
 
     /// A request carrying `sends` buffers, `bytes` in all, was submitted with id `req` (a
     /// vectored `SENDMSG_ZC`: one result and one notification for every buffer).
-    pub fn submitted_sends(&mut self, req: u64, bytes: usize, sends: usize) {
+    pub(crate) fn submitted_sends(&mut self, req: u64, bytes: usize, sends: usize) {
         let r = Request {
             bytes,
             sends,
@@ -106,7 +107,7 @@ impl SendZcLedger {
     /// Of the sends `req` carried, only the first `sends` transmitted bytes (a short vectored
     /// request; the rest go again in a request of their own): its notification speaks for
     /// those. Call it before the request's result.
-    pub fn transmitted_sends(&mut self, req: u64, sends: usize) {
+    pub(crate) fn transmitted_sends(&mut self, req: u64, sends: usize) {
         if let Some(r) = self.requests.get_mut(&req) {
             let sends = sends.min(r.sends);
             self.sends -= r.sends - sends;
@@ -116,7 +117,7 @@ impl SendZcLedger {
 
     /// The result CQE of `req`: `res` bytes sent or `-errno`; `more` is `IORING_CQE_F_MORE`.
     /// Returns the outcome of a notification that had arrived first, if one had.
-    pub fn on_result(&mut self, req: u64, res: i32, more: bool) -> Option<NotifOutcome> {
+    pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool) -> Option<NotifOutcome> {
         let transmitted = res > 0;
         if !more {
             self.forget(req);
@@ -133,7 +134,7 @@ impl SendZcLedger {
     }
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
-    pub fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
+    pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
         match self.requests.get(&req).map(|r| r.transmitted) {
             None => NotifOutcome::Unexpected,
             Some(None) => {
@@ -168,12 +169,12 @@ impl SendZcLedger {
 
     /// Sends of the SEND_ZC requests submitted and not yet finished (no result yet, or a
     /// notification due): a vectored request counts each buffer it carries.
-    pub fn inflight(&self) -> usize {
+    pub(crate) fn inflight(&self) -> usize {
         self.sends
     }
 
     /// Bytes of those requests.
-    pub fn inflight_bytes(&self) -> usize {
+    pub(crate) fn inflight_bytes(&self) -> usize {
         self.bytes
     }
 }

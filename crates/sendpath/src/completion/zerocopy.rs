@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 /// One zero-copy completion range, as read from the error queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ZcNotification {
+pub(crate) struct ZcNotification {
     /// First id (`ee_info`).
     pub lo: u32,
     /// Last id, inclusive (`ee_data`).
@@ -33,7 +33,8 @@ struct Pending<T> {
 
 /// What one notification released.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Released<T> {
+#[cfg(test)]
+pub(crate) struct Released<T> {
     /// Tokens of the sends now complete, in id order.
     pub tokens: Vec<T>,
     /// Send-to-notification latency of each timed one, nanoseconds.
@@ -46,7 +47,7 @@ pub struct Released<T> {
 
 /// What one notification range did, counted: [`ZcTracker::release`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RangeCounts {
+pub(crate) struct RangeCounts {
     /// Sends the range completed.
     pub completions: u64,
     /// How many of them the range reported as copied.
@@ -58,7 +59,7 @@ pub struct RangeCounts {
 /// Tracks outstanding MSG_ZEROCOPY sends by id. `T` is whatever the caller needs back when a
 /// send completes (a buffer, a message index).
 #[derive(Debug)]
-pub struct ZcTracker<T> {
+pub(crate) struct ZcTracker<T> {
     /// Extended (64-bit, never wrapping) id of `pending[0]`.
     base: u64,
     pending: VecDeque<Option<Pending<T>>>,
@@ -74,12 +75,12 @@ impl<T> Default for ZcTracker<T> {
 
 impl<T> ZcTracker<T> {
     /// A tracker for a new socket, whose first zero-copy send gets id 0.
-    pub fn new() -> ZcTracker<T> {
+    pub(crate) fn new() -> ZcTracker<T> {
         ZcTracker::starting_at(0)
     }
 
     /// A tracker whose next id is `first_id` (for tests of wrap-around).
-    pub fn starting_at(first_id: u32) -> ZcTracker<T> {
+    pub(crate) fn starting_at(first_id: u32) -> ZcTracker<T> {
         ZcTracker {
             base: first_id as u64,
             pending: VecDeque::new(),
@@ -92,7 +93,7 @@ impl<T> ZcTracker<T> {
     /// Call it only for calls that returned success: a failed call consumes no id. A send
     /// timed at `sent_at_ns` has its latency reported with its completion; an untimed one
     /// (`None`) has none.
-    pub fn on_send(&mut self, token: T, bytes: usize, sent_at_ns: Option<u64>) -> u32 {
+    pub(crate) fn on_send(&mut self, token: T, bytes: usize, sent_at_ns: Option<u64>) -> u32 {
         let id = self.base + self.pending.len() as u64;
         self.pending.push_back(Some(Pending {
             token,
@@ -105,22 +106,24 @@ impl<T> ZcTracker<T> {
     }
 
     /// Sends not yet reported complete.
-    pub fn outstanding(&self) -> usize {
+    pub(crate) fn outstanding(&self) -> usize {
         self.outstanding
     }
 
     /// Bytes of sends not yet reported complete.
-    pub fn outstanding_bytes(&self) -> usize {
+    pub(crate) fn outstanding_bytes(&self) -> usize {
         self.outstanding_bytes
     }
 
     /// The id the next send will get.
-    pub fn next_id(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn next_id(&self) -> u32 {
         (self.base + self.pending.len() as u64) as u32
     }
 
     /// Applies one notification range, releasing the sends it covers, collected in lists.
-    pub fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> Released<T> {
+    #[cfg(test)]
+    pub(crate) fn on_notification(&mut self, n: ZcNotification, now_ns: u64) -> Released<T> {
         let mut tokens = Vec::new();
         let mut latencies_ns = Vec::new();
         let c = self.release(n, now_ns, |token, latency| {
@@ -139,7 +142,7 @@ impl<T> ZcTracker<T> {
     /// order, with its latency when it was timed: [`ZcTracker::on_notification`] without the
     /// lists, for a sender that reads the error queue many times a millisecond.
     #[inline]
-    pub fn release(
+    pub(crate) fn release(
         &mut self,
         n: ZcNotification,
         now_ns: u64,
@@ -183,7 +186,7 @@ impl<T> ZcTracker<T> {
     /// Removes every outstanding send without a completion (the socket is gone and the drain
     /// timed out). The caller must not reuse what these tokens stand for: the kernel may still
     /// read it.
-    pub fn abandon(&mut self) -> Vec<T> {
+    pub(crate) fn abandon(&mut self) -> Vec<T> {
         self.outstanding = 0;
         self.outstanding_bytes = 0;
         self.base += self.pending.len() as u64;

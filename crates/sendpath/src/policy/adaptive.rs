@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 /// The copying path a zero-copy path falls back to: `uring` for `uring-zc` (same driver),
 /// `copy` otherwise.
-pub fn copy_of(path: Strategy) -> Strategy {
+pub(crate) fn copy_of(path: Strategy) -> Strategy {
     match path {
         Strategy::UringZc | Strategy::Uring => Strategy::Uring,
         _ => Strategy::Copy,
@@ -126,7 +126,7 @@ impl Decisions {
 
 /// The adaptive decisions of one sender (one route). See the module docs.
 #[derive(Debug, Clone)]
-pub struct Adaptive {
+pub(crate) struct Adaptive {
     profile: Profile,
     cfg: AdaptiveConfig,
     /// Copied completions in a row.
@@ -148,7 +148,7 @@ pub struct Adaptive {
 
 impl Adaptive {
     /// A sender deciding from `profile`.
-    pub fn new(profile: Profile, cfg: AdaptiveConfig) -> Adaptive {
+    pub(crate) fn new(profile: Profile, cfg: AdaptiveConfig) -> Adaptive {
         let cap = cfg.cap_max.max(cfg.cap_min).max(1);
         let memo = (usize::MAX, profile.tier(usize::MAX));
         Adaptive {
@@ -169,16 +169,11 @@ impl Adaptive {
         }
     }
 
-    /// The profile it decides from.
-    pub fn profile(&self) -> &Profile {
-        &self.profile
-    }
-
     /// The path for a memory send of `len` bytes (one of the profile's tier paths, or the
     /// copying path of a zero-copy one), with `zc_inflight` zero-copy sends of this sender
     /// awaiting completion.
     #[inline]
-    pub fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
+    pub(crate) fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
         let tier = self.tier(len);
         let pick = if !tier.avoids_send_copy() {
             self.run = 0;
@@ -210,7 +205,7 @@ impl Adaptive {
 
     /// Counts `n` more sends of a size whose tier is `copy`, each after a `copy` pick: what
     /// `choose` would have counted for each of them (the caller's fast path for a run of them).
-    pub fn count_copies(&mut self, n: u64) {
+    pub(crate) fn count_copies(&mut self, n: u64) {
         if n > 0 {
             debug_assert_eq!(self.last, Some(Strategy::Copy));
             self.run = 0;
@@ -220,7 +215,7 @@ impl Adaptive {
 
     /// The profile's tier for `len` bytes, remembered for the last size asked.
     #[inline]
-    pub fn tier(&mut self, len: usize) -> Strategy {
+    pub(crate) fn tier(&mut self, len: usize) -> Strategy {
         if self.memo.0 != len {
             self.memo = (len, self.profile.tier(len));
         }
@@ -228,7 +223,7 @@ impl Adaptive {
     }
 
     /// File data: always `sendfile`, counted.
-    pub fn choose_file(&mut self) -> Strategy {
+    pub(crate) fn choose_file(&mut self) -> Strategy {
         self.counts.file_sends += 1;
         self.run = 0;
         self.switch_to(Strategy::Sendfile);
@@ -244,7 +239,7 @@ impl Adaptive {
     }
 
     /// `sends` zero-copy sends completed, `copied` of them reported copied by the kernel.
-    pub fn on_completions(&mut self, sends: u64, copied: u64) {
+    pub(crate) fn on_completions(&mut self, sends: u64, copied: u64) {
         if sends == 0 {
             return;
         }
@@ -257,7 +252,7 @@ impl Adaptive {
             self.good = 0;
         }
         self.counts.cap = self.cap;
-        if self.profile.zerocopy_measured_copied {
+        if self.profile.zerocopy_measured_copied() {
             return;
         }
         if copied < sends {
@@ -283,7 +278,7 @@ impl Adaptive {
 
     /// The kernel refused a zero-copy send for lack of memory (`ENOMEM` from SEND_ZC,
     /// `ENOBUFS` from MSG_ZEROCOPY): halve the in-flight cap.
-    pub fn on_no_memory(&mut self) {
+    pub(crate) fn on_no_memory(&mut self) {
         self.cap = (self.cap / 2).max(self.cfg.cap_min).max(1);
         self.good = 0;
         self.counts.cap_halvings += 1;
@@ -291,17 +286,19 @@ impl Adaptive {
     }
 
     /// The in-flight cap now.
-    pub fn cap(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cap(&self) -> usize {
         self.cap
     }
 
     /// Whether the route is backed off from zero-copy now.
-    pub fn backed_off(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn backed_off(&self) -> bool {
         self.backoff_left > 0
     }
 
     /// What it decided so far.
-    pub fn decisions(&self) -> &Decisions {
+    pub(crate) fn decisions(&self) -> &Decisions {
         &self.counts
     }
 }
@@ -325,19 +322,15 @@ mod tests {
 
     /// Copy below 64 KiB, zero-copy from there; `copied_ok` as measured on a copying route.
     fn profile(copied_ok: bool) -> Profile {
-        let mut p = Profile::defaults();
-        p.tiers = vec![
-            Tier {
-                from_bytes: 0,
-                path: Copy,
-            },
-            Tier {
-                from_bytes: 64 * K,
-                path: MsgZerocopy,
-            },
-        ];
-        p.zerocopy_measured_copied = copied_ok;
-        p
+        tiers(&[(0, Copy), (64 * K, MsgZerocopy)], copied_ok)
+    }
+
+    /// A profile of `(from_bytes, path)` tiers.
+    fn tiers(t: &[(usize, Strategy)], copied_ok: bool) -> Profile {
+        let t = t
+            .iter()
+            .map(|&(from_bytes, path)| Tier { from_bytes, path });
+        Profile::from_tiers(t.collect(), copied_ok).unwrap()
     }
 
     /// A simulated kernel: each zero-copy send completes `delay` sends later, copied or not.
@@ -421,8 +414,7 @@ mod tests {
         assert!(picks[..n].iter().all(|p| *p == Copy), "{picks:?}");
         assert!(picks[n..].iter().all(|p| *p == MsgZerocopy), "{picks:?}");
         // A uring-zc tier falls back to uring (the same driver).
-        let mut p = profile(true);
-        p.tiers[1].path = Strategy::UringZc;
+        let p = tiers(&[(0, Copy), (64 * K, Strategy::UringZc)], true);
         let mut a = Adaptive::new(p, cfg);
         assert_eq!(a.choose(M, 0), Strategy::Uring);
     }
@@ -540,11 +532,10 @@ mod tests {
 
     #[test]
     fn the_remembered_tier_follows_every_change_of_size() {
-        let mut p = profile(false);
-        p.tiers.push(Tier {
-            from_bytes: 1 << 20,
-            path: Strategy::Uring,
-        });
+        let p = tiers(
+            &[(0, Copy), (64 * K, MsgZerocopy), (1 << 20, Strategy::Uring)],
+            false,
+        );
         let sizes = [
             usize::MAX,
             100,

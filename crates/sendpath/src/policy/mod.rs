@@ -1,14 +1,14 @@
 //! I/O-free decisions: whether a send may go zero-copy now, and what to do when the kernel
 //! refuses. The send paths ask; they never decide on their own.
 
-pub mod adaptive;
+pub(crate) mod adaptive;
 
 use serde::{Deserialize, Serialize};
 
 /// Why a send meant to be zero-copy went by copy instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FallbackReason {
+pub(crate) enum FallbackReason {
     /// `ENOBUFS` from `sendmsg(MSG_ZEROCOPY)` even after draining completions (optmem or
     /// locked-memory limit).
     Enobufs,
@@ -43,7 +43,7 @@ impl Default for InflightLimits {
 
 /// The decision for one send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZcDecision {
+pub(crate) enum ZcDecision {
     /// Send with the zero-copy operation.
     ZeroCopy,
     /// Reap completions first, then ask again (the cap is full).
@@ -54,7 +54,7 @@ pub enum ZcDecision {
 
 /// Whether a send of `len` bytes may go zero-copy, given what is outstanding. `reaped` says
 /// whether completions were already reaped for this send (so a full cap now means fallback).
-pub fn admit(
+pub(crate) fn admit(
     supported: bool,
     limits: InflightLimits,
     outstanding_sends: usize,
@@ -80,7 +80,7 @@ pub fn admit(
 /// merges the completions that wait on the queue into ranges, so one read releases many (the
 /// MSG_ZEROCOPY paper's batching). `every` of 1 reads the queue whenever the pool is empty.
 #[inline]
-pub fn reap_before_take(
+pub(crate) fn reap_before_take(
     free_bufs: usize,
     outstanding_sends: usize,
     outstanding_bytes: usize,
@@ -94,7 +94,7 @@ pub fn reap_before_take(
 
 /// What to do after `ENOBUFS` from a zero-copy send: drain completions and retry once; on a
 /// second `ENOBUFS` for the same send, copy it.
-pub fn on_enobufs(retries_so_far: u32) -> ZcDecision {
+pub(crate) fn on_enobufs(retries_so_far: u32) -> ZcDecision {
     if retries_so_far == 0 {
         ZcDecision::ReapThenRetry
     } else {

@@ -2,43 +2,36 @@
 //! (`send()`), `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`), `uring` (io_uring SEND) and `uring-zc`
 //! (SEND_ZC), and file data goes by `sendfile()`. The decisions are
 //! [`policy::adaptive`](crate::policy::adaptive)'s (tiers, runs, back-off where the kernel
-//! copies, the in-flight cap); this file only carries them out on one socket.
+//! copies, the in-flight cap), made by one [`Adaptive`] that both halves use; this file only
+//! carries them out on one socket, with the same machinery as the fixed paths:
+//!
+//! - the `copy` and `msg-zerocopy` tiers go on the blocking half, the `msg-zerocopy` path's
+//!   own sender ([`MsgZerocopy`]), each send decided here;
+//! - the `uring` and `uring-zc` tiers go on a ring of the path's own, one connection sending
+//!   batches as the `uring` path does ([`UringDriver::push_bufs`]), each send decided by the
+//!   ring's connection state with the same [`Adaptive`] (moved into its chooser when the ring
+//!   is made).
 //!
 //! Byte order: the blocking calls put their bytes on the socket before they return, so a ring
 //! send after a blocking one is in order. Before a blocking send after ring sends, the ring is
-//! flushed (every queued byte on the socket); the ring is also flushed before its operation
-//! changes between SEND and SEND_ZC, so each queued buffer goes with the operation chosen for it.
-//! The ring is created on the first send that needs it, on a duplicate of the socket's fd.
+//! flushed (every queued byte on the socket). The ring is made on the first send that needs
+//! it, on a duplicate of the socket's fd.
 //!
 //! Buffers come back only once the kernel has released them: each half keeps its own pool
 //! (`take_buf` draws from the half the size's tier uses).
 
 use super::msg_zerocopy::{Fields, MsgZerocopy};
 use super::{fields, sendfile::sendfile_all, SendPath};
-use crate::engine::{Choice, Choose, ConnId, ConnState, DriverConfig, SendContext, UringDriver};
+use crate::driver::{ConnId, DriverConfig, UringDriver};
 use crate::policy::adaptive::Adaptive;
+use crate::send::Chooser;
 use crate::{Buf, Error, Msg, Options, Result, SendStats, Socket, Strategy};
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The ring's chooser: the operation the adaptive path set before queuing.
-#[derive(Debug)]
-struct Switch(Arc<AtomicBool>);
-
-impl Choose for Switch {
-    fn choose(&mut self, _: &SendContext) -> Choice {
-        if self.0.load(Ordering::Relaxed) {
-            Choice::ZeroCopy
-        } else {
-            Choice::Copy
-        }
-    }
-}
-
-/// Completion counters of a half already passed on to the decisions.
+/// Completion counters of the blocking half already passed on to the decisions.
 #[derive(Debug, Default, Clone, Copy)]
 struct Seen {
     completions: u64,
@@ -46,43 +39,40 @@ struct Seen {
     no_memory: u64,
 }
 
-impl Seen {
-    /// Feeds what `stats` counted since the last call into `decide`.
-    fn feed(&mut self, stats: &SendStats, no_memory: u64, decide: &mut Adaptive) {
-        let (c, k) = (stats.zc_completions, stats.zc_copied);
-        if c > self.completions {
-            decide.on_completions(c - self.completions, k.saturating_sub(self.copied));
-        }
-        for _ in self.no_memory..no_memory {
-            decide.on_no_memory();
-        }
-        *self = Seen {
-            completions: c,
-            copied: k,
-            no_memory,
-        };
-    }
-}
-
-/// The io_uring half: one connection on its own ring.
+/// The io_uring half: one connection on its own ring, whose chooser holds the decisions.
 struct Ring {
     driver: UringDriver,
     id: ConnId,
-    zc: Arc<AtomicBool>,
-    seen: Seen,
+}
+
+/// Which half a tier's sends go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Half {
+    Copy,
+    MsgZerocopy,
+    Ring,
+}
+
+impl Half {
+    fn of(tier: Strategy) -> Half {
+        match tier {
+            Strategy::Uring | Strategy::UringZc => Half::Ring,
+            Strategy::MsgZerocopy => Half::MsgZerocopy,
+            _ => Half::Copy,
+        }
+    }
 }
 
 /// The `adaptive` path. See the module docs.
 pub(super) struct AdaptivePath {
     blocking: MsgZerocopy,
-    /// The emptied list of the last message sent on the ring ([`SendPath::take_fields`]).
-    spare: Vec<Buf>,
-    blocking_seen: Seen,
+    seen: Seen,
     ring: Option<Ring>,
+    /// The decisions while there is no ring (then they are the ring's chooser's).
+    decide: Option<Adaptive>,
     /// Why the ring could not be made (its tiers then run on the blocking half).
     note: Option<String>,
     opts: Options,
-    decide: Adaptive,
     file: Option<Arc<File>>,
     file_stats: SendStats,
     /// The last send went on the ring (flush it before a blocking one).
@@ -91,44 +81,61 @@ pub(super) struct AdaptivePath {
     /// sends (merging the halves' histograms costs microseconds: not per send).
     stats: SendStats,
     sends: u64,
-    /// The size, in a copy tier, whose last send went by copy with nothing zero-copy in flight
-    /// and nothing on the ring (`usize::MAX`: none): its next sends go straight to `copy`,
-    /// since the policy picks copy for a copy tier whatever its state ...
-    copy_len: usize,
-    /// ... and are counted here, then in the policy's decisions by `refresh`.
-    copy_streak: u64,
+    /// A list for a run of buffers, and one for a single buffer, kept between sends.
+    run: Vec<Buf>,
+    one: Vec<Buf>,
 }
 
 impl AdaptivePath {
     fn new(sock: Socket, opts: &Options) -> AdaptivePath {
-        let profile = opts
-            .profile
-            .as_deref()
-            .cloned()
-            .unwrap_or_else(crate::profile::Profile::defaults);
-        let decide = Adaptive::new(profile, opts.adaptive);
+        let profile = opts.profile.as_deref().cloned().unwrap_or_default();
         let mut p = AdaptivePath {
             blocking: MsgZerocopy::new(sock, opts.inflight, opts.zc_reap_every),
-            spare: Vec::new(),
-            blocking_seen: Seen::default(),
+            seen: Seen::default(),
             ring: None,
+            decide: Some(Adaptive::new(profile, opts.adaptive)),
             note: None,
             opts: opts.clone(),
-            decide,
             file: opts.file.clone(),
             file_stats: SendStats::default(),
             on_ring: false,
             stats: SendStats::default(),
             sends: 0,
-            copy_len: usize::MAX,
-            copy_streak: 0,
+            run: Vec::new(),
+            one: Vec::new(),
         };
         p.refresh();
         p
     }
 
-    /// The ring, made on first use; `None` (with a note) when io_uring is unavailable.
-    fn ring(&mut self) -> Option<&mut Ring> {
+    /// The decisions: the ring's chooser's once there is a ring.
+    #[inline]
+    fn decide(&mut self) -> &mut Adaptive {
+        match &mut self.ring {
+            Some(r) => r
+                .driver
+                .chooser_mut(r.id)
+                .and_then(Chooser::adaptive_mut)
+                .expect("the ring's connection decides adaptively"),
+            None => self.decide.as_mut().expect("no ring: the path decides"),
+        }
+    }
+
+    /// The half a send of `len` bytes goes on: the ring's tiers on the blocking half when no
+    /// ring can be made.
+    #[inline]
+    fn half(&mut self, len: usize) -> Half {
+        match Half::of(self.decide().tier(len)) {
+            Half::Ring if !self.has_ring() => match self.decide().tier(len) {
+                Strategy::UringZc => Half::MsgZerocopy,
+                _ => Half::Copy,
+            },
+            h => h,
+        }
+    }
+
+    /// Whether there is a ring, made now if it can be (a note says why not).
+    fn has_ring(&mut self) -> bool {
         if self.ring.is_none() && self.note.is_none() {
             match self.make_ring() {
                 Ok(r) => self.ring = Some(r),
@@ -139,158 +146,172 @@ impl AdaptivePath {
                 }
             }
         }
-        self.ring.as_mut()
+        self.ring.is_some()
     }
 
-    fn make_ring(&self) -> Result<Ring> {
-        let fd = self
-            .blocking
-            .socket()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(Error::sys("dup"))?;
-        let mut driver =
-            UringDriver::new(DriverConfig::from_options(&self.opts, 1, Choice::ZeroCopy))?;
-        let zc = Arc::new(AtomicBool::new(false));
-        let state = ConnState::new(
-            driver.state_config(self.opts.uring_report_usage),
-            Box::new(Switch(zc.clone())),
-        );
-        let id = driver.add_with(Socket::from(fd), state)?;
-        Ok(Ring {
-            driver,
-            id,
-            zc,
-            seen: Seen::default(),
-        })
-    }
-
-    /// Sends a memory message of `len` bytes by the path the decision picks for it.
-    #[inline]
-    fn send_memory(&mut self, f: Fields, len: usize) -> Result<()> {
-        self.decide
-            .count_copies(std::mem::take(&mut self.copy_streak));
-        let inflight = self.zc_inflight();
-        let path = self.decide.choose(len, inflight);
-        match (path, f) {
-            (Strategy::Uring | Strategy::UringZc, f) => {
-                let msg = Msg::Fields(f.into_list(&mut self.blocking));
-                self.send_on_ring(msg, path == Strategy::UringZc)?
-            }
-            (path, f) => {
-                if self.on_ring {
-                    self.flush_ring()?;
-                }
-                match (path == Strategy::MsgZerocopy, f) {
-                    (true, f) => self.blocking.send_fields(f, len)?,
-                    (false, Fields::One(b)) => self.blocking.send_copy_buf(b)?,
-                    (false, f) => self.blocking.send_copy_counted(f, len)?,
-                }
-            }
-        }
-        // With nothing zero-copy in flight before a send that was not zero-copy, no
-        // completion or refusal can have come in: skip the feedback (the common case below
-        // the crossover, where every nanosecond per send shows).
-        if inflight > 0 || path.avoids_send_copy() {
-            self.feedback();
-        }
-        // Only a copy tier is copied whatever the policy's state (a zero-copy tier's first
-        // sends of a run, or its sends while backed off, are copied too, but not for good);
-        // its send flushed the ring.
-        let copy_tier = self.decide.tier(len) == Strategy::Copy;
-        self.copy_len = if copy_tier && inflight == 0 {
-            len
-        } else {
-            usize::MAX
+    fn make_ring(&mut self) -> Result<Ring> {
+        let fd = self.blocking.socket().as_fd();
+        let fd = fd.try_clone_to_owned().map_err(Error::sys("dup"))?;
+        let cfg = DriverConfig {
+            connections: 1,
+            ring_zc_inflight: None,
+            options: Options {
+                file: None,
+                ..self.opts.clone()
+            },
         };
-        self.counted();
+        let mut driver = UringDriver::new(cfg)?;
+        let decide = self.decide.take().expect("no ring yet: the path decides");
+        let chooser = Chooser::Adaptive(Box::new(decide.clone()));
+        match driver.add_with_chooser(Socket::from(fd), chooser) {
+            Ok(id) => Ok(Ring { driver, id }),
+            Err(e) => {
+                self.decide = Some(decide);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the buffers of `bufs`, in order, each a message, run by run of one half; leaves
+    /// `bufs` empty (its capacity kept).
+    fn send_runs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
+        let mut rest = bufs.drain(..).peekable();
+        while let Some(first) = rest.next() {
+            let (len, half) = (first.len(), self.half(first.len()));
+            let mut run = std::mem::take(&mut self.run);
+            run.push(first);
+            // The same size goes on the same half: the common case is one run per batch.
+            while let Some(b) = rest.next_if(|b| b.len() == len) {
+                run.push(b);
+            }
+            let r = self.send_run(half, &mut run);
+            run.clear();
+            self.run = run;
+            r?;
+        }
         Ok(())
     }
 
-    /// Zero-copy sends not yet completed, on the socket and on the ring.
-    #[inline]
-    fn zc_inflight(&self) -> usize {
-        self.blocking.outstanding()
-            + self
-                .ring
-                .as_ref()
-                .map_or(0, |r| r.driver.state(r.id).zc_inflight())
+    /// Sends one run of buffers on `half`.
+    fn send_run(&mut self, half: Half, run: &mut Vec<Buf>) -> Result<()> {
+        let n = run.len() as u64;
+        match half {
+            Half::Ring => {
+                let r = self.ring.as_mut().expect("a ring half has a ring");
+                r.driver.push_bufs(r.id, run)?;
+                self.on_ring = true;
+            }
+            Half::Copy => {
+                self.flush_ring()?;
+                let inflight = self.blocking.outstanding();
+                let len = run[0].len();
+                if self.decide().tier(len) == Strategy::Copy {
+                    // A copy tier is copied whatever the decisions' state: the first send is
+                    // decided (it may be a switch), the rest counted at once, as deciding
+                    // each would count them.
+                    self.decide().choose(len, inflight);
+                    self.decide().count_copies(n - 1);
+                    for b in run.drain(..) {
+                        self.blocking.send_copy_buf(b)?;
+                    }
+                } else {
+                    for b in run.drain(..) {
+                        self.decide().choose(len, inflight);
+                        self.blocking.send_copy_buf(b)?;
+                    }
+                }
+                if inflight > 0 {
+                    self.feedback();
+                }
+            }
+            Half::MsgZerocopy => {
+                self.flush_ring()?;
+                for b in run.drain(..) {
+                    let (len, inflight) = (b.len(), self.blocking.outstanding());
+                    if self.decide().choose(len, inflight).avoids_send_copy() {
+                        self.blocking.send_fields(Fields::One(b), len)?;
+                    } else {
+                        self.blocking.send_copy_buf(b)?;
+                    }
+                    self.feedback();
+                }
+            }
+        }
+        self.counted(n);
+        Ok(())
     }
 
-    /// Counts a send; every 4096 sends, refreshes the merged counters.
+    /// Sends a message of several fields on the half its size's tier uses.
+    fn send_fields(&mut self, mut f: Vec<Buf>) -> Result<()> {
+        let len: usize = f.iter().map(Buf::len).sum();
+        match self.half(len) {
+            Half::Ring => {
+                let r = self.ring.as_mut().expect("a ring half has a ring");
+                r.driver.push_message(r.id, &mut f)?;
+                r.driver.submit_ready(r.id)?;
+                r.driver.conn_error(r.id)?;
+                self.on_ring = true;
+            }
+            _ => {
+                self.flush_ring()?;
+                let inflight = self.blocking.outstanding();
+                let zc = self.decide().choose(len, inflight).avoids_send_copy();
+                self.blocking.send_as(Msg::Fields(f), zc)?;
+                self.feedback();
+            }
+        }
+        self.counted(1);
+        Ok(())
+    }
+
+    /// Counts sends; every 4096, refreshes the merged counters.
     #[inline]
-    fn counted(&mut self) {
-        self.sends += 1;
-        if self.sends.is_multiple_of(4096) {
+    fn counted(&mut self, n: u64) {
+        let before = self.sends / 4096;
+        self.sends += n;
+        if self.sends / 4096 != before {
             self.refresh();
         }
     }
 
     /// Puts every byte queued on the ring on the socket.
     fn flush_ring(&mut self) -> Result<()> {
-        if let Some(r) = &mut self.ring {
+        if let (Some(r), true) = (&mut self.ring, self.on_ring) {
             r.driver.flush(r.id)?;
         }
         self.on_ring = false;
         Ok(())
     }
 
-    /// Passes the halves' new completions and memory refusals on to the decisions (a few
-    /// integer comparisons when nothing changed).
+    /// Passes the blocking half's new completions and memory refusals on to the decisions (a
+    /// few integer comparisons when nothing changed). The ring's go to its chooser directly.
     fn feedback(&mut self) {
         let b = self.blocking.stats();
-        self.blocking_seen
-            .feed(b, b.fallbacks.enobufs, &mut self.decide);
-        if let Some(r) = &mut self.ring {
-            let s = r.driver.stats(r.id);
-            r.seen.feed(s, s.fallbacks.enomem, &mut self.decide);
+        let now = Seen {
+            completions: b.zc_completions,
+            copied: b.zc_copied,
+            no_memory: b.fallbacks.enobufs,
+        };
+        let was = std::mem::replace(&mut self.seen, now);
+        if now.completions > was.completions {
+            let copied = now.copied.saturating_sub(was.copied);
+            self.decide()
+                .on_completions(now.completions - was.completions, copied);
+        }
+        for _ in was.no_memory..now.no_memory {
+            self.decide().on_no_memory();
         }
     }
 
     /// Recomputes the merged stats.
     fn refresh(&mut self) {
-        self.decide
-            .count_copies(std::mem::take(&mut self.copy_streak));
         let mut s = self.blocking.stats().clone();
         if let Some(r) = &self.ring {
-            s.merge(r.driver.stats(r.id));
+            s.merge(r.driver.stats(r.id).expect("the ring's one connection"));
         }
         s.merge(&self.file_stats);
-        s.decisions = Some(*self.decide.decisions());
+        s.decisions = Some(*self.decide().decisions());
         self.stats = s;
-    }
-
-    fn send_on_ring(&mut self, msg: Msg, zerocopy: bool) -> Result<()> {
-        let Some(r) = self.ring() else {
-            return self.blocking.send_as(msg, zerocopy);
-        };
-        if r.zc.load(Ordering::Relaxed) != zerocopy {
-            // Queued buffers take the operation in force when their chain goes in.
-            r.driver.flush(r.id)?;
-            r.zc.store(zerocopy, Ordering::Relaxed);
-        }
-        let mut f = fields("adaptive", msg)?;
-        r.driver.push_message(r.id, &mut f)?;
-        // As `uring` does: a full batch goes in now, without waiting for the queue to fill.
-        r.driver.submit_ready()?;
-        let queued = r.driver.conn_error(r.id);
-        self.spare = f;
-        self.on_ring = true;
-        queued
-    }
-}
-
-impl Fields {
-    /// The message as a list of fields (one buffer goes into a list the path kept).
-    fn into_list(self, p: &mut MsgZerocopy) -> Vec<Buf> {
-        match self {
-            Fields::One(b) => {
-                let mut f = p.take_fields();
-                f.push(b);
-                f
-            }
-            Fields::List(f) => f,
-        }
     }
 }
 
@@ -304,50 +325,39 @@ impl SendPath for AdaptivePath {
     }
 
     fn send(&mut self, msg: Msg) -> Result<()> {
-        match msg {
-            Msg::File { offset, len } => {
-                self.decide
-                    .count_copies(std::mem::take(&mut self.copy_streak));
-                self.copy_len = usize::MAX;
-                let Some(file) = self.file.clone() else {
-                    return Err(Error::Config(
-                        "the adaptive path sends file data with sendfile: give Options::file"
-                            .into(),
-                    ));
-                };
-                self.flush_ring()?;
-                self.decide.choose_file();
-                sendfile_all(
-                    self.blocking.socket(),
-                    &file,
-                    offset,
-                    len,
-                    &mut self.file_stats,
-                )?;
-                self.feedback();
-            }
-            Msg::Fields(f) => {
-                let len: usize = f.iter().map(Buf::len).sum();
-                return self.send_memory(Fields::List(f), len);
-            }
-        }
-        self.counted();
+        let (offset, len) = match msg {
+            Msg::File { offset, len } => (offset, len),
+            f => return self.send_fields(fields("adaptive", f)?),
+        };
+        let Some(file) = self.file.clone() else {
+            return Err(Error::Config(
+                "the adaptive path sends file data with sendfile: give Options::file".into(),
+            ));
+        };
+        self.flush_ring()?;
+        self.decide().choose_file();
+        sendfile_all(
+            self.blocking.socket(),
+            &file,
+            offset,
+            len,
+            &mut self.file_stats,
+        )?;
+        self.feedback();
+        self.counted(1);
         Ok(())
     }
 
-    // Always inline: `send_bufs` then loops on a copy tier's system call as `copy` does.
-    #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
-        let len = b.len();
-        // The size the last send copied with nothing in flight: the common case below the
-        // crossover, sent as `copy` sends it (a copy send puts nothing in flight).
-        if len == self.copy_len {
-            self.copy_streak += 1;
-            self.blocking.send_copy_buf(b)?;
-            self.counted();
-            return Ok(());
-        }
-        self.send_memory(Fields::One(b), len)
+        let mut one = std::mem::take(&mut self.one);
+        one.push(b);
+        let r = self.send_runs(&mut one);
+        self.one = one;
+        r
+    }
+
+    fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
+        self.send_runs(bufs)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -359,40 +369,43 @@ impl SendPath for AdaptivePath {
 
     fn finish(&mut self, timeout: Duration) -> Result<()> {
         let r = self.flush_ring().and_then(|()| {
-            self.blocking.finish(timeout)?;
-            match &mut self.ring {
+            let blocking = self.blocking.finish(timeout);
+            let ring = match &mut self.ring {
                 Some(ring) => ring.driver.finish(timeout),
                 None => Ok(()),
-            }
+            };
+            blocking.and(ring)
         });
         self.feedback();
         self.refresh();
-        r
+        match r {
+            // Each half counted its own: report the whole path's.
+            Err(Error::Leaked { .. }) => Err(Error::Leaked {
+                buffers: self.stats.leaked_buffers,
+                stats: Box::new(self.stats.clone()),
+            }),
+            r => r,
+        }
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        if len == self.copy_len {
+        if self.half(len) != Half::Ring {
             return self.blocking.take_buf(len);
         }
-        let on_ring = matches!(self.decide.tier(len), Strategy::Uring | Strategy::UringZc);
-        let ring = if on_ring { self.ring() } else { None };
-        match ring {
-            Some(r) => {
-                if r.driver.state(r.id).free_bufs() == 0 && r.driver.state(r.id).zc_inflight() > 0 {
-                    // Completions that are ready may release a buffer.
-                    let _ = r.driver.run(false);
-                }
-                r.driver.take_buf(r.id, len)
-            }
-            None => self.blocking.take_buf(len),
+        let r = self.ring.as_mut().expect("a ring half has a ring");
+        let (zc_inflight, free) = r.driver.zc_and_free(r.id);
+        if free == 0 && zc_inflight > 0 {
+            // Completions that are ready may release a buffer.
+            let _ = r.driver.run(false);
+        }
+        match r.driver.take_buf(r.id, len) {
+            Ok(b) => b,
+            Err(_) => self.blocking.take_buf(len),
         }
     }
 
     fn take_fields(&mut self) -> Vec<Buf> {
-        match self.spare.capacity() {
-            0 => self.blocking.take_fields(),
-            _ => std::mem::take(&mut self.spare),
-        }
+        self.blocking.take_fields()
     }
 
     fn stats(&self) -> &SendStats {
@@ -412,5 +425,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: true,
     uses_fields: false,
     copies: None,
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| Ok(Box::new(AdaptivePath::new(sock, opts))),
 };

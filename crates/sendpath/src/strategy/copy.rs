@@ -91,5 +91,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::USER_SEND),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, _| Ok(Box::new(Copy::new(sock))),
 };

@@ -92,5 +92,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: true,
     copies: Some(super::copies::GATHER),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, _| Ok(Box::new(Gather::new(sock))),
 };

@@ -87,6 +87,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::MMAP_SEND),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| {
         Ok(Box::new(MmapSend::new(
             sock,

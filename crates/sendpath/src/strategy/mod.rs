@@ -13,17 +13,17 @@ mod uring;
 mod uring_splice;
 mod uring_zc;
 mod vmsplice;
+mod write;
+
+use write::{send_all, send_counted, sendmsg_all, sendmsg_counted, sendmsg_one};
 
 use crate::buffer::Buf;
 use crate::policy::adaptive::AdaptiveConfig;
 use crate::policy::InflightLimits;
 use crate::profile::Profile;
-use crate::sys::SendFlags;
-use crate::{sys, Error, Result, SendStats, Socket};
+use crate::{Error, Result, SendStats, Socket};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io;
-use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 /// Where a path takes its bytes from.
@@ -80,11 +80,32 @@ impl Msg {
     }
 }
 
-/// A way of putting bytes on a connected TCP socket.
+/// A way of putting bytes on a connected socket: what [`open`] returns.
 ///
 /// Paths own their socket. `send` may return before the bytes are on the socket (io_uring paths
 /// batch requests); `flush` makes sure they are; `finish` also waits, for at most the given
-/// time, until the kernel has released every zero-copy buffer.
+/// time, until the kernel has released every zero-copy buffer, and `close` does that and hands
+/// back the final counts.
+///
+/// ```no_run
+/// use sendpath::{open, FileRange, Msg, Options, Strategy};
+/// use std::sync::Arc;
+///
+/// let file = Arc::new(std::fs::File::open("video.mp4")?);
+/// let opts = Options { file: Some(file), ..Options::default() };
+/// let mut path = open(Strategy::Sendfile, std::net::TcpStream::connect("127.0.0.1:9000")?, &opts)?;
+/// path.send_ranges(&[FileRange { offset: 0, len: 1 << 20 }])?; // no byte through user memory
+/// let mut memory = open(Strategy::Gather, std::net::TcpStream::connect("127.0.0.1:9001")?, &Options::default())?;
+/// let mut fields = memory.take_fields();
+/// for part in [b"head".as_slice(), b"body"] {
+///     let mut b = memory.take_buf(part.len());
+///     b.as_mut_slice().copy_from_slice(part);
+///     fields.push(b);
+/// }
+/// memory.send(Msg::Fields(fields))?; // one sendmsg, one iovec per field
+/// println!("{:?}", memory.close(std::time::Duration::from_secs(1))?.summary());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait SendPath: Send {
     /// The stable name (`copy`, `msg-zerocopy`, ...). A path that fell back to another at open
     /// time reports the name of the one it runs.
@@ -146,11 +167,33 @@ pub trait SendPath: Send {
     }
 
     /// Flushes, then waits up to `timeout` for every outstanding zero-copy completion. Buffers
-    /// the kernel has not released by then are leaked (never reused) and counted in
-    /// [`SendStats::leaked_buffers`].
+    /// the kernel has not released by then are leaked (never reused, since the kernel may
+    /// still read them), counted in [`SendStats::leaked_buffers`], and reported as
+    /// [`Error::Leaked`].
     fn finish(&mut self, timeout: Duration) -> Result<()> {
         let _ = timeout;
         self.flush()
+    }
+
+    /// [`finish`](SendPath::finish)es, then closes the path (and its socket), handing back what
+    /// it did. Buffers the kernel still held at the deadline are an [`Error::Leaked`] that
+    /// carries the same final counts. A path dropped without this waits for nothing long,
+    /// and counts what it leaks in [`leaked_on_drop`](crate::leaked_on_drop).
+    ///
+    /// ```no_run
+    /// # fn f(path: Box<dyn sendpath::SendPath>) -> sendpath::Result<()> {
+    /// match path.close(std::time::Duration::from_secs(2)) {
+    ///     Ok(stats) => println!("{} bytes, {:?} copied", stats.bytes, stats.copied_fraction()),
+    ///     Err(sendpath::Error::Leaked { buffers, stats }) => {
+    ///         eprintln!("{buffers} buffers still in the kernel after {} bytes", stats.bytes)
+    ///     }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn close(mut self: Box<Self>, timeout: Duration) -> Result<SendStats> {
+        self.finish(timeout)?;
+        Ok(self.stats().clone())
     }
 
     /// A buffer of `len` bytes to fill and send: one the kernel has released, or a new one.
@@ -283,6 +326,18 @@ impl Strategy {
         self.info().copies
     }
 
+    /// Whether the path runs on a [`UringDriver`](crate::UringDriver), so
+    /// [`UringDriver::add`](crate::UringDriver::add) takes it for a connection of a ring with
+    /// many (`uring`, `uring-zc`, `adaptive`).
+    ///
+    /// ```
+    /// assert!(sendpath::Strategy::UringZc.on_ring());
+    /// assert!(!sendpath::Strategy::Sendfile.on_ring());
+    /// ```
+    pub fn on_ring(self) -> bool {
+        crate::send::Chooser::for_strategy(self, &Options::default()).is_some()
+    }
+
     /// Whether a message is naturally several fields for this path (the paths that differ in
     /// how they put fields together); others send one contiguous buffer.
     pub fn uses_fields(self) -> bool {
@@ -371,7 +426,9 @@ pub(crate) struct PathInfo {
     /// The moves of the payload it makes by construction; `None` when it depends on each
     /// send (adaptive).
     copies: Option<&'static [DataCopy]>,
-    /// Opens the path on a socket already in blocking mode.
+    /// How it waits for socket space: what it needs of the socket's mode.
+    waits: crate::socket::Waits,
+    /// Opens the path on a socket [`Socket::check`] found fit for it.
     open: fn(Socket, &Options) -> Result<Box<dyn SendPath>>,
 }
 
@@ -404,8 +461,8 @@ pub struct Options {
     /// Send SEND_ZC from registered (fixed) buffers.
     pub uring_fixed_buffers: bool,
     /// How a connection's queued sends keep their order on io_uring; `None` for the fastest
-    /// the kernel has (vectored, else linked: [`crate::engine::UringDriver::order`]).
-    pub uring_order: Option<crate::engine::Order>,
+    /// the kernel has (vectored, else linked: [`Order`](crate::Order)).
+    pub uring_order: Option<crate::Order>,
     /// Pipe size for splice and vmsplice (the kernel may grant less).
     pub pipe_size: usize,
     /// The file for file paths (and for `adaptive`'s file data).
@@ -444,9 +501,9 @@ pub fn open(
     opts: &Options,
 ) -> Result<Box<dyn SendPath>> {
     let sock: Socket = sock.into();
-    sock.set_blocking()
-        .map_err(Error::sys("fcntl(O_NONBLOCK)"))?;
-    (strategy.info().open)(sock, opts)
+    let info = strategy.info();
+    sock.check(info.waits)?;
+    (info.open)(sock, opts)
 }
 
 /// The file of a file path, or the error that says to give one.
@@ -455,182 +512,6 @@ fn required_file(path: &str, opts: &Options) -> Result<std::sync::Arc<File>> {
         Error::Config(format!(
             "the {path} path sends from a file: give Options::file"
         ))
-    })
-}
-
-/// `send()` until every byte of `buf` is on the socket.
-#[inline]
-fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats) -> Result<()> {
-    while !buf.is_empty() {
-        match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
-            Ok(n) => {
-                if n < buf.len() {
-                    stats.short_sends += 1;
-                }
-                buf = &buf[n..];
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::sys("send")(e)),
-        }
-    }
-    Ok(())
-}
-
-/// [`send_all`] of one whole message, counted as a send of its bytes. One `send()` sends it
-/// all, almost always; the loop of a short or interrupted send is out of line
-/// ([`send_rest`]), so the common case is the system call and two adds.
-#[inline(always)]
-fn send_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
-    match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
-        Ok(n) if n == buf.len() => {}
-        first => send_rest(fd, buf, first, stats)?,
-    }
-    stats.sends += 1;
-    stats.bytes += buf.len() as u64;
-    Ok(())
-}
-
-/// Finishes sending `buf` after a first `send()` that returned `first` without sending it all.
-#[cold]
-#[inline(never)]
-fn send_rest(
-    fd: BorrowedFd<'_>,
-    buf: &[u8],
-    first: io::Result<usize>,
-    stats: &mut SendStats,
-) -> Result<()> {
-    match first {
-        Ok(n) => {
-            stats.short_sends += 1;
-            send_all(fd, &buf[n..], stats)
-        }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => send_all(fd, buf, stats),
-        Err(e) => Err(Error::sys("send")(e)),
-    }
-}
-
-/// One `sendmsg()` of one buffer (as `gather` sends a one-field message) until every byte is
-/// on the socket, counted as a send of its bytes ([`sendmsg_one`]).
-#[inline(always)]
-fn sendmsg_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
-    let (_, sent) = sendmsg_one(fd, buf, SendFlags::default(), stats);
-    sent.map_err(Error::sys("sendmsg"))?;
-    stats.sends += 1;
-    stats.bytes += buf.len() as u64;
-    Ok(())
-}
-
-/// [`sendmsg_all`] of one buffer: one `sendmsg()` inline, which almost always sends it all;
-/// a short or interrupted send goes on out of line ([`sendmsg_one_rest`]), with the same
-/// count of calls and the same `ENOBUFS` rule.
-#[inline(always)]
-fn sendmsg_one(
-    fd: BorrowedFd<'_>,
-    buf: &[u8],
-    flags: SendFlags,
-    stats: &mut SendStats,
-) -> (u32, io::Result<()>) {
-    if buf.is_empty() {
-        // No call, as `sendmsg_all` makes none: an empty zero-copy send would take no id.
-        return (0, Ok(()));
-    }
-    match sys::socket::sendmsg(fd, &[buf], flags | SendFlags::NOSIGNAL) {
-        Ok(n) if n == buf.len() => (1, Ok(())),
-        first => sendmsg_one_rest(fd, buf, flags, first, stats),
-    }
-}
-
-/// Finishes a one-buffer [`sendmsg_one`] whose first call returned `first` without sending it
-/// all.
-#[cold]
-#[inline(never)]
-fn sendmsg_one_rest(
-    fd: BorrowedFd<'_>,
-    buf: &[u8],
-    flags: SendFlags,
-    first: io::Result<usize>,
-    stats: &mut SendStats,
-) -> (u32, io::Result<()>) {
-    match first {
-        Ok(n) => {
-            stats.short_sends += 1;
-            sendmsg_from(fd, &[buf], flags, stats, n, 1)
-        }
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => sendmsg_all(fd, &[buf], flags, stats),
-        Err(e) => (0, Err(e)),
-    }
-}
-
-/// `sendmsg()` with `flags` until every byte of `bufs` is on the socket. Returns the number of
-/// calls that sent something (each `MSG_ZEROCOPY` call that does consumes one completion id)
-/// together with the outcome: on an error the count still says how many ids the message
-/// consumed, so the caller can hold its buffers until they are reported. An `ENOBUFS` after part
-/// of the message went zero-copy finishes the message by copy, counted as an `enobufs` fallback;
-/// before any byte went, it is returned to the caller to decide.
-#[inline]
-fn sendmsg_all(
-    fd: BorrowedFd<'_>,
-    bufs: &[&[u8]],
-    flags: SendFlags,
-    stats: &mut SendStats,
-) -> (u32, io::Result<()>) {
-    sendmsg_from(fd, bufs, flags, stats, 0, 0)
-}
-
-/// [`sendmsg_all`] after `calls` calls have sent the first `done` bytes of `bufs`.
-fn sendmsg_from(
-    fd: BorrowedFd<'_>,
-    bufs: &[&[u8]],
-    flags: SendFlags,
-    stats: &mut SendStats,
-    mut done: usize,
-    mut calls: u32,
-) -> (u32, io::Result<()>) {
-    let total: usize = bufs.iter().map(|b| b.len()).sum();
-    let mut scratch: Vec<&[u8]> = Vec::new();
-    while done < total {
-        // The first call sends the fields as given; only what a short send left is gathered.
-        let parts: &[&[u8]] = if done == 0 {
-            bufs
-        } else {
-            scratch.clear();
-            scratch.extend(rest(bufs, done));
-            &scratch
-        };
-        match sys::socket::sendmsg(fd, parts, flags | SendFlags::NOSIGNAL) {
-            Ok(n) => {
-                done += n;
-                calls += 1;
-                if done < total {
-                    stats.short_sends += 1;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if calls > 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
-                stats.fallbacks.enobufs += 1;
-                let left: Vec<&[u8]> = rest(bufs, done).collect();
-                return (calls, sendmsg_all(fd, &left, SendFlags::default(), stats).1);
-            }
-            Err(e) => return (calls, Err(e)),
-        }
-    }
-    (calls, Ok(()))
-}
-
-/// The parts of `bufs` after the first `skip` bytes.
-fn rest<'a, 'b>(
-    bufs: &'b [&'a [u8]],
-    mut skip: usize,
-) -> impl Iterator<Item = &'a [u8]> + use<'a, 'b> {
-    bufs.iter().filter_map(move |b| {
-        if skip >= b.len() {
-            skip -= b.len();
-            None
-        } else {
-            let part = &b[skip..];
-            skip = 0;
-            Some(part)
-        }
     })
 }
 

@@ -145,7 +145,7 @@ impl MsgZerocopy {
                 n,
                 now,
                 |f| f.put_into(pool),
-                |l| crate::metrics::record_ns(lat, l),
+                |l| crate::stats::record_ns(lat, l),
             );
             stats.notifications += 1;
             stats.zc_completions += r.completions;
@@ -270,18 +270,27 @@ impl MsgZerocopy {
         }
     }
 
-    fn drain(&mut self, timeout: Duration) {
+    /// Reads completions until none is outstanding or `timeout` passed; leaks (never reuses
+    /// or frees) the buffers still held then, counted. Returns how many it leaked.
+    fn drain(&mut self, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
+        let _ = self.reap(0);
         while self.held.outstanding() > 0 && Instant::now() < deadline {
-            if self.reap(10).is_err() {
+            let ms = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis();
+            if self.reap(ms.clamp(1, 10) as i32).is_err() {
                 break;
             }
         }
+        let mut leaked = 0;
         for f in self.held.abandon() {
             // The kernel may still read these pages: never reuse or free them.
-            self.stats.leaked_buffers += f.bufs().len() as u64;
+            leaked += f.bufs().len() as u64;
             std::mem::forget(f);
         }
+        self.stats.leaked_buffers += leaked;
+        leaked
     }
 }
 
@@ -308,8 +317,13 @@ impl SendPath for MsgZerocopy {
     }
 
     fn finish(&mut self, timeout: Duration) -> Result<()> {
-        self.drain(timeout);
-        Ok(())
+        match self.drain(timeout) {
+            0 => Ok(()),
+            buffers => Err(Error::Leaked {
+                buffers,
+                stats: Box::new(self.stats.clone()),
+            }),
+        }
     }
 
     #[inline]
@@ -345,12 +359,19 @@ impl SendPath for MsgZerocopy {
 }
 
 impl Drop for MsgZerocopy {
+    /// Waits at most [`DROP_GRACE`] for the completions still due, then leaks what the kernel
+    /// holds, counted in [`leaked_on_drop`](crate::leaked_on_drop): a drop never blocks for
+    /// long (close the path to wait, and to get the count as an error).
     fn drop(&mut self) {
         if self.held.outstanding() > 0 {
-            self.drain(Duration::from_secs(2));
+            let leaked = self.drain(DROP_GRACE);
+            crate::stats::count_leaked_on_drop(leaked);
         }
     }
 }
+
+/// The longest a dropped path waits for the kernel's last completions.
+pub(crate) const DROP_GRACE: Duration = Duration::from_millis(50);
 
 /// `msg-zerocopy` in the table of paths.
 pub(super) const INFO: super::PathInfo = super::PathInfo {
@@ -360,6 +381,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: true,
     uses_fields: true,
     copies: Some(super::copies::PAGES_BY_REFERENCE),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| {
         Ok(Box::new(MsgZerocopy::new(
             sock,

@@ -68,6 +68,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::READ_SEND),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| {
         Ok(Box::new(ReadSend::new(
             sock,

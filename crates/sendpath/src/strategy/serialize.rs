@@ -77,5 +77,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: true,
     copies: Some(super::copies::SERIALIZE),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, _| Ok(Box::new(Serialize::new(sock))),
 };

@@ -133,6 +133,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::PAGE_CACHE_BY_REFERENCE),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| {
         Ok(Box::new(Splice::new(
             sock,

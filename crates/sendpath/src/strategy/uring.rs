@@ -1,12 +1,12 @@
 //! `uring` and `uring-zc` as a [`SendPath`]: an [`UringDriver`] with one connection and a fixed
 //! choice of operation (SEND for `uring`, SEND_ZC for `uring-zc`). `send` queues; the driver
-//! keeps one linked chain of up to `uring_depth` requests in the kernel while the next fills,
-//! and a send waits only when the queue behind the chain is full.
+//! keeps one chain of up to `uring_depth` buffers in the kernel while the next fills (one
+//! vectored request, or linked requests: [`Order`](crate::Order)), and a send waits only when
+//! the queue behind the chain is full.
 
 use super::{fields, SendPath};
-use crate::engine::{Choice, ConnId, DriverConfig, UringDriver};
-use crate::Socket;
-use crate::{Buf, Msg, Options, Result, SendStats};
+use crate::driver::{ConnId, DriverConfig, UringDriver};
+use crate::{Buf, Msg, Options, Result, SendStats, Socket, Strategy};
 use std::time::Duration;
 
 /// A one-connection io_uring path.
@@ -20,17 +20,26 @@ pub(super) struct UringPath {
 }
 
 impl UringPath {
-    /// Opens `name` on `sock`: `choice` is the operation each send asks for. With
-    /// `Choice::ZeroCopy` on a kernel without SEND_ZC each send is an `unsupported` fallback.
+    /// Opens `name` on `sock`, sending as `strategy` (`uring` or `uring-zc`) does. `uring-zc`
+    /// on a kernel without SEND_ZC counts each send as an `unsupported` fallback.
     pub(super) fn new(
         name: &'static str,
         sock: Socket,
         opts: &Options,
-        choice: Choice,
+        strategy: Strategy,
         note: Option<String>,
     ) -> Result<UringPath> {
-        let mut driver = UringDriver::new(DriverConfig::from_options(opts, 1, choice))?;
-        let id = driver.add(sock, choice, opts.uring_report_usage)?;
+        let cfg = DriverConfig {
+            connections: 1,
+            ring_zc_inflight: None,
+            options: Options {
+                file: None,
+                profile: None,
+                ..opts.clone()
+            },
+        };
+        let mut driver = UringDriver::new(cfg)?;
+        let id = driver.add(sock, strategy)?;
         let note = match (note, driver.note()) {
             (Some(a), Some(b)) => Some(format!("{a}; {b}")),
             (a, b) => a.or(b),
@@ -50,7 +59,7 @@ pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
         "uring",
         sock,
         opts,
-        Choice::Copy,
+        Strategy::Uring,
         None,
     )?))
 }
@@ -69,19 +78,20 @@ impl SendPath for UringPath {
         self.driver.push_message(self.id, &mut f)?;
         self.spare = f;
         // A full batch goes in now, without waiting; a partial one waits for more or a flush.
-        self.driver.submit_ready()?;
+        self.driver.submit_ready(self.id)?;
         self.driver.conn_error(self.id)
     }
 
     fn send_buf(&mut self, b: Buf) -> Result<()> {
-        self.driver.push_waiting(self.id, b, true)?;
-        self.driver.submit_ready()?;
-        self.driver.conn_error(self.id)
+        self.spare.push(b);
+        let mut one = std::mem::take(&mut self.spare);
+        let r = self.driver.push_bufs(self.id, &mut one);
+        self.spare = one;
+        r
     }
 
     fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
-        self.driver.push_bufs(self.id, bufs)?;
-        self.driver.conn_error(self.id)
+        self.driver.push_bufs(self.id, bufs)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -94,12 +104,14 @@ impl SendPath for UringPath {
     }
 
     fn take_buf(&mut self, len: usize) -> Buf {
-        let st = self.driver.state(self.id);
-        if st.free_bufs() == 0 && st.zc_inflight() > 0 {
+        let (zc_inflight, free) = self.driver.zc_and_free(self.id);
+        if free == 0 && zc_inflight > 0 {
             // Completions that are ready may release a buffer; a failed ring just means none.
             let _ = self.driver.run(false);
         }
-        self.driver.take_buf(self.id, len)
+        self.driver
+            .take_buf(self.id, len)
+            .unwrap_or_else(|_| Buf::page_aligned(len, crate::buffer::FILL))
     }
 
     fn take_fields(&mut self) -> Vec<Buf> {
@@ -107,11 +119,15 @@ impl SendPath for UringPath {
     }
 
     fn stats(&self) -> &SendStats {
-        self.driver.stats(self.id)
+        self.driver
+            .stats(self.id)
+            .expect("the path's one connection")
     }
 
     fn socket(&self) -> &Socket {
-        self.driver.socket(self.id)
+        self.driver
+            .socket(self.id)
+            .expect("the path's one connection")
     }
 }
 
@@ -123,5 +139,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::USER_SEND),
+    waits: crate::socket::Waits::OnTheRing,
     open: |sock, opts| open(sock, opts),
 };

@@ -1,16 +1,13 @@
 //! `uring-splice`: file to pipe to socket as linked pairs of io_uring `SPLICE` on a ring of
-//! the path's own ([`UringDriver::splice`]): what `splice` does, a pipe-full per
+//! the path's own ([`UringDriver::send_file`]): what `splice` does, a pipe-full per
 //! `io_uring_enter` instead of two syscalls, the page references moving through the pipe
-//! without a copy. The rules of each pair are [`SpliceJob`]'s.
+//! without a copy.
 
 use super::{file_range, required_file, SendPath};
 use crate::buffer::BufPool;
-use crate::engine::{
-    Choice, ConnId, DriverConfig, Event, SpliceJob, SplicePipe, SpliceProgress, UringDriver,
-};
-use crate::{sys, Buf, Error, Msg, Options, Result, SendStats, Socket};
+use crate::driver::{ConnId, DriverConfig, Event, UringDriver};
+use crate::{Buf, Error, Msg, Options, Result, SendStats, Socket, Strategy};
 use std::fs::File;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// `uring-splice`. See the module docs.
@@ -18,8 +15,6 @@ pub(super) struct UringSplice {
     driver: UringDriver,
     id: ConnId,
     file: Arc<File>,
-    pipe: SplicePipe,
-    pipe_size: u64,
     events: Vec<Event>,
     writable: Vec<ConnId>,
     stats: SendStats,
@@ -29,17 +24,20 @@ pub(super) struct UringSplice {
 impl UringSplice {
     fn new(sock: Socket, opts: &Options) -> Result<UringSplice> {
         let file = required_file("uring-splice", opts)?;
-        let mut driver = UringDriver::new(DriverConfig::from_options(opts, 1, Choice::Copy))?;
-        let id = driver.add(sock, Choice::Copy, false)?;
-        let (read, write) = sys::file::pipe().map_err(Error::sys("pipe2"))?;
-        let pipe_size =
-            sys::file::set_pipe_size(write.as_fd(), opts.pipe_size).unwrap_or(64 * 1024) as u64;
+        let cfg = DriverConfig {
+            connections: 1,
+            ring_zc_inflight: None,
+            options: Options {
+                pipe_size: opts.pipe_size,
+                ..Options::default()
+            },
+        };
+        let mut driver = UringDriver::new(cfg)?;
+        let id = driver.add(sock, Strategy::Uring)?;
         Ok(UringSplice {
             driver,
             id,
             file,
-            pipe: SplicePipe { read, write },
-            pipe_size,
             events: Vec::new(),
             writable: Vec::new(),
             stats: SendStats::default(),
@@ -47,10 +45,10 @@ impl UringSplice {
         })
     }
 
-    /// Waits for the completions of the pair in flight (both, in the first wait); `Ok(true)`
-    /// when the job is done.
-    fn settle(&mut self, job: &mut SpliceJob) -> Result<bool> {
-        self.driver.submit_and_wait_for(2)?;
+    /// Runs the ring until the file send's end: its first pair in the one `io_uring_enter`
+    /// that submits it, the rest as they come.
+    fn settle(&mut self) -> Result<()> {
+        self.driver.enter_and_route(2, self.id)?;
         loop {
             // Room on the connection is not news here (nothing is queued on it), but left
             // unread it would keep the next pass from waiting.
@@ -58,18 +56,8 @@ impl UringSplice {
             self.writable.clear();
             self.driver.take_events(&mut self.events);
             for e in self.events.drain(..) {
-                let Event::Spliced { into_pipe, res, .. } = e else {
-                    continue;
-                };
-                match job.on_spliced(into_pipe, res) {
-                    Ok(SpliceProgress::Waiting) => {}
-                    Ok(SpliceProgress::Next) => return Ok(false),
-                    Ok(SpliceProgress::Done) => return Ok(true),
-                    Err(f) => {
-                        return Err(Error::sys("io_uring SPLICE")(std::io::Error::other(
-                            f.to_string(),
-                        )))
-                    }
+                if let Event::FileSent { result, .. } = e {
+                    return result.map(drop).map_err(Error::sys("io_uring SPLICE"));
                 }
             }
             self.driver.run(true)?;
@@ -88,23 +76,10 @@ impl SendPath for UringSplice {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let (offset, len) = file_range(self.name(), msg)?;
-        let mut job = SpliceJob::new(offset, len as u64, 0);
-        while !job.is_done() {
-            let step = job
-                .next(self.pipe_size)
-                .map_err(|f| Error::Config(format!("uring-splice: {f} (raise --pipe-size)")))?;
-            self.driver.splice(
-                self.id,
-                self.file.as_fd(),
-                step.offset,
-                step.len,
-                &self.pipe,
-                step.in_pipe,
-            )?;
-            if self.settle(&mut job)? {
-                break;
-            }
-        }
+        let file = self.file.clone();
+        self.driver
+            .send_file(self.id, &[], file, offset, len as u64)?;
+        self.settle()?;
         self.stats.sends += 1;
         self.stats.bytes += len as u64;
         Ok(())
@@ -119,7 +94,9 @@ impl SendPath for UringSplice {
     }
 
     fn socket(&self) -> &Socket {
-        self.driver.socket(self.id)
+        self.driver
+            .socket(self.id)
+            .expect("the path's one connection")
     }
 }
 
@@ -131,5 +108,6 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::PAGE_CACHE_BY_REFERENCE),
+    waits: crate::socket::Waits::InTheKernel,
     open,
 };

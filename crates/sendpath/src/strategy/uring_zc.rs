@@ -1,4 +1,4 @@
-//! `uring-zc`: io_uring SEND_ZC on the [`UringDriver`](crate::engine::UringDriver), with usage
+//! `uring-zc`: io_uring SEND_ZC on the [`UringDriver`](crate::UringDriver), with usage
 //! reporting (`IORING_SEND_ZC_REPORT_USAGE`) when the kernel has it, so a notification says
 //! whether the kernel copied after all. The ring is probed at open time: without SEND_ZC the
 //! path runs as `uring` (each send counted as an `unsupported` fallback); without io_uring at
@@ -6,10 +6,8 @@
 
 use super::uring::UringPath;
 use super::SendPath;
-use crate::engine::Choice;
 use crate::sys::uring::{OpSupport, SendRing};
-use crate::Socket;
-use crate::{probe, Options, Result};
+use crate::{probe, Options, Result, Socket, Strategy};
 
 /// What to run, decided from the probe alone.
 #[derive(Debug, PartialEq, Eq)]
@@ -66,7 +64,7 @@ pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
             "uring",
             sock,
             opts,
-            Choice::ZeroCopy,
+            Strategy::UringZc,
             Some(note),
         )?),
         Plan::SendZc { report_usage, note } => {
@@ -78,7 +76,7 @@ pub(super) fn open(sock: Socket, opts: &Options) -> Result<Box<dyn SendPath>> {
                 "uring-zc",
                 sock,
                 &opts,
-                Choice::ZeroCopy,
+                Strategy::UringZc,
                 note,
             )?)
         }
@@ -93,6 +91,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: true,
     uses_fields: false,
     copies: Some(super::copies::PAGES_BY_REFERENCE),
+    waits: crate::socket::Waits::OnTheRing,
     open: |sock, opts| open(sock, opts),
 };
 

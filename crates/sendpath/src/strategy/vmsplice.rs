@@ -123,6 +123,7 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     has_zc_completions: false,
     uses_fields: false,
     copies: Some(super::copies::PAGES_BY_REFERENCE),
+    waits: crate::socket::Waits::InTheKernel,
     open: |sock, opts| Ok(Box::new(Vmsplice::new(sock, opts.pipe_size)?)),
 };
 

@@ -2,7 +2,8 @@
 //! MSG_ZEROCOPY sent out of a veth whose peer is down, inside a network namespace this test
 //! creates (the frames are dropped before any local stack, so the kernel never copies them).
 
-use crate::completion::{ZcNotification, ZcTracker};
+use crate::completion::zerocopy::ZcTracker;
+use crate::completion::ZcNotification;
 use crate::sys;
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
@@ -127,8 +128,7 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
     };
     let path = format!("/run/netns/{}", ns.0);
     // A profile that expects real zero-copy from 1 KiB (as one calibrated across a NIC would).
-    let mut profile = Profile::defaults();
-    profile.tiers = vec![
+    let tiers = vec![
         Tier {
             from_bytes: 0,
             path: Strategy::Copy,
@@ -138,6 +138,7 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
             path: Strategy::MsgZerocopy,
         },
     ];
+    let profile = Profile::from_tiers(tiers, false).unwrap();
     let stats = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).expect("open netns");
         sendpath_host::thread::enter_netns(f.as_fd()).expect("setns");

@@ -38,17 +38,6 @@ pub(crate) fn shutdown(fd: BorrowedFd<'_>, how: std::net::Shutdown) -> io::Resul
     cvt(unsafe { libc::shutdown(fd.as_raw_fd(), how) }).map(drop)
 }
 
-/// `fcntl(fd, F_SETFL, flags & !O_NONBLOCK)`. See fcntl(2).
-pub(crate) fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: F_GETFL takes no argument and reads nothing from our memory.
-    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
-    if flags & libc::O_NONBLOCK == 0 {
-        return Ok(());
-    }
-    // SAFETY: F_SETFL takes an int argument; no memory is passed.
-    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) }).map(drop)
-}
-
 /// `setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, 1)`: allows `MSG_ZEROCOPY` on this socket.
 /// See msg_zerocopy.rst in the kernel documentation.
 pub(crate) fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -45,7 +45,7 @@ pub(crate) fn pattern_file(len: usize) -> Arc<std::fs::File> {
 /// What a run produced.
 pub(crate) struct Outcome {
     pub verifier: Verifier,
-    pub stats: sendpath::metrics::SendStatsSummary,
+    pub stats: sendpath::SendStatsSummary,
     pub name: &'static str,
     pub note: Option<String>,
     pub sent: u64,

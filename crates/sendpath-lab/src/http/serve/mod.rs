@@ -1,7 +1,7 @@
 //! `sendpath serve`: an HTTP/1.1 keep-alive server answering every GET with the same body, one
 //! worker thread per CPU, each with its own `SO_REUSEPORT` listener.
 //!
-//! The io_uring modes (`copy`, `uring`, `uring-zc`) run one [`UringDriver`](sendpath::engine::UringDriver) per worker:
+//! The io_uring modes (`copy`, `uring`, `uring-zc`) run one [`UringDriver`](sendpath::UringDriver) per worker:
 //! multishot accept, multishot receive into a provided buffer ring, and the responses through
 //! each connection's send state, so pipelined requests are answered in order and one
 //! `io_uring_enter` submits the responses of every connection that has some. `uring` sends
@@ -16,7 +16,7 @@ mod ring;
 mod worker;
 
 use crate::cancel::Cancel;
-use sendpath::metrics::SendStatsSummary;
+use sendpath::SendStatsSummary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -113,7 +113,7 @@ pub struct ServeConfig {
     /// The server stops by itself after this long.
     pub duration: Duration,
     /// The host profile `--send adaptive` decides from (`None`: the defaults).
-    pub profile: Option<std::sync::Arc<sendpath::profile::Profile>>,
+    pub profile: Option<std::sync::Arc<sendpath::Profile>>,
 }
 
 /// What a run of `serve` did, summed over workers.

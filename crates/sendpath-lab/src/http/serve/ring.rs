@@ -7,16 +7,14 @@ use super::worker::{Activity, Base, Counts, Gauge, Responses, WorkerResult, MAX_
 use super::{SendMode, ServeConfig};
 use crate::cancel::Cancel;
 use crate::http::{parse_request, Heads, Parsed, Refusal, MAX_HEAD};
-use sendpath::engine::{
-    Choice, ConnId, ConnState, DriverConfig, Event, Fixed, RecvBuf, RecvConfig, SpliceFailure,
-    SpliceJob, SplicePipe, SpliceProgress, UringDriver,
+use sendpath::{
+    ConnId, DriverConfig, Event, Options, RecvBuf, RecvConfig, Socket, Strategy, UringDriver,
 };
-use sendpath::policy::InflightLimits;
-use sendpath::Socket;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connection's state in a ring worker.
@@ -34,10 +32,8 @@ struct Client {
     close_when_flushed: bool,
     /// For the idle sweep.
     activity: Activity,
-    /// `--file`: the pipe the body is spliced through, and its size.
-    pipe: Option<(SplicePipe, u64)>,
-    /// The response being spliced.
-    job: Option<SpliceJob>,
+    /// `--file`: a response's file is being spliced out.
+    sending_file: bool,
 }
 
 impl Client {
@@ -49,8 +45,7 @@ impl Client {
             refusal: None,
             close_when_flushed: false,
             activity: Activity::new(now),
-            pipe: None,
-            job: None,
+            sending_file: false,
         }
     }
 }
@@ -63,8 +58,8 @@ struct Ring<'a> {
     base: Base<'a>,
     /// The owed responses of a connection gathered into one buffer.
     scratch: Vec<u8>,
-    /// What a new connection's send state is built with (`adaptive`'s profile).
-    opts: sendpath::Options,
+    /// What a connection sends with: `uring`, `uring-zc` or `adaptive`.
+    strategy: Strategy,
     /// The clock, read once per pass.
     now: Instant,
 }
@@ -103,11 +98,13 @@ impl<'a> Ring<'a> {
         let zc = matches!(cfg.send, SendMode::UringZc | SendMode::Adaptive);
         let mut d = match UringDriver::new(DriverConfig {
             connections: cfg.max_connections.min(4096),
-            depth: cfg.depth,
-            inflight: InflightLimits::default(),
-            fixed_buffers: zc,
             ring_zc_inflight: zc.then_some(cfg.zc_inflight),
-            order: None,
+            options: Options {
+                uring_depth: cfg.depth,
+                uring_fixed_buffers: zc,
+                profile: cfg.profile.clone(),
+                ..Options::default()
+            },
         }) {
             Ok(d) => d,
             Err(e) => return Err(Box::new((base, format!("io_uring setup: {e}")))),
@@ -122,15 +119,16 @@ impl<'a> Ring<'a> {
         if let Err(e) = d.provide_recv_buffers(recv) {
             return Err(Box::new((base, format!("{e}"))));
         }
-        if let Err(e) = d.listen(Socket::from(listener)) {
+        if let Err(e) = d.listen(std::net::TcpListener::from(listener)) {
             return Err(Box::new((base, format!("{e}"))));
         }
         if zc && !base.r.inline {
             d.register(&mut base.r.body);
         }
-        let opts = sendpath::Options {
-            profile: cfg.profile.clone(),
-            ..sendpath::Options::default()
+        let strategy = match cfg.send {
+            SendMode::Adaptive => Strategy::Adaptive,
+            SendMode::UringZc => Strategy::UringZc,
+            _ => Strategy::Uring,
         };
         Ok(Ring {
             cfg,
@@ -138,7 +136,7 @@ impl<'a> Ring<'a> {
             clients: Vec::new(),
             base,
             scratch: Vec::new(),
-            opts,
+            strategy,
             now: Instant::now(),
         })
     }
@@ -150,7 +148,7 @@ impl<'a> Ring<'a> {
         while !cancel.is_cancelled() && self.now < self.base.end {
             if self.base.c.batched {
                 // No more completions can be waited for than connections could send requests.
-                let nr = self.cfg.wait_nr.min(self.d.open_connections());
+                let nr = self.cfg.wait_nr.min(self.d.len());
                 self.d.batch_waits(nr, self.cfg.min_wait);
             }
             self.d
@@ -190,13 +188,19 @@ impl<'a> Ring<'a> {
                     self.respond(conn);
                 }
             }
-            Event::Spliced {
-                conn,
-                into_pipe,
-                res,
-            } => {
-                self.on_spliced(conn, into_pipe, res);
-                self.respond(conn);
+            Event::FileSent { conn, result } => {
+                if let Some(cl) = client(&mut self.clients, conn) {
+                    cl.sending_file = false;
+                }
+                // A file that ended early (it shrank) would leave a short body under its
+                // Content-Length and corrupt the stream: the connection ends either way.
+                match result {
+                    Ok(_) => self.respond(conn),
+                    Err(e) => {
+                        self.base.c.ended(e.raw_os_error());
+                        self.d.close(conn);
+                    }
+                }
             }
             Event::Closed(id) => {
                 // Only if the slot still holds that connection, not a later one at the same
@@ -206,8 +210,10 @@ impl<'a> Ring<'a> {
                         *x = None;
                     }
                 }
-                open.set(self.d.open_connections());
+                open.set(self.d.len());
             }
+            // Events of what this worker does not ask for (none today).
+            _ => {}
         }
     }
 
@@ -215,27 +221,18 @@ impl<'a> Ring<'a> {
     fn accept(&mut self, sock: Socket, open: &Gauge<'_>) {
         let c = &mut self.base.c;
         c.accepted += 1;
-        if self.d.open_connections() >= self.cfg.max_connections {
+        if self.d.len() >= self.cfg.max_connections {
             c.rejected += 1;
             return;
         }
         let _ = rustix::net::sockopt::set_tcp_nodelay(&sock, true);
-        let chooser: Box<dyn sendpath::engine::Choose> = match self.cfg.send {
-            SendMode::Adaptive => {
-                sendpath::engine::chooser_for(sendpath::Strategy::Adaptive, &self.opts)
-                    .expect("adaptive runs on the ring")
-            }
-            SendMode::UringZc => Box::new(Fixed(Choice::ZeroCopy)),
-            _ => Box::new(Fixed(Choice::Copy)),
-        };
-        let state = ConnState::new(self.d.state_config(true), chooser);
-        match self.d.add_receiving(sock, state) {
+        match self.d.add_receiving(sock, self.strategy) {
             Ok(id) => {
                 if self.clients.len() <= id.index() {
                     self.clients.resize_with(id.index() + 1, || None);
                 }
                 self.clients[id.index()] = Some(Client::new(id, self.now));
-                open.set(self.d.open_connections());
+                open.set(self.d.len());
             }
             Err(e) => c.accept_error(&std::io::Error::other(e.to_string())),
         }
@@ -295,7 +292,7 @@ impl<'a> Ring<'a> {
             conn,
         };
         if let Some(file) = &base.r.file {
-            if s.cl.job.is_some() {
+            if s.cl.sending_file {
                 return;
             }
             if let Some(head_only) = s.cl.owed.pop_front() {
@@ -316,41 +313,9 @@ impl<'a> Ring<'a> {
             queued |= s.queue_refusal();
         }
         if queued {
-            s.d.request_flush(conn);
+            let _ = s.d.request_flush(conn);
         }
         s.close_when_done();
-    }
-
-    /// One half of a splice completed on `conn`.
-    fn on_spliced(&mut self, conn: ConnId, into_pipe: bool, res: i32) {
-        let Ring {
-            d, clients, base, ..
-        } = self;
-        let (Some(cl), Some(file)) = (client(clients, conn), base.r.file.as_ref()) else {
-            return;
-        };
-        let Some(job) = cl.job.as_mut() else { return };
-        let progress = job.on_spliced(into_pipe, res);
-        let mut s = Serving {
-            d,
-            cl,
-            c: &mut base.c,
-            conn,
-        };
-        match progress {
-            Ok(SpliceProgress::Waiting) => {}
-            Ok(SpliceProgress::Done) => s.cl.job = None,
-            Ok(SpliceProgress::Next) => s.next_splice(file),
-            Err(f) => {
-                // A file that ended early (it shrank) would leave a short body under its
-                // Content-Length and corrupt the stream: the connection ends either way.
-                if let SpliceFailure::Os(e) = f {
-                    s.c.ended(Some(e));
-                }
-                s.cl.job = None;
-                s.d.close(conn);
-            }
-        }
     }
 
     /// Closes the connections idle past `--idle-timeout`.
@@ -359,7 +324,7 @@ impl<'a> Ring<'a> {
             if !self.d.is_open(cl.id) {
                 continue;
             }
-            let waiting = !self.d.state(cl.id).is_flushed() || cl.job.is_some();
+            let waiting = !self.d.is_flushed(cl.id);
             if cl
                 .activity
                 .timed_out(waiting, self.now, self.cfg.idle_timeout)
@@ -378,7 +343,7 @@ impl<'a> Ring<'a> {
         }
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut events = Vec::new();
-        while self.d.open_connections() > 0 && Instant::now() < deadline {
+        while !self.d.is_empty() && Instant::now() < deadline {
             if self.d.run_for(Duration::from_millis(10)).is_err() {
                 break;
             }
@@ -458,15 +423,18 @@ impl Serving<'_> {
             self.c.requests += 1;
         }
         self.c.response_bytes += scratch.len() as u64;
-        let sent = if mode == SendMode::Copy && self.d.state(self.conn).is_flushed() {
-            send_now(self.d.socket(self.conn), scratch)
-        } else {
-            0
+        let sent = match self.d.socket(self.conn) {
+            Ok(sock) if mode == SendMode::Copy && self.d.is_flushed(self.conn) => {
+                send_now(sock, scratch)
+            }
+            _ => 0,
         };
         if sent == scratch.len() {
             return false;
         }
-        let mut b = self.d.take_buf(self.conn, scratch.len() - sent);
+        let Ok(mut b) = self.d.take_buf(self.conn, scratch.len() - sent) else {
+            return false;
+        };
         b.as_mut_slice().copy_from_slice(&scratch[sent..]);
         let _ = self.d.push(self.conn, b, true);
         true
@@ -482,7 +450,7 @@ impl Serving<'_> {
         self.cl.owed.pop_front();
         self.c.requests += 1;
         let head = r.heads.ok();
-        let mut b = self.d.take_buf(self.conn, head.len());
+        let mut b = self.d.take_buf(self.conn, head.len()).ok()?;
         b.as_mut_slice().copy_from_slice(head);
         self.c.response_bytes += head.len() as u64;
         let _ = self.d.push(self.conn, b, head_only);
@@ -504,7 +472,9 @@ impl Serving<'_> {
             return false;
         }
         let bytes = Heads::refusal(why);
-        let mut b = self.d.take_buf(self.conn, bytes.len());
+        let Ok(mut b) = self.d.take_buf(self.conn, bytes.len()) else {
+            return false;
+        };
         b.as_mut_slice().copy_from_slice(&bytes);
         let _ = self.d.push(self.conn, b, true);
         self.cl.close_when_flushed = true;
@@ -517,73 +487,30 @@ impl Serving<'_> {
         if cl.close_when_flushed
             && cl.owed.is_empty()
             && cl.refusal.is_none()
-            && self.d.state(self.conn).is_flushed()
+            && self.d.is_flushed(self.conn)
         {
             self.d.close(self.conn);
         }
     }
 
-    /// Starts a `--file` response: the head is written into the connection's pipe, then the
-    /// file is spliced in behind it and the pipe out to the socket, a pipe-full at a time.
-    fn start_file_response(&mut self, heads: &Heads, file: &(File, u64), head_only: bool) {
-        if self.cl.pipe.is_none() {
-            match new_pipe() {
-                Ok(p) => self.cl.pipe = Some(p),
-                Err(e) => {
-                    self.c.ended(Some(e.raw_os_error()));
-                    return self.d.close(self.conn);
-                }
+    /// Starts a `--file` response: the head, then the file spliced out behind it through the
+    /// connection's pipe, on the ring ([`UringDriver::send_file`]).
+    fn start_file_response(&mut self, heads: &Heads, file: &(Arc<File>, u64), head_only: bool) {
+        let head = heads.ok();
+        let body = if head_only { 0 } else { file.1 };
+        match self.d.send_file(self.conn, head, file.0.clone(), 0, body) {
+            Ok(()) => {
+                self.c.requests += 1;
+                self.c.response_bytes += head.len() as u64 + body;
+                self.cl.sending_file = true;
+            }
+            Err(_) => {
+                // No pipe for it, or a head larger than the pipe takes.
+                self.c.receive_errors += 1;
+                self.d.close(self.conn);
             }
         }
-        let (pipe, _) = self.cl.pipe.as_ref().expect("made above");
-        let head = heads.ok();
-        // The pipe is empty between responses and holds at least 4 KiB: this write never waits.
-        if rustix::io::write(&pipe.write, head).ok() != Some(head.len()) {
-            self.c.receive_errors += 1;
-            return self.d.close(self.conn);
-        }
-        self.c.requests += 1;
-        let body = if head_only { 0 } else { file.1 };
-        self.c.response_bytes += head.len() as u64 + body;
-        self.cl.job = Some(SpliceJob::new(0, body, head.len() as u64));
-        self.next_splice(file);
     }
-
-    /// Splices the next part of the job: more of the file into the pipe and the pipe out, or
-    /// only the pipe out when it is full.
-    fn next_splice(&mut self, file: &(File, u64)) {
-        let (Some(job), Some((pipe, size))) = (self.cl.job.as_mut(), self.cl.pipe.as_ref()) else {
-            return;
-        };
-        let step = job.next(*size);
-        use std::os::fd::AsFd;
-        let sent = step.map_err(|_| ()).and_then(|st| {
-            self.d
-                .splice(
-                    self.conn,
-                    file.0.as_fd(),
-                    st.offset,
-                    st.len,
-                    pipe,
-                    st.in_pipe,
-                )
-                .map_err(|_| ())
-        });
-        if sent.is_err() {
-            // A pipe too small to take a page past the head, or a closing connection.
-            self.c.receive_errors += 1;
-            self.cl.job = None;
-            self.d.close(self.conn);
-        }
-    }
-}
-
-/// A pipe for splicing, as large as the system lets it be (up to 1 MiB), and its size.
-fn new_pipe() -> rustix::io::Result<(SplicePipe, u64)> {
-    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let _ = rustix::pipe::fcntl_setpipe_size(&write, 1 << 20);
-    let size = rustix::pipe::fcntl_getpipe_size(&write)? as u64;
-    Ok((SplicePipe { read, write }, size))
 }
 
 /// `send(2)` with `MSG_DONTWAIT`: how many bytes the socket took (0 when it would block or

@@ -99,7 +99,7 @@ pub(super) struct Responses {
     pub(super) body: Buf,
     pub(super) inline: bool,
     /// The ring modes with `--file`: the file and its length, spliced instead of `body`.
-    pub(super) file: Option<(std::fs::File, u64)>,
+    pub(super) file: Option<(std::sync::Arc<std::fs::File>, u64)>,
 }
 
 impl Responses {
@@ -108,7 +108,9 @@ impl Responses {
     pub(super) fn new(cfg: &ServeConfig) -> Result<Responses, String> {
         let file = match &cfg.file {
             Some(p) => Some((
-                std::fs::File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?,
+                std::sync::Arc::new(
+                    std::fs::File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?,
+                ),
                 cfg.body_len as u64,
             )),
             None => None,

@@ -111,7 +111,7 @@ pub(crate) fn median(it: impl Iterator<Item = f64>) -> Option<f64> {
 
 /// Zero-copy fallbacks by reason summed over `ms` (`-` for servers that do not report them).
 fn fallbacks_of(ms: &[&Measurement]) -> String {
-    let mut f = sendpath::metrics::Fallbacks::default();
+    let mut f = sendpath::Fallbacks::default();
     let mut any = false;
     for m in ms {
         if let Some(s) = m.serve.as_ref().and_then(|r| r.send_stats.as_ref()) {

@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn a_million_generated_profiles_load_or_are_refused_in_bounded_memory() {
-        let seed = serde_json::to_string(&sendpath::profile::Profile::defaults()).unwrap();
+        let seed = serde_json::to_string(&sendpath::Profile::defaults()).unwrap();
         let seeds: [&[u8]; 1] = [seed.as_bytes()];
         let mut rng = fastrand::Rng::with_seed(47);
         let (mut ok, mut refused) = (0u32, 0u32);
@@ -97,8 +97,7 @@ mod tests {
         for i in 0..RUNS {
             crate::fuzz::input(&mut rng, i, &seeds, &mut buf);
             let text = String::from_utf8_lossy(&buf);
-            let (loaded, peak) =
-                crate::sys::peak_during(|| sendpath::profile::Profile::from_json(&text));
+            let (loaded, peak) = crate::sys::peak_during(|| sendpath::Profile::from_json(&text));
             assert!(
                 peak <= 64 * text.len() + (64 << 10),
                 "{peak} bytes for {}",
@@ -107,8 +106,7 @@ mod tests {
             match loaded {
                 Ok(p) => {
                     ok += 1;
-                    let again =
-                        sendpath::profile::Profile::from_json(&serde_json::to_string(&p).unwrap());
+                    let again = sendpath::Profile::from_json(&serde_json::to_string(&p).unwrap());
                     assert_eq!(again.unwrap(), p);
                 }
                 Err(_) => refused += 1,

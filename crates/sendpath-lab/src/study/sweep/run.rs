@@ -137,7 +137,7 @@ impl Point {
                 fixed_buffers: p.opts.uring_fixed_buffers
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
-                uring_order: crate::results::uring_order(p.strategy, p.proto, &p.opts),
+                uring_order: crate::results::uring_order(p.strategy),
                 tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
                     .then(|| congestion::in_effect(p.congestion.as_deref()))
                     .flatten(),
@@ -157,11 +157,7 @@ impl Point {
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
                 window_s: Some(p.duration.as_secs_f64()),
-                uring_order: crate::results::uring_order(
-                    p.strategy,
-                    crate::traffic::datagram::Protocol::Tcp,
-                    &p.opts,
-                ),
+                uring_order: crate::results::uring_order(p.strategy),
                 tcp_congestion: congestion::in_effect(p.congestion.as_deref()),
                 ..Default::default()
             },
@@ -339,6 +335,9 @@ impl Recorder {
         if row.zerocopy.note.is_none() {
             row.zerocopy.note = o.note;
         }
+        if row.uring_order.is_none() {
+            row.uring_order = o.uring_order;
+        }
         let mut rep = o.repeat;
         rep.round = round;
         let line = format!(
@@ -442,9 +441,6 @@ impl Recorder {
         let blocks: Vec<_> = points.iter().map(Point::block).collect();
         for round in 0..rounds {
             for i in round_order(&blocks, seed, round) {
-                if self.cancel.is_cancelled() {
-                    return Ok(());
-                }
                 let point = &points[i];
                 let done = self
                     .results
@@ -454,36 +450,55 @@ impl Recorder {
                 if done {
                     continue;
                 }
-                let out = point
-                    .measure(file, meter, self.cpu_mhz(), &self.cancel)
-                    .with_context(|| {
-                        format!(
-                            "{} failed in round {} (finished windows are written)",
-                            point.label(),
-                            round + 1
-                        )
-                    });
-                match out {
-                    Ok(Some(o)) => {
-                        self.add(point, file, round, o)?;
-                        // Rows in the order of the points, whatever order rounds ran them in.
-                        self.results.results.sort_by_key(|r| {
-                            points
-                                .iter()
-                                .position(|p| p.matches(r))
-                                .unwrap_or(usize::MAX)
-                        });
-                    }
-                    Ok(None) => return Ok(()),
-                    Err(e) => {
-                        self.write(true)?;
-                        return Err(e);
-                    }
+                if self.run_once(point, file, meter, round)?.is_none() {
+                    return Ok(());
                 }
+                // Rows in the order of the points, whatever order rounds ran them in.
+                self.results.results.sort_by_key(|r| {
+                    points
+                        .iter()
+                        .position(|p| p.matches(r))
+                        .unwrap_or(usize::MAX)
+                });
                 on_window();
             }
         }
         Ok(())
+    }
+
+    /// Measures one window of `point` as round `round` and adds it to its row: the row, or
+    /// `None` when the run was stopped (Ctrl-C). On an error, writes what was measured and
+    /// returns it.
+    pub fn run_once(
+        &mut self,
+        point: &Point,
+        file: Option<&PatternFile>,
+        meter: &mut Meter,
+        round: u32,
+    ) -> anyhow::Result<Option<&Row>> {
+        if self.cancel.is_cancelled() {
+            return Ok(None);
+        }
+        let out = point
+            .measure(file, meter, self.cpu_mhz(), &self.cancel)
+            .with_context(|| {
+                format!(
+                    "{} failed in round {} (finished windows are written)",
+                    point.label(),
+                    round + 1
+                )
+            });
+        match out {
+            Ok(Some(o)) => {
+                self.add(point, file, round, o)?;
+                Ok(self.results.results.iter().find(|r| point.matches(r)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.write(true)?;
+                Err(e)
+            }
+        }
     }
 }
 

@@ -7,10 +7,11 @@ use crate::remote::proto::{RrClientSpec, MAX_WINDOW_MS};
 use crate::remote::RrRemote;
 use crate::results::{Integrity, LatencyUs, Repeat};
 use crate::traffic::RecvMode;
+use crate::units::new_histogram;
 use crate::workload::join_senders;
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
-use sendpath::metrics::{new_histogram, SendStats};
+use sendpath::SendStats;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -89,7 +90,7 @@ pub(super) fn run_once_with_agent(
         );
     }
     let repeat = agent_repeat(pt, &w, remote, &stats, cpu_mhz);
-    Ok(Some(Outcome { repeat, note }))
+    Ok(Some(Outcome::new(repeat, note, &stats)))
 }
 
 type Asked = JoinHandle<anyhow::Result<RrRemote>>;

@@ -10,10 +10,11 @@ use crate::cancel::Cancel;
 use crate::measure::{Edges, Meter, Roles, Snapshot};
 use crate::results::Integrity;
 use crate::traffic::mix::{Alloc, SizeMix};
+use crate::units::new_histogram;
 use crate::workload::stream::{pin, zerocopy_counts, Outcome};
 use anyhow::{anyhow, Context};
 use hdrhistogram::Histogram;
-use sendpath::metrics::{new_histogram, SendStats};
+use sendpath::SendStats;
 use sendpath::{Options, Strategy};
 use sendpath_host::pattern::Verifier;
 use std::io::{Read, Write};
@@ -244,7 +245,7 @@ pub(crate) fn run_once(
     repeat.set_latency(&hist);
     repeat.zerocopy = zerocopy_counts(&stats);
     repeat.integrity = integrity;
-    Ok(Some(Outcome { repeat, note }))
+    Ok(Some(Outcome::new(repeat, note, &stats)))
 }
 
 /// Connects `pt.concurrency` loopback connections, a server thread and a client thread each.

@@ -16,7 +16,7 @@ use crate::traffic::stamp::{Sizes, StampReader};
 use anyhow::{anyhow, Context};
 use ending::{check_arrival, stalled_senders, stop_draining, stop_stalled_senders};
 use sender::{Finished, Sender};
-use sendpath::metrics::SendStats;
+use sendpath::SendStats;
 use sendpath::{Options, Strategy};
 use sendpath_host::pattern::Verifier;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -85,6 +85,19 @@ pub(crate) struct Outcome {
     pub(crate) repeat: Repeat,
     /// Why the path is not the one asked for, if it fell back at open time.
     pub(crate) note: Option<String>,
+    /// How the ring kept the senders' sends in order, as the library set them up.
+    pub(crate) uring_order: Option<String>,
+}
+
+impl Outcome {
+    /// A repeat, with what the senders' counters say of how they sent.
+    pub(crate) fn new(repeat: Repeat, note: Option<String>, stats: &SendStats) -> Outcome {
+        Outcome {
+            repeat,
+            note,
+            uring_order: stats.uring_order.map(|o| o.name().to_string()),
+        }
+    }
 }
 
 /// The zero-copy counts of a repeat from its merged sender statistics.
@@ -178,7 +191,7 @@ struct Shared {
     /// Set while the window is measured: receivers time messages only then.
     measuring: Arc<OwnLine<AtomicBool>>,
     /// The buffers every sender thread shares (`--alloc shared`).
-    pool: sendpath::buffer::SharedPool,
+    pool: sendpath::SharedPool,
     finished: Arc<Finished>,
     start: Arc<Barrier>,
     received: Vec<Arc<RecvCounters>>,
@@ -191,7 +204,7 @@ impl Shared {
         Shared {
             stop: Arc::new(OwnLine(AtomicBool::new(false))),
             measuring: Arc::new(OwnLine(AtomicBool::new(false))),
-            pool: sendpath::buffer::SharedPool::new(),
+            pool: sendpath::SharedPool::new(),
             finished: Arc::new(Finished::new(bell)),
             start: Arc::new(Barrier::new(threads + 1)),
             received: (0..threads).map(|_| Arc::default()).collect(),
@@ -575,8 +588,5 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     if let Some(h) = &ended.latency {
         repeat.set_latency(h);
     }
-    Outcome {
-        repeat,
-        note: ended.note,
-    }
+    Outcome::new(repeat, ended.note, &ended.stats)
 }

@@ -66,10 +66,7 @@ pub(super) fn run_once(
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.integrity = ended.integrity;
     repeat.datagrams = Some(ended.datagrams);
-    Ok(Some(Outcome {
-        repeat,
-        note: ended.note,
-    }))
+    Ok(Some(Outcome::new(repeat, ended.note, &ended.stats)))
 }
 
 /// One sender's connected socket, and our receiver's socket when the receiver is ours.

@@ -1,6 +1,6 @@
-//! A host profile: which send path won at which message size on this host, measured by
-//! `sendpath calibrate` (`copy`, `msg-zerocopy`, `uring`, `uring-zc`). The adaptive sender
-//! ([`policy::adaptive`](crate::policy::adaptive)) decides from it.
+//! A host profile: which send path won at which message size on this host, measured by a
+//! [`Calibration`](calibrate::Calibration) (`sendpath calibrate` runs one) among `copy`,
+//! `msg-zerocopy`, `uring` and `uring-zc`. The adaptive sender decides from it.
 //!
 //! Profiles are JSON with a `schema_version`; a file of another version is refused with a
 //! message that says to re-run `sendpath calibrate`. Without a profile, [`Profile::defaults`]
@@ -10,15 +10,17 @@
 //! Where the active profile lives ([`Profile::active_path`]): `$SENDPATH_PROFILE`, else
 //! `$XDG_CONFIG_HOME/sendpath/profile.json`, else `$HOME/.config/sendpath/profile.json`.
 
+pub(crate) mod calibrate;
+
 use crate::{Error, Result, Strategy};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The profile format this version reads and writes.
-pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+const PROFILE_SCHEMA_VERSION: u32 = 1;
 
 /// The paths a tier may name: the memory paths the adaptive sender runs.
-pub const TIER_PATHS: [Strategy; 4] = [
+const TIER_PATHS: [Strategy; 4] = [
     Strategy::Copy,
     Strategy::MsgZerocopy,
     Strategy::Uring,
@@ -26,11 +28,21 @@ pub const TIER_PATHS: [Strategy; 4] = [
 ];
 
 /// Messages from `from_bytes` up to the next tier's `from_bytes` take `path`.
+///
+/// ```
+/// use sendpath::{Profile, Strategy, Tier};
+/// let p = Profile::from_tiers(vec![
+///     Tier { from_bytes: 0, path: Strategy::Copy },
+///     Tier { from_bytes: 16384, path: Strategy::UringZc },
+/// ], false)?;
+/// assert_eq!(p.tier(65536), Strategy::UringZc);
+/// # Ok::<(), sendpath::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tier {
     /// Smallest message size of the tier, bytes.
     pub from_bytes: usize,
-    /// The path its messages take: one of [`TIER_PATHS`].
+    /// The path its messages take: one of [`Profile::TIER_PATHS`].
     pub path: Strategy,
 }
 
@@ -164,33 +176,63 @@ pub struct ProfileEnvironment {
     pub command_line: Vec<String>,
 }
 
-/// A host profile. See the module docs.
+/// A host profile: the path the adaptive sender takes at each message size, and what it was
+/// measured from. Made only checked: [`Profile::defaults`], [`Profile::from_tiers`],
+/// [`Profile::load`] / [`Profile::from_json`], or a [`Calibration`](crate::Calibration).
+///
+/// ```no_run
+/// use sendpath::{open, Options, Profile, Strategy};
+/// let (profile, _file) = Profile::load_active()?; // the defaults when no profile exists
+/// println!("tiers: {}", profile.describe_tiers().join(", "));
+/// let opts = Options { profile: Some(std::sync::Arc::new(profile)), ..Options::default() };
+/// let mut path = open(Strategy::Adaptive, std::net::TcpStream::connect("127.0.0.1:9000")?, &opts)?;
+/// # let _ = path;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     /// [`PROFILE_SCHEMA_VERSION`].
-    pub schema_version: u32,
+    schema_version: u32,
     /// Defaults or measured.
-    pub origin: ProfileOrigin,
+    origin: ProfileOrigin,
     /// The tiers, by ascending `from_bytes`, the first from 0.
-    pub tiers: Vec<Tier>,
+    tiers: Vec<Tier>,
     /// The zero-copy tiers were measured on a route where the kernel copied zero-copy sends
     /// (loopback, a veth pair): they won *including* that copy, so copied completions are
     /// expected and do not make the sender back off. False for the defaults, which assume a
     /// route that delivers zero-copy.
-    pub zerocopy_measured_copied: bool,
+    zerocopy_measured_copied: bool,
     /// The crossover: the smallest size sent by a zero-copy path; null when no tier is.
-    pub crossover_bytes: Option<usize>,
+    crossover_bytes: Option<usize>,
     /// What was measured; empty for the defaults.
-    pub measurements: Vec<Measurement>,
+    measurements: Vec<Measurement>,
     /// Where; null for the defaults.
-    pub environment: Option<ProfileEnvironment>,
+    environment: Option<ProfileEnvironment>,
 }
 
 /// The defaults' crossover: 64 KiB, the Net.ZMQ study's break-even.
-pub const DEFAULT_CROSSOVER_BYTES: usize = 64 << 10;
+const DEFAULT_CROSSOVER_BYTES: usize = 64 << 10;
+
+impl Default for Profile {
+    /// [`Profile::defaults`].
+    fn default() -> Profile {
+        Profile::defaults()
+    }
+}
 
 impl Profile {
+    /// The paths a tier may name: the memory paths the adaptive sender runs.
+    pub const TIER_PATHS: [Strategy; 4] = TIER_PATHS;
+
+    /// The profile format this version reads and writes.
+    pub const SCHEMA_VERSION: u32 = PROFILE_SCHEMA_VERSION;
+
     /// `copy` below 64 KiB, `msg-zerocopy` from 64 KiB, expecting non-copied completions.
+    ///
+    /// ```
+    /// let d = sendpath::Profile::defaults();
+    /// assert_eq!(d.crossover_bytes(), Some(65536));
+    /// ```
     pub fn defaults() -> Profile {
         let tiers = vec![
             Tier {
@@ -219,7 +261,7 @@ impl Profile {
     /// be made at every size, so this is the better-estimate rule, not the report's stricter
     /// "beats", which may leave a comparison undecided). Tier bounds sit at the geometric mean
     /// of neighbouring measured sizes.
-    pub fn from_measurements(
+    pub(crate) fn from_measurements(
         mut measurements: Vec<Measurement>,
         margin: f64,
         environment: ProfileEnvironment,
@@ -267,7 +309,87 @@ impl Profile {
         }
     }
 
+    /// A profile of the given tiers (a tier's path is one of [`Profile::TIER_PATHS`]; tiers
+    /// ascend from 0 bytes); `zerocopy_measured_copied` when the zero-copy tiers won on a
+    /// route where the kernel copies them (so copied completions do not make the sender back
+    /// off). Refused, saying why, when the tiers are not that.
+    ///
+    /// ```
+    /// use sendpath::{Profile, Strategy, Tier};
+    /// let bad = Profile::from_tiers(vec![Tier { from_bytes: 0, path: Strategy::Sendfile }], false);
+    /// assert!(bad.unwrap_err().to_string().contains("sendfile"));
+    /// ```
+    pub fn from_tiers(tiers: Vec<Tier>, zerocopy_measured_copied: bool) -> Result<Profile> {
+        let p = Profile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            origin: ProfileOrigin::Defaults,
+            crossover_bytes: crossover(&tiers),
+            tiers,
+            zerocopy_measured_copied,
+            measurements: Vec::new(),
+            environment: None,
+        };
+        p.check().map_err(Error::Profile)?;
+        Ok(p)
+    }
+
+    /// Whether the tiers are ones the adaptive sender runs: ascending from 0 bytes, each a
+    /// [`Profile::TIER_PATHS`] path; the error says what is wrong.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.tiers.first().map(|t| t.from_bytes) != Some(0)
+            || self
+                .tiers
+                .windows(2)
+                .any(|w| w[0].from_bytes >= w[1].from_bytes)
+        {
+            return Err("tiers must start at 0 bytes and ascend".into());
+        }
+        if let Some(t) = self.tiers.iter().find(|t| !TIER_PATHS.contains(&t.path)) {
+            return Err(format!(
+                "a tier names {}, which the adaptive sender does not run (copy, msg-zerocopy, uring, uring-zc)",
+                t.path
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where it came from: the defaults, or a calibration.
+    pub fn origin(&self) -> ProfileOrigin {
+        self.origin
+    }
+
+    /// The tiers, by ascending size, the first from 0 bytes.
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
+    /// Whether the zero-copy tiers were measured on a route where the kernel copied them (a
+    /// local receiver): they won including that copy, so copied completions are expected.
+    pub fn zerocopy_measured_copied(&self) -> bool {
+        self.zerocopy_measured_copied
+    }
+
+    /// The smallest size sent by a zero-copy path; `None` when no tier is one.
+    pub fn crossover_bytes(&self) -> Option<usize> {
+        self.crossover_bytes
+    }
+
+    /// What a calibration measured, one entry per size; empty for the defaults.
+    pub fn measurements(&self) -> &[Measurement] {
+        &self.measurements
+    }
+
+    /// Where and how it was measured; `None` for the defaults.
+    pub fn environment(&self) -> Option<&ProfileEnvironment> {
+        self.environment.as_ref()
+    }
+
     /// The path for a message of `len` bytes.
+    ///
+    /// ```
+    /// let d = sendpath::Profile::defaults();
+    /// assert_eq!(d.tier(100), sendpath::Strategy::Copy);
+    /// ```
     pub fn tier(&self, len: usize) -> Strategy {
         self.tiers
             .iter()
@@ -290,27 +412,18 @@ impl Profile {
             }
             None => return Err(bad("not a sendpath profile (no schema_version)".into())),
         }
-        let p: Profile = serde_json::from_value(v).map_err(|e| {
+        let mut p: Profile = serde_json::from_value(v).map_err(|e| {
             bad(format!(
                 "malformed profile: {e}; re-run `sendpath calibrate`"
             ))
         })?;
-        if p.tiers.first().map(|t| t.from_bytes) != Some(0)
-            || p.tiers
-                .windows(2)
-                .any(|w| w[0].from_bytes >= w[1].from_bytes)
-        {
-            return Err(bad(
-                "malformed profile: tiers must start at 0 bytes and ascend; re-run `sendpath calibrate`"
-                    .into(),
-            ));
-        }
-        if let Some(t) = p.tiers.iter().find(|t| !TIER_PATHS.contains(&t.path)) {
-            return Err(bad(format!(
-                "malformed profile: a tier names {}, which the adaptive sender does not run (copy, msg-zerocopy, uring, uring-zc); re-run `sendpath calibrate`",
-                t.path
-            )));
-        }
+        p.check().map_err(|why| {
+            bad(format!(
+                "malformed profile: {why}; re-run `sendpath calibrate`"
+            ))
+        })?;
+        // What follows from the tiers is taken from them, not from the file.
+        p.crossover_bytes = crossover(&p.tiers);
         Ok(p)
     }
 

@@ -1,9 +1,34 @@
-//! Counters kept by every send path.
+//! What every send path and ring connection counts as it goes ([`SendStats`]), as plain data
+//! for reports ([`SendStatsSummary`]), and the buffers leaked by paths dropped unclosed.
 
 use crate::policy::adaptive::Decisions;
 use crate::policy::FallbackReason;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Buffers leaked by paths and drivers dropped without being closed.
+static LEAKED_ON_DROP: AtomicU64 = AtomicU64::new(0);
+
+/// Buffers the kernel still held when a path or driver was dropped without
+/// [`SendPath::close`](crate::SendPath::close) or a [`UringDriver::finish`] (over the whole
+/// process, so far). A drop never waits long for the kernel: it reads the completions that
+/// are in, gives the rest a short grace, and leaks what is left (never reuses or frees memory
+/// the kernel may still read). Close with a deadline to get this count per path, as an error.
+///
+/// [`UringDriver::finish`]: crate::UringDriver::finish
+///
+/// ```
+/// assert_eq!(sendpath::leaked_on_drop(), 0);
+/// ```
+pub fn leaked_on_drop() -> u64 {
+    LEAKED_ON_DROP.load(Ordering::Relaxed)
+}
+
+/// Counts buffers a drop had to leak ([`leaked_on_drop`]).
+pub(crate) fn count_leaked_on_drop(n: u64) {
+    LEAKED_ON_DROP.fetch_add(n, Ordering::Relaxed);
+}
 
 /// Sends that were meant to be zero-copy but went by copy, by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,7 +45,7 @@ pub struct Fallbacks {
 
 impl Fallbacks {
     /// Adds one fallback.
-    pub fn count(&mut self, r: FallbackReason) {
+    pub(crate) fn count(&mut self, r: FallbackReason) {
         match r {
             FallbackReason::Enobufs => self.enobufs += 1,
             FallbackReason::InflightCap => self.inflight_cap += 1,
@@ -62,7 +87,7 @@ pub struct LatencySummaryNs {
 
 impl LatencySummaryNs {
     /// Summarises a histogram of nanosecond samples.
-    pub fn of(h: &Histogram<u64>) -> LatencySummaryNs {
+    pub(crate) fn of(h: &Histogram<u64>) -> LatencySummaryNs {
         if h.is_empty() {
             return LatencySummaryNs::default();
         }
@@ -78,20 +103,14 @@ impl LatencySummaryNs {
 }
 
 /// The largest value histograms hold: 100 s in nanoseconds.
-pub const HISTOGRAM_MAX_NS: u64 = 100_000_000_000;
-
-/// A histogram of nanosecond values from 1 ns to 100 s with 3 significant digits; larger
-/// values are clamped to 100 s by `saturating_record`.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("valid histogram bounds")
-}
+pub(crate) const HISTOGRAM_MAX_NS: u64 = 100_000_000_000;
 
 /// A histogram for per-connection counters: it grows as values come ([`record_ns`]), holding
 /// counts only for the range recorded, and keeps 2 significant digits (values within 1%). An
 /// unused one (a copy-only connection's completion latencies) costs a few hundred bytes, a
 /// used one a few KiB, where the full 1 ns..100 s range at 3 digits takes ~230 KiB. Every
 /// connection's [`SendStats`] has one, and a server has thousands of connections.
-pub fn growing_histogram() -> Histogram<u64> {
+pub(crate) fn growing_histogram() -> Histogram<u64> {
     let mut h = Histogram::new_with_bounds(1, 2, 2).expect("valid histogram bounds");
     h.auto(true);
     h
@@ -99,12 +118,12 @@ pub fn growing_histogram() -> Histogram<u64> {
 
 /// Records `ns` (clamped to 1 ns..100 s) into a histogram from [`growing_histogram`] or
 /// [`new_histogram`].
-pub fn record_ns(h: &mut Histogram<u64>, ns: u64) {
+pub(crate) fn record_ns(h: &mut Histogram<u64>, ns: u64) {
     record_ns_n(h, ns, 1);
 }
 
 /// Records `n` durations of `ns` nanoseconds each (the sends one notification completed).
-pub fn record_ns_n(h: &mut Histogram<u64>, ns: u64, n: u64) {
+pub(crate) fn record_ns_n(h: &mut Histogram<u64>, ns: u64, n: u64) {
     let v = ns.clamp(1, HISTOGRAM_MAX_NS);
     if h.record_n(v, n).is_err() {
         for _ in 0..n {
@@ -150,6 +169,9 @@ pub struct SendStats {
     pub completion_latency_ns: Histogram<u64>,
     /// What the adaptive sender decided; `None` for the fixed paths.
     pub decisions: Option<Decisions>,
+    /// How a connection on io_uring kept its sends in order (as the driver set it up:
+    /// vectored, linked, or unlinked for datagrams); `None` for the paths off the ring.
+    pub uring_order: Option<crate::Order>,
 }
 
 impl Default for SendStats {
@@ -169,6 +191,7 @@ impl Default for SendStats {
             registered_sends: 0,
             completion_latency_ns: growing_histogram(),
             decisions: None,
+            uring_order: None,
         }
     }
 }
@@ -197,6 +220,7 @@ impl SendStats {
         self.registered_sends += o.registered_sends;
         // Both histograms grow as needed, so adding cannot fail for lack of range.
         let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
+        self.uring_order = self.uring_order.or(o.uring_order);
         match (&mut self.decisions, &o.decisions) {
             (Some(d), Some(e)) => d.merge(e),
             (None, Some(e)) => self.decisions = Some(*e),
@@ -220,6 +244,7 @@ impl SendStats {
             registered_sends: self.registered_sends,
             completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
             decisions: self.decisions,
+            uring_order: self.uring_order,
         }
     }
 }
@@ -255,6 +280,9 @@ pub struct SendStatsSummary {
     /// The adaptive sender's decisions; null for the fixed paths.
     #[serde(default)]
     pub decisions: Option<Decisions>,
+    /// How a ring connection kept its sends in order; null off the ring.
+    #[serde(default)]
+    pub uring_order: Option<crate::Order>,
 }
 
 #[cfg(test)]
@@ -263,7 +291,7 @@ mod tests {
 
     #[test]
     fn both_histograms_keep_the_values_recorded() {
-        let mut fixed = new_histogram();
+        let mut fixed = Histogram::<u64>::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).unwrap();
         let mut grow = growing_histogram();
         for v in [1_000u64, 5_000_000, 7_000_000] {
             fixed.saturating_record(v);

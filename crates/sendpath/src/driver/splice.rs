@@ -1,23 +1,22 @@
 //! One file range on its way to a socket through a pipe, by linked pairs of io_uring SPLICE
-//! ([`UringDriver::splice`](super::UringDriver::splice)): what to ask for next and what each
-//! completion means. I/O-free, so both users (`serve --file`, the `uring-splice` path) share the
-//! rules and the tests run on simulated completions.
+//! ([`UringDriver::send_file`](super::UringDriver::send_file)): what to ask for next and what
+//! each completion means. I/O-free, so the tests run on simulated completions.
 
 /// The next linked pair to submit: `len` file bytes from `offset` into the pipe, then the pipe's
 /// `in_pipe + len` bytes out to the socket (with `len` 0, only the second half).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpliceStep {
+pub(super) struct SpliceStep {
     /// File offset of the first half.
-    pub offset: u64,
+    pub(super) offset: u64,
     /// File bytes the first half moves into the pipe.
-    pub len: u32,
+    pub(super) len: u32,
     /// Bytes already in the pipe before the first half.
-    pub in_pipe: u32,
+    pub(super) in_pipe: u32,
 }
 
 /// What a completion meant for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpliceProgress {
+pub(super) enum SpliceProgress {
     /// The other half of the pair is still in the kernel.
     Waiting,
     /// The pair is done and bytes remain: submit [`SpliceJob::next`].
@@ -28,13 +27,28 @@ pub enum SpliceProgress {
 
 /// Why a job cannot go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpliceFailure {
+pub(super) enum SpliceFailure {
     /// The file ended before the range did (it shrank).
     FileEnded,
     /// The pipe cannot take a page past what it holds: nothing can move.
     PipeTooSmall,
     /// A half failed with this errno.
     Os(i32),
+}
+
+impl SpliceFailure {
+    /// As an `io::Error`: the errno of a failed half, else `UnexpectedEof` or `InvalidInput`.
+    pub(super) fn into_io(self) -> std::io::Error {
+        match self {
+            SpliceFailure::Os(e) => std::io::Error::from_raw_os_error(e),
+            SpliceFailure::FileEnded => {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, self.to_string())
+            }
+            SpliceFailure::PipeTooSmall => {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, self.to_string())
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for SpliceFailure {
@@ -52,7 +66,7 @@ const PAGE: u64 = 4096;
 
 /// One file range through one pipe. See the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpliceJob {
+pub(super) struct SpliceJob {
     /// The next file offset to splice in.
     off: u64,
     /// File bytes not yet spliced in.
@@ -66,7 +80,7 @@ pub struct SpliceJob {
 impl SpliceJob {
     /// `len` bytes of the file from `offset`, behind `in_pipe` bytes the caller already wrote
     /// into the (otherwise empty) pipe.
-    pub fn new(offset: u64, len: u64, in_pipe: u64) -> SpliceJob {
+    pub(super) fn new(offset: u64, len: u64, in_pipe: u64) -> SpliceJob {
         SpliceJob {
             off: offset,
             left: len,
@@ -79,7 +93,7 @@ impl SpliceJob {
     /// asks for no more than fits: a head takes whole pipe buffers and a range that does not
     /// start on a page spans one more, and asking for more would block the first half
     /// forever, since the second, which empties the pipe, runs only after it.
-    pub fn next(&mut self, pipe_size: u64) -> Result<SpliceStep, SpliceFailure> {
+    pub(super) fn next(&mut self, pipe_size: u64) -> Result<SpliceStep, SpliceFailure> {
         let free = (pipe_size / PAGE).saturating_sub(self.in_pipe.div_ceil(PAGE) + 1);
         let len = self.left.min(free * PAGE).min(u32::MAX as u64 / 2);
         if len == 0 && self.in_pipe == 0 {
@@ -95,7 +109,7 @@ impl SpliceJob {
 
     /// One half completed: `into_pipe` for the file-to-pipe half, `res` bytes moved or
     /// `-errno` (`-ECANCELED` for the second half when the first moved less than asked).
-    pub fn on_spliced(
+    pub(super) fn on_spliced(
         &mut self,
         into_pipe: bool,
         res: i32,
@@ -126,13 +140,8 @@ impl SpliceJob {
     }
 
     /// Every byte reached the socket.
-    pub fn is_done(&self) -> bool {
+    pub(super) fn is_done(&self) -> bool {
         self.in_pipe == 0 && self.left == 0 && self.pending == 0
-    }
-
-    /// File bytes spliced into the pipe so far, relative to the start offset.
-    pub fn offset(&self) -> u64 {
-        self.off
     }
 }
 

@@ -17,28 +17,29 @@
 //! a syscall, as small messages need), when something must be resent, or when the application
 //! asked for a flush.
 
-use super::choose::{Choice, Choose, SendContext};
+mod choose;
+mod submit;
+
 use crate::buffer::{Buf, BufPool};
 use crate::completion::{settle_chain, ChainEntry, ChainResult, NotifOutcome, SendZcLedger};
-use crate::metrics::SendStats;
-use crate::policy::{self, InflightLimits, ZcDecision};
+use crate::policy::InflightLimits;
+use crate::stats::SendStats;
+pub(crate) use crate::sys::uring::{Part, Payload, SendOp};
+pub(crate) use choose::{Choice, Chooser, SendContext};
 use std::collections::VecDeque;
-use std::ops::Range;
+pub(crate) use submit::{Pushed, Submit};
 
-/// The send operation of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendOp {
-    /// `IORING_OP_SEND` with `MSG_WAITALL`.
-    Send,
-    /// `IORING_OP_SEND_ZC` with `MSG_WAITALL`, optionally asking for usage reporting.
-    SendZc {
-        /// Set `IORING_SEND_ZC_REPORT_USAGE`, so notifications say whether the kernel copied.
-        report_usage: bool,
-    },
-}
-
-/// How the requests of a chain keep a connection's bytes in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the requests of a chain keep a connection's bytes in order on io_uring: the fastest
+/// the kernel has by default (vectored, else linked), or what
+/// [`Options::uring_order`](crate::Options::uring_order) asks. What a connection used is in
+/// its [`SendStats::uring_order`](crate::SendStats::uring_order).
+///
+/// ```
+/// let o = sendpath::Options { uring_order: Some(sendpath::Order::Linked), ..Default::default() };
+/// assert_eq!(o.uring_order.unwrap().name(), "linked");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Order {
     /// One vectored request over the chain's buffers: `IORING_OP_SENDMSG`, or `SENDMSG_ZC`
     /// when they go zero-copy. Buffers of the chain that go by another operation (past the
@@ -68,69 +69,24 @@ const MAX_IOV: usize = 1024;
 
 /// How a connection may use SEND_ZC; absent when the kernel lacks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ZcConfig {
+pub(crate) struct ZcConfig {
     /// Cap on SEND_ZC requests (and bytes) awaiting their notification.
-    pub limits: InflightLimits,
+    pub(crate) limits: InflightLimits,
     /// Ask for usage reporting.
-    pub report_usage: bool,
+    pub(crate) report_usage: bool,
 }
 
 /// Settings of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateConfig {
+pub(crate) struct StateConfig {
     /// Requests per chain, and buffers queued behind the chain in flight.
-    pub depth: usize,
+    pub(crate) depth: usize,
     /// SEND_ZC settings; `None` when the kernel has no SEND_ZC (a zero-copy choice is then an
     /// `unsupported` fallback).
-    pub zc: Option<ZcConfig>,
+    pub(crate) zc: Option<ZcConfig>,
     /// How a chain keeps the order of a stream's bytes; a datagram socket's is
     /// [`Order::Unlinked`] whatever this says ([`ConnState::set_datagrams`]).
-    pub order: Order,
-}
-
-/// The buffer of a request to submit.
-#[derive(Debug)]
-pub enum Payload {
-    /// A buffer the kernel does not hold yet: the next one at the front of the request's
-    /// [`Submit::queue`], which the driver takes from there and hands to the ring.
-    New,
-    /// The buffer in this ring slot, which the ring still holds (the rest of a short send, or a
-    /// link the kernel cancelled).
-    Held(u32),
-}
-
-/// Bytes of one buffer that a request sends.
-#[derive(Debug)]
-pub struct Part {
-    /// The buffer. The driver replaces a [`Payload::New`] with the [`Payload::Held`] slot it
-    /// put the buffer in.
-    pub payload: Payload,
-    /// Which bytes of it.
-    pub range: Range<usize>,
-}
-
-/// One request the driver must push, in order.
-#[derive(Debug)]
-pub struct Submit<'a> {
-    /// The buffers it sends, in order: one for a `SEND` or `SEND_ZC`; several for a vectored
-    /// `SENDMSG` or `SENDMSG_ZC` (with `op` `Send` or `SendZc`).
-    pub parts: &'a mut [Part],
-    /// The connection's queued buffers: each [`Payload::New`] part, in order, is the one at
-    /// the front. The driver takes exactly those.
-    pub queue: &'a mut VecDeque<Buf>,
-    /// SEND or SEND_ZC.
-    pub op: SendOp,
-    /// Link to the next request (`IOSQE_IO_LINK`); false on the chain's last.
-    pub link: bool,
-}
-
-/// What the driver did with a [`Submit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pushed {
-    /// The request id its completions carry.
-    pub req: u64,
-    /// The request sends from registered (fixed) buffers.
-    pub registered: bool,
+    pub(crate) order: Order,
 }
 
 /// A request of the chain in the kernel: its id, how many of the chain's entries it carries,
@@ -145,9 +101,9 @@ struct InFlight {
 
 /// The I/O-free state of one connection. See the module docs.
 #[derive(Debug)]
-pub struct ConnState {
+pub(crate) struct ConnState {
     cfg: StateConfig,
-    chooser: Box<dyn Choose>,
+    chooser: Chooser,
     /// Buffers handed in and not yet submitted.
     queue: VecDeque<Buf>,
     /// What the last chain left to send, first in line.
@@ -180,9 +136,10 @@ pub struct ConnState {
 
 impl ConnState {
     /// A new connection state choosing its operation per send with `chooser`.
-    pub fn new(cfg: StateConfig, chooser: Box<dyn Choose>) -> ConnState {
+    pub(crate) fn new(cfg: StateConfig, chooser: Chooser) -> ConnState {
         let stats = SendStats {
             copied_known: cfg.zc.is_none_or(|z| z.report_usage),
+            uring_order: Some(cfg.order),
             ..SendStats::default()
         };
         ConnState {
@@ -210,12 +167,12 @@ impl ConnState {
     }
 
     /// The settings.
-    pub fn config(&self) -> StateConfig {
+    pub(crate) fn config(&self) -> StateConfig {
         self.cfg
     }
 
     /// How many more buffers [`ConnState::push`] takes now (0 after an error).
-    pub fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         if self.error.is_some() {
             return 0;
         }
@@ -224,7 +181,7 @@ impl ConnState {
 
     /// Queues `buf` to send after everything before it; `end_of_message` counts a message.
     /// Gives the buffer back when there is no room.
-    pub fn push(&mut self, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
+    pub(crate) fn push(&mut self, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
         if self.room() == 0 {
             return Err(buf);
         }
@@ -237,7 +194,7 @@ impl ConnState {
 
     /// Queues buffers from `bufs`, each a message, as [`ConnState::push`] would one at a time,
     /// until the queue is full or `bufs` runs out; returns how many it took.
-    pub fn push_from(&mut self, bufs: &mut impl Iterator<Item = Buf>) -> usize {
+    pub(crate) fn push_from(&mut self, bufs: &mut impl Iterator<Item = Buf>) -> usize {
         let before = self.queue.len();
         self.queue.extend(bufs.take(self.room()));
         let n = self.queue.len() - before;
@@ -246,29 +203,30 @@ impl ConnState {
     }
 
     /// A buffer of `len` bytes to fill: one the kernel has released, or a new one.
-    pub fn take_buf(&mut self, len: usize) -> Buf {
+    pub(crate) fn take_buf(&mut self, len: usize) -> Buf {
         self.pool.take(len)
     }
 
     /// Buffers ready for reuse.
-    pub fn free_bufs(&self) -> usize {
+    pub(crate) fn free_bufs(&self) -> usize {
         self.pool.free_len()
     }
 
     /// Asks for what is queued to go in without waiting for a full batch (until the queue is
     /// empty again).
-    pub fn request_flush(&mut self) {
+    pub(crate) fn request_flush(&mut self) {
         self.flushing = true;
     }
 
     /// Sends on a datagram socket: requests go unlinked (see [`Order::Unlinked`]).
-    pub fn set_datagrams(&mut self) {
+    pub(crate) fn set_datagrams(&mut self) {
         self.cfg.order = Order::Unlinked;
+        self.stats.uring_order = Some(Order::Unlinked);
     }
 
     /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
     /// something to resend, a full queue, or a flush asked for.
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         !self.chain_in_flight()
             && self.error.is_none()
             && (!self.resend.is_empty()
@@ -277,250 +235,64 @@ impl ConnState {
     }
 
     /// Whether a chain is in the kernel.
-    pub fn chain_in_flight(&self) -> bool {
+    pub(crate) fn chain_in_flight(&self) -> bool {
         !self.chain.is_empty()
     }
 
     /// Whether every byte handed in has been accepted by the socket (nothing queued, nothing
     /// in flight, nothing to resend). Notifications may still be due.
-    pub fn is_flushed(&self) -> bool {
+    pub(crate) fn is_flushed(&self) -> bool {
         self.queue.is_empty() && self.resend.is_empty() && self.chain.is_empty()
     }
 
     /// SEND_ZC requests awaiting their result or notification.
-    pub fn zc_inflight(&self) -> usize {
+    pub(crate) fn zc_inflight(&self) -> usize {
         self.ledger.inflight()
     }
 
     /// How many more zero-copy sends the driver allows this connection in the next chain (what
     /// is left of a cap shared by every connection of a ring); past it a zero-copy choice goes
     /// by copy, counted as an `inflight_cap` fallback.
-    pub fn set_zc_budget(&mut self, n: usize) {
+    pub(crate) fn set_zc_budget(&mut self, n: usize) {
         self.zc_budget = n;
     }
 
     /// The errno that ended the connection, if one did.
-    pub fn error(&self) -> Option<i32> {
+    pub(crate) fn error(&self) -> Option<i32> {
         self.error
     }
 
+    /// The chooser, for a path that decides some of its sends off the ring with it.
+    pub(crate) fn chooser_mut(&mut self) -> &mut Chooser {
+        &mut self.chooser
+    }
+
     /// The counters.
-    pub fn stats(&self) -> &SendStats {
+    pub(crate) fn stats(&self) -> &SendStats {
         &self.stats
     }
 
     /// Ends the connection with `errno` (the driver could not submit): queued buffers go back
     /// to the pool; what the kernel holds is let go of as its completions come in.
-    pub fn fail(&mut self, errno: i32) {
+    pub(crate) fn fail(&mut self, errno: i32) {
         self.error.get_or_insert(errno);
         self.pool.put_all(self.queue.drain(..));
         self.unheld.extend(self.resend.drain(..).map(|e| e.slot));
     }
 
     /// Counts a buffer the driver could not get back from the kernel in time.
-    pub fn count_leaked(&mut self, n: u64) {
+    pub(crate) fn count_leaked(&mut self, n: u64) {
         self.stats.leaked_buffers += n;
     }
 
     /// Slots the state let go of since the last call.
-    pub fn drain_unheld(&mut self, out: &mut Vec<u32>) {
+    pub(crate) fn drain_unheld(&mut self, out: &mut Vec<u32>) {
         out.append(&mut self.unheld);
-    }
-
-    /// Submits the next chain when [`ConnState::ready`]: first what the last chain left, then
-    /// queued buffers, at most `depth` of them, as the order says: one vectored request per
-    /// run of buffers with one operation, or one request per buffer. Call it after absorbing
-    /// every completion that is ready: a zero-copy choice that finds the in-flight cap full
-    /// then goes by copy (an `inflight_cap` fallback). `push` puts one request in the ring; an
-    /// error from it ends the chain early (the driver treats it as fatal for the connection).
-    /// Returns how many requests were pushed.
-    pub fn submit_chain<E>(
-        &mut self,
-        mut push: impl FnMut(Submit<'_>) -> Result<Pushed, E>,
-    ) -> Result<usize, E> {
-        if !self.ready() {
-            return Ok(0);
-        }
-        self.gather_parts();
-        let mut parts = std::mem::take(&mut self.parts);
-        let mut queue = std::mem::take(&mut self.queue);
-        let pushed = self.push_requests(&mut parts, &mut queue, &mut push);
-        parts.clear();
-        self.parts = parts;
-        self.queue = queue;
-        self.part_zc.clear();
-        self.resend.clear();
-        if self.queue.is_empty() {
-            self.flushing = false;
-        }
-        pushed
-    }
-
-    /// The chain's buffers into `parts` (and whether each goes zero-copy into `part_zc`):
-    /// what the last chain left, then queued buffers (which stay in the queue until the
-    /// driver takes them).
-    fn gather_parts(&mut self) {
-        let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
-        self.deciding = (0, 0);
-        for e in &self.resend {
-            self.parts.push(Part {
-                payload: Payload::Held(e.slot),
-                range: e.start..e.end,
-            });
-            self.part_zc.push(e.zc);
-        }
-        // A fixed choice of copy needs no decision per send.
-        let copy = self.chooser.fixed() == Some(Choice::Copy);
-        for i in 0..n - self.resend.len() {
-            let len = self.queue[i].len();
-            let zc = !copy && self.decide(len);
-            self.parts.push(Part {
-                payload: Payload::New,
-                range: 0..len,
-            });
-            self.part_zc.push(zc);
-        }
-    }
-
-    /// Pushes `parts` as the order groups them, linking each request to the next.
-    fn push_requests<E>(
-        &mut self,
-        parts: &mut [Part],
-        queue: &mut VecDeque<Buf>,
-        push: &mut impl FnMut(Submit<'_>) -> Result<Pushed, E>,
-    ) -> Result<usize, E> {
-        let (mut at, mut requests) = (0, 0);
-        while at < parts.len() {
-            let end = self.request_end(at);
-            let zc = self.part_zc[at];
-            let op = match (zc, self.cfg.zc) {
-                (true, Some(z)) => SendOp::SendZc {
-                    report_usage: z.report_usage,
-                },
-                _ => SendOp::Send,
-            };
-            let link = self.cfg.order != Order::Unlinked && end < parts.len();
-            let submit = Submit {
-                parts: &mut parts[at..end],
-                queue,
-                op,
-                link,
-            };
-            match push(submit) {
-                Ok(p) => self.record(&parts[at..end], zc, p),
-                Err(e) => {
-                    self.abandon(&mut parts[at..], queue);
-                    return Err(e);
-                }
-            }
-            at = end;
-            requests += 1;
-        }
-        Ok(requests)
-    }
-
-    /// Parts the driver could not push (the connection then fails): their held slots are let
-    /// go of and their new buffers go back to the pool, as [`ConnState::fail`] does with a
-    /// queue.
-    fn abandon(&mut self, parts: &mut [Part], queue: &mut VecDeque<Buf>) {
-        for p in parts {
-            match p.payload {
-                Payload::New => self.pool.put_all(queue.pop_front()),
-                Payload::Held(slot) => self.unheld.push(slot),
-            }
-        }
-    }
-
-    /// One past the last part of the request that starts at part `at`.
-    fn request_end(&self, at: usize) -> usize {
-        let zc = &self.part_zc;
-        let mut end = at + 1;
-        if self.cfg.order == Order::Vectored {
-            while end < zc.len() && end - at < MAX_IOV && zc[end] == zc[at] {
-                end += 1;
-            }
-        }
-        end
-    }
-
-    /// Records a request the driver pushed: its buffers join the chain in the kernel.
-    fn record(&mut self, parts: &[Part], zc: bool, p: Pushed) {
-        let mut bytes = 0;
-        for part in parts {
-            let Payload::Held(slot) = part.payload else {
-                unreachable!("the driver puts every new buffer it pushes in a slot");
-            };
-            bytes += part.range.len();
-            self.chain.push(ChainEntry {
-                slot,
-                start: part.range.start,
-                end: part.range.end,
-                zc,
-            });
-        }
-        let n = parts.len();
-        if zc {
-            self.stats.zc_attempts += n as u64;
-            self.stats.registered_sends += if p.registered { n as u64 } else { 0 };
-            self.ledger.submitted_sends(p.req, bytes, n);
-        }
-        self.requests.push(InFlight {
-            req: p.req,
-            entries: n,
-            bytes,
-            res: None,
-        });
-    }
-
-    /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
-    /// asked for zero-copy and it cannot be.
-    /// The zero-copy sends chosen earlier in this chain count as in flight.
-    fn decide(&mut self, len: usize) -> bool {
-        let cx = SendContext {
-            len,
-            zc_inflight: self.ledger.inflight() + self.deciding.0,
-            zc_inflight_bytes: self.ledger.inflight_bytes() + self.deciding.1,
-        };
-        let choice = self.chooser.choose(&cx);
-        self.stats.decisions = self.chooser.decisions();
-        if choice == Choice::Copy {
-            return false;
-        }
-        if self.cfg.zc.is_some() && self.zc_budget == 0 {
-            self.stats
-                .fallbacks
-                .count(policy::FallbackReason::InflightCap);
-            return false;
-        }
-        let limits = self
-            .cfg
-            .zc
-            .map_or_else(InflightLimits::default, |z| z.limits);
-        match policy::admit(
-            self.cfg.zc.is_some(),
-            limits,
-            cx.zc_inflight,
-            cx.zc_inflight_bytes,
-            len,
-            true,
-        ) {
-            ZcDecision::ZeroCopy => {
-                self.zc_budget = self.zc_budget.saturating_sub(1);
-                self.deciding.0 += 1;
-                self.deciding.1 += len;
-                true
-            }
-            ZcDecision::Copy(r) => {
-                self.stats.fallbacks.count(r);
-                false
-            }
-            ZcDecision::ReapThenRetry => unreachable!("admit with reaped=true never asks to reap"),
-        }
     }
 
     /// The result CQE of request `req`: `res` bytes or `-errno`, `more` when a notification
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
-    pub fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: u64) {
+    pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: u64) {
         let i = (self.requests.iter()).position(|r| r.req == req && r.res.is_none());
         if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
             self.count_transmitted(i, res as usize);
@@ -556,14 +328,14 @@ impl ConnState {
     }
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED`.
-    pub fn on_notification(&mut self, req: u64, copied: bool, age_ns: u64) {
+    pub(crate) fn on_notification(&mut self, req: u64, copied: bool, age_ns: u64) {
         self.stats.notifications += 1;
         let outcome = self.ledger.on_notification(req, copied);
         self.count_notif(Some(outcome), age_ns);
     }
 
     /// A buffer the ring released (its last completion is in): back to the pool.
-    pub fn on_released(&mut self, buf: Buf) {
+    pub(crate) fn on_released(&mut self, buf: Buf) {
         self.pool.put(buf);
     }
 
@@ -575,7 +347,7 @@ impl ConnState {
                 self.stats.zc_copied += if copied { n } else { 0 };
                 self.chooser.on_completions(n, if copied { n } else { 0 });
                 self.stats.decisions = self.chooser.decisions();
-                crate::metrics::record_ns_n(&mut self.stats.completion_latency_ns, age_ns, n);
+                crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age_ns, n);
             }
             Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
             Some(NotifOutcome::NoData) | None => {}
@@ -628,8 +400,8 @@ impl ConnState {
 
 #[cfg(test)]
 mod tests {
-    use super::super::choose::Fixed;
     use super::*;
+    use std::ops::Range;
 
     /// A simulated ring: slots hold buffers, request ids count up from `first_req` (to cross
     /// the 32-bit wrap), and every push is recorded.
@@ -689,7 +461,7 @@ mod tests {
                 }),
                 order: Order::Linked,
             },
-            Box::new(Fixed(choice)),
+            Chooser::Fixed(choice),
         )
     }
 
@@ -737,7 +509,7 @@ mod tests {
         };
         // A connection of depth 2 whose choices are `profile`'s.
         let adaptive = |profile: Profile| {
-            let chooser = super::super::choose::AdaptiveChoice(Adaptive::new(profile, cfg));
+            let chooser = Chooser::Adaptive(Box::new(Adaptive::new(profile, cfg)));
             let zc = ZcConfig {
                 limits: InflightLimits::default(),
                 report_usage: true,
@@ -748,7 +520,7 @@ mod tests {
                     zc: Some(zc),
                     order: Order::Linked,
                 },
-                Box::new(chooser),
+                chooser,
             )
         };
         let mut st = adaptive(Profile::defaults());
@@ -769,8 +541,7 @@ mod tests {
         assert!(ops.iter().flatten().all(|o| *o == SendOp::Send));
 
         // ENOMEM halves the cap (a profile that expects copies, so no back-off interferes).
-        let mut profile = Profile::defaults();
-        profile.zerocopy_measured_copied = true;
+        let profile = Profile::from_tiers(Profile::defaults().tiers().to_vec(), true).unwrap();
         let mut st = adaptive(profile);
         fill(&mut st, 2, 1 << 20);
         let c = k.submit(&mut st);
@@ -817,28 +588,14 @@ mod tests {
         assert_eq!(links(&mut dg), [false, false, false]);
     }
 
-    /// A chooser that is always copy, and says so: asking it per send is a mistake.
-    #[derive(Debug)]
-    struct AlwaysCopy;
-
-    impl Choose for AlwaysCopy {
-        fn choose(&mut self, _: &SendContext) -> Choice {
-            panic!("a fixed choice is not asked per send")
-        }
-
-        fn fixed(&self) -> Option<Choice> {
-            Some(Choice::Copy)
-        }
-    }
-
     #[test]
-    fn a_fixed_copy_choice_is_not_asked_per_send_and_every_send_copies() {
+    fn a_fixed_copy_choice_copies_every_send_in_one_vectored_request() {
         let mut k = Kernel::new(1);
         let cfg = StateConfig {
             order: Order::Vectored,
             ..state(4, true, Choice::Copy).config()
         };
-        let mut st = ConnState::new(cfg, Box::new(AlwaysCopy));
+        let mut st = ConnState::new(cfg, Chooser::Fixed(Choice::Copy));
         fill(&mut st, 4, 100);
         let c = k.submit(&mut st);
         assert_eq!(c.len(), 4, "four buffers");

@@ -1,0 +1,503 @@
+//! An io_uring used for socket sends. The ring owns every buffer it has been handed until the
+//! kernel has posted the last completion that refers to it (the result CQE, and for SEND_ZC the
+//! notification CQE when the result carried `IORING_CQE_F_MORE`), and the iovecs and header of
+//! every vectored request until its last completion, so the `unsafe` contract of pushing an SQE
+//! that points at user memory is kept here and nowhere else.
+
+//!
+//! - `mod.rs`: the ring (setup, entering the kernel, reaping completions, teardown);
+//! - `slots.rs`: the buffers and vectored requests the ring holds, and which completions are
+//!   still due for each: what keeps every SQE pointing at live memory;
+//! - `submit.rs`: send requests (`SEND`, `SEND_ZC`, vectored `SENDMSG`, `SENDMSG_ZC`) and the
+//!   registered-buffer table;
+//! - `aux.rs`: requests that are not sends (multishot accept and receive, splice, cancel).
+
+mod aux;
+mod slots;
+mod submit;
+
+pub(crate) use aux::{AuxCqe, AuxOp};
+use slots::{Group, Slot};
+use submit::FixedTable;
+
+use super::bufring::RecvBufs;
+use crate::buffer::Buf;
+use io_uring::{cqueue, opcode, types, IoUring, Probe};
+use std::io;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// `IORING_SEND_ZC_REPORT_USAGE` from `<linux/io_uring.h>` (kernel 6.2).
+pub(crate) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_ENTER_GETEVENTS` from `<linux/io_uring.h>`.
+const IORING_ENTER_GETEVENTS: u32 = 1 << 0;
+/// `IORING_NOTIF_USAGE_ZC_COPIED` from `<linux/io_uring.h>`: set in a notification's `res` when
+/// the kernel copied the data after all.
+pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+
+/// The send operation of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendOp {
+    /// `IORING_OP_SEND` with `MSG_WAITALL`.
+    Send,
+    /// `IORING_OP_SEND_ZC` with `MSG_WAITALL`, optionally asking for usage reporting.
+    SendZc {
+        /// Set `IORING_SEND_ZC_REPORT_USAGE`, so notifications say whether the kernel copied.
+        report_usage: bool,
+    },
+}
+
+/// The buffer of a request to submit.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// A buffer the kernel does not hold yet: the next one at the front of the request's
+    /// request's queue, which the driver takes from there and hands to the ring.
+    New,
+    /// The buffer in this ring slot, which the ring still holds (the rest of a short send, or a
+    /// link the kernel cancelled).
+    Held(u32),
+}
+
+/// Bytes of one buffer that a request sends.
+#[derive(Debug)]
+pub(crate) struct Part {
+    /// The buffer. The driver replaces a [`Payload::New`] with the [`Payload::Held`] slot it
+    /// put the buffer in.
+    pub(crate) payload: Payload,
+    /// Which bytes of it.
+    pub(crate) range: Range<usize>,
+}
+
+/// The send operation of a request, as the ring's functions name it.
+pub(crate) use SendOp as Op;
+
+/// Which of the send-related opcodes this kernel's io_uring supports (`IORING_REGISTER_PROBE`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OpSupport {
+    /// `IORING_OP_SEND`.
+    pub(crate) send: bool,
+    /// `IORING_OP_SENDMSG`.
+    pub(crate) sendmsg: bool,
+    /// `IORING_OP_SEND_ZC`.
+    pub(crate) send_zc: bool,
+    /// `IORING_OP_SENDMSG_ZC`.
+    pub(crate) sendmsg_zc: bool,
+    /// `IORING_OP_SPLICE`.
+    pub(crate) splice: bool,
+}
+
+/// One completion, decoded.
+#[derive(Debug)]
+pub(crate) struct Cqe {
+    /// The tag the request's buffers were pushed with (the driver's connection index).
+    pub(crate) tag: u32,
+    /// The request this completion belongs to (as returned by [`SendRing::push_slot`] or
+    /// [`SendRing::push_vectored`]); a buffer can carry several requests (a short send's
+    /// remainder is a new one).
+    pub(crate) req: u64,
+    /// `true` for a SEND_ZC notification (`IORING_CQE_F_NOTIF`), `false` for a request result.
+    pub(crate) notif: bool,
+    /// The CQE's `res`: bytes sent or `-errno` for a result; usage bits for a notification.
+    pub(crate) res: i32,
+    /// `IORING_CQE_F_MORE` on a result: a notification will follow.
+    pub(crate) more: bool,
+    /// Nanoseconds since the request's buffer went to the ring (for a vectored request,
+    /// since it was pushed), read for a notification and for a result a notification follows
+    /// (what a zero-copy outcome is timed from); 0 for a result that ends its request, whose
+    /// age nothing reads.
+    pub(crate) age_ns: u64,
+}
+
+/// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
+/// request ids keep it clear.
+pub(super) const AUX: u64 = 1 << 63;
+/// Bit 62 marks a vectored send: the low half of `user_data` is then its [`Group`], not a slot.
+const GROUP: u64 = 1 << 62;
+
+/// How a ring was set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSetup {
+    /// `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN` (kernel 6.1): completion work
+    /// runs only when the one submitting thread asks for completions. With
+    /// `IORING_SETUP_TASKRUN_FLAG`, so the ring says when such work is waiting.
+    SingleIssuerDeferTaskrun,
+    /// `IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG` (kernel 5.19).
+    CoopTaskrun,
+    /// No setup flags.
+    Plain,
+}
+
+impl RingSetup {
+    /// A short name for notes and results.
+    pub fn name(self) -> &'static str {
+        match self {
+            RingSetup::SingleIssuerDeferTaskrun => "single_issuer+defer_taskrun",
+            RingSetup::CoopTaskrun => "coop_taskrun",
+            RingSetup::Plain => "plain",
+        }
+    }
+}
+
+/// A ring plus the buffers its in-flight sends point at.
+pub(crate) struct SendRing {
+    ring: IoUring,
+    setup: RingSetup,
+    /// Created disabled (`IORING_SETUP_R_DISABLED`): the first thread that submits enables it
+    /// and becomes its single issuer.
+    enabled: bool,
+    slots: Vec<Option<Slot>>,
+    /// When each slot's buffer went to the ring.
+    held_at: Vec<Instant>,
+    /// The clock as [`SendRing::clock`] last read it.
+    last_clock: Instant,
+    free: Vec<u32>,
+    /// Vectored requests, in flight or free for reuse (`free_groups`).
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    /// Buffers whose last completion came in since the last [`SendRing::take_released`],
+    /// with their tags.
+    released: Vec<(u32, Buf)>,
+    /// Registered-buffer table: (address, length) per index, when one was registered.
+    fixed: Option<FixedTable>,
+    /// Why registering buffers stopped, when the kernel refused (memlock, for one).
+    fixed_error: Option<io::Error>,
+    /// Requests pushed so far: the high half of each request id.
+    requests: u32,
+    /// Slots with completions outstanding.
+    busy: usize,
+    /// Per tag (connection): slots with completions outstanding plus receives armed.
+    tag_busy: Vec<u32>,
+    /// Accept, receive and cancel requests whose last completion has not come.
+    aux_pending: usize,
+    aux: Vec<AuxCqe>,
+    /// The CQEs of the current reap (`user_data`, `res`, `flags`), decoded after the CQ is
+    /// released.
+    raw: Vec<(u64, i32, u32)>,
+    recv: Option<RecvBufs>,
+    /// Completions the kernel could not post because the CQ was full (`IORING_FEAT_NODROP`
+    /// keeps them and posts them later), as the ring's overflow counter reads.
+    cq_overflow: u32,
+}
+
+impl SendRing {
+    /// `io_uring_setup(sq_entries, {cq_entries, flags})`, see io_uring_setup(2). Asks for
+    /// SINGLE_ISSUER and DEFER_TASKRUN (created disabled, enabled by the first thread that
+    /// submits), then COOP_TASKRUN, then no flags, taking the first the kernel accepts.
+    /// `SENDPATH_URING_SETUP=coop` or `=plain` starts further down that list, to compare.
+    pub(crate) fn new(sq_entries: u32, cq_entries: u32) -> io::Result<SendRing> {
+        let sq = sq_entries.next_power_of_two().max(8);
+        let cq = cq_entries.next_power_of_two().max(2 * sq);
+        let mut last = None;
+        let all = [
+            RingSetup::SingleIssuerDeferTaskrun,
+            RingSetup::CoopTaskrun,
+            RingSetup::Plain,
+        ];
+        let skip = match std::env::var("SENDPATH_URING_SETUP").as_deref() {
+            Ok("coop") => 1,
+            Ok("plain") => 2,
+            _ => 0,
+        };
+        for setup in all.into_iter().skip(skip) {
+            let mut b = IoUring::builder();
+            b.setup_cqsize(cq);
+            match setup {
+                RingSetup::SingleIssuerDeferTaskrun => {
+                    b.setup_single_issuer()
+                        .setup_defer_taskrun()
+                        .setup_taskrun_flag()
+                        .setup_r_disabled();
+                }
+                RingSetup::CoopTaskrun => {
+                    b.setup_coop_taskrun().setup_taskrun_flag();
+                }
+                RingSetup::Plain => {}
+            }
+            match b.build(sq) {
+                Ok(ring) => {
+                    return Ok(SendRing {
+                        ring,
+                        setup,
+                        enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
+                        slots: Vec::new(),
+                        held_at: Vec::new(),
+                        last_clock: Instant::now(),
+                        free: Vec::new(),
+                        groups: Vec::new(),
+                        free_groups: Vec::new(),
+                        released: Vec::new(),
+                        fixed: None,
+                        fixed_error: None,
+                        requests: 0,
+                        busy: 0,
+                        tag_busy: Vec::new(),
+                        aux_pending: 0,
+                        aux: Vec::new(),
+                        raw: Vec::new(),
+                        recv: None,
+                        cq_overflow: 0,
+                    })
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
+    }
+
+    /// How the ring was set up.
+    pub(crate) fn setup(&self) -> RingSetup {
+        self.setup
+    }
+
+    /// `io_uring_register(IORING_REGISTER_ENABLE_RINGS)` the first time: the calling thread
+    /// becomes the ring's single issuer.
+    pub(super) fn enable(&mut self) -> io::Result<()> {
+        if !self.enabled {
+            self.ring.submitter().register_enable_rings()?;
+            self.enabled = true;
+        }
+        Ok(())
+    }
+
+    /// Why registered buffers are not used, when the kernel refused them.
+    pub(crate) fn fixed_error(&self) -> Option<&io::Error> {
+        self.fixed_error.as_ref()
+    }
+
+    /// `io_uring_register(IORING_REGISTER_PROBE)`: which send opcodes exist here.
+    /// See io_uring_register(2).
+    pub(crate) fn probe(&self) -> io::Result<OpSupport> {
+        let mut p = Probe::new();
+        self.ring.submitter().register_probe(&mut p)?;
+        Ok(OpSupport {
+            send: p.is_supported(opcode::Send::CODE),
+            sendmsg: p.is_supported(opcode::SendMsg::CODE),
+            send_zc: p.is_supported(opcode::SendZc::CODE),
+            sendmsg_zc: p.is_supported(opcode::SendMsgZc::CODE),
+            splice: p.is_supported(opcode::Splice::CODE),
+        })
+    }
+
+    /// `io_uring_enter(to_submit, min_complete = want, IORING_ENTER_GETEVENTS)`.
+    pub(crate) fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        self.enable()?;
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// `io_uring_enter(to_submit)` without waiting. On a DEFER_TASKRUN ring it always passes
+    /// `IORING_ENTER_GETEVENTS` (with `min_complete` 0), so the deferred work of this very
+    /// submission runs in the same call: the next link of a chain is such work, and without it
+    /// a chain would advance one link per syscall. Elsewhere GETEVENTS is passed when the ring
+    /// says deferred work is waiting.
+    pub(crate) fn submit(&mut self) -> io::Result<usize> {
+        self.enable()?;
+        loop {
+            let r = if self.setup == RingSetup::SingleIssuerDeferTaskrun {
+                let n = self.ring.submission().len() as u32;
+                // SAFETY: no extended argument is passed (`None`, size 0), so the kernel reads
+                // nothing but the rings, which `IoUring` keeps mapped.
+                unsafe {
+                    self.ring.submitter().enter::<libc::sigset_t>(
+                        n,
+                        0,
+                        IORING_ENTER_GETEVENTS,
+                        None,
+                    )
+                }
+            } else {
+                self.ring.submit()
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether entering the kernel would do anything: SQEs to submit, deferred completion work
+    /// to run (`IORING_SQ_TASKRUN`), or completions held back by a full CQ.
+    pub(crate) fn needs_enter(&mut self) -> bool {
+        let mut sq = self.ring.submission();
+        sq.sync();
+        !sq.is_empty() || sq.taskrun() || sq.cq_overflow() || !self.enabled
+    }
+
+    /// Whether deferred completion work is waiting for the next enter with GETEVENTS.
+    pub(crate) fn taskrun_pending(&mut self) -> bool {
+        let mut sq = self.ring.submission();
+        sq.sync();
+        sq.taskrun()
+    }
+
+    /// Waits up to `timeout` for at least one completion (submitting what is queued first).
+    /// Returns false when the time ran out.
+    pub(crate) fn wait_for(&mut self, timeout: Duration) -> io::Result<bool> {
+        self.wait_batch(1, Duration::ZERO, timeout)
+    }
+
+    /// Waits up to `timeout` for `want` completions, but once `min_wait` has passed returns as
+    /// soon as there is at least one (`IORING_FEAT_MIN_TIMEOUT`, Linux 6.12; a zero `min_wait`
+    /// is what older kernels take): fewer, fuller wake-ups for a loop over many connections.
+    /// Returns false when the time ran out.
+    pub(crate) fn wait_batch(
+        &mut self,
+        want: usize,
+        min_wait: Duration,
+        timeout: Duration,
+    ) -> io::Result<bool> {
+        self.enable()?;
+        let ts = types::Timespec::from(timeout);
+        let usec = u32::try_from(min_wait.as_micros()).unwrap_or(u32::MAX);
+        let args = types::SubmitArgs::new().timespec(&ts).min_wait_usec(usec);
+        match self.ring.submitter().submit_with_args(want, &args) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the kernel takes a batch wait's minimum (`IORING_FEAT_MIN_TIMEOUT`).
+    pub(crate) fn has_min_wait(&self) -> bool {
+        self.ring.params().is_feature_min_timeout()
+    }
+
+    /// Moves every available completion into `out`, releasing buffers whose last completion
+    /// has arrived. Returns how many completions there were (accepts and receives included).
+    pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) -> usize {
+        let mut cq = self.ring.completion();
+        self.cq_overflow = cq.overflow();
+        let n = cq.len();
+        if n == 0 {
+            // Most passes look more often than completions come: no clock reading for none.
+            return 0;
+        }
+        let mut now = None;
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.extend((&mut cq).map(|c| (c.user_data(), c.result(), c.flags())));
+        drop(cq);
+        for (req, res, flags) in raw.drain(..) {
+            if req & AUX != 0 {
+                self.reap_aux(req, res, flags);
+                continue;
+            }
+            let notif = cqueue::notif(flags);
+            let more = !notif && cqueue::more(flags);
+            let done = if req & GROUP != 0 {
+                self.group_completed(req as u32, more)
+            } else {
+                let done = self.slot_completed(req as u32, more);
+                if let (Some((tag, _)), false) = (done, more) {
+                    self.request_ended(tag);
+                }
+                done
+            };
+            let Some((tag, pushed_at)) = done else {
+                continue;
+            };
+            out.push(Cqe {
+                tag,
+                req,
+                notif,
+                res,
+                more,
+                age_ns: match notif || more {
+                    true => {
+                        let now = *now.get_or_insert_with(Instant::now);
+                        now.duration_since(pushed_at).as_nanos() as u64
+                    }
+                    false => 0,
+                },
+            });
+        }
+        self.raw = raw;
+        n
+    }
+
+    /// Waits up to `timeout` until the kernel holds no buffer, moving completions into `out`.
+    /// Returns how many buffers it still holds afterwards.
+    pub(crate) fn drain(&mut self, timeout: Duration, out: &mut Vec<Cqe>) -> usize {
+        let deadline = Instant::now() + timeout;
+        while self.in_kernel() > 0 && Instant::now() < deadline {
+            if self.wait_for(Duration::from_millis(10)).is_err() {
+                break;
+            }
+            self.reap(out);
+        }
+        self.in_kernel()
+    }
+}
+
+impl SendRing {
+    /// Cancels every request still in the kernel (`IORING_OP_ASYNC_CANCEL` with
+    /// `IORING_ASYNC_CANCEL_ANY`) and waits at most `grace` for their last completions. Returns
+    /// how many buffers the kernel still holds then: they are never freed (see `Drop`).
+    pub(crate) fn shut_down(&mut self, grace: Duration) -> usize {
+        if self.aux_pending == 0 && self.in_kernel() == 0 {
+            return 0;
+        }
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(AUX | (AuxOp::Cancel.code() << 32));
+        // SAFETY: a cancel request points at no memory.
+        if unsafe { self.ring.submission().push(&e) }.is_ok() {
+            self.aux_pending += 1;
+        }
+        let deadline = Instant::now() + grace;
+        let mut sink = Vec::new();
+        while (self.aux_pending > 0 || self.in_kernel() > 0) && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.wait_for(left.min(Duration::from_millis(10))).is_err() {
+                break;
+            }
+            self.reap(&mut sink);
+            self.aux.clear();
+        }
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.pending > 0)
+            .count()
+    }
+}
+
+impl Drop for SendRing {
+    /// Frees nothing the kernel may still read: multishot receives that did not end keep
+    /// their provided buffers mapped for good, and buffers and vectored requests with
+    /// completions still due are leaked. (The driver shuts the ring down first, with a
+    /// bounded grace.)
+    fn drop(&mut self) {
+        self.shut_down(Duration::ZERO);
+        if let Some(r) = self.recv.take() {
+            if self.aux_pending > 0 || r.unregister(&self.ring).is_err() {
+                std::mem::forget(r);
+            }
+        }
+        for s in self.slots.drain(..).flatten() {
+            if s.pending > 0 {
+                std::mem::forget(s.buf);
+            }
+        }
+        for g in self.groups.drain(..) {
+            if g.pending > 0 {
+                std::mem::forget(g);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Option<Slot>>(), 64);
+    }
+}

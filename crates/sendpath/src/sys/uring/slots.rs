@@ -1,0 +1,194 @@
+//! The buffers and vectored requests the ring holds, and the completions still due for each.
+//! A buffer goes back to its owner only once its last completion is in and the owner let go
+//! of it; a vectored request's header and iovecs are reused only after its last completion.
+//! This is what keeps every SQE the ring pushed pointing at live memory.
+
+use super::SendRing;
+use crate::buffer::Buf;
+use std::time::Instant;
+
+/// One cache line per slot: a buffer the ring holds goes in with one line written. When it
+/// went to the ring is kept beside ([`SendRing::held_at`]).
+#[repr(align(64))]
+pub(super) struct Slot {
+    pub(super) buf: Buf,
+    pub(super) tag: u32,
+    /// Completions still expected for this slot.
+    pub(super) pending: u32,
+    /// The owner may still send from it (see [`SendRing::unhold`]).
+    pub(super) held: bool,
+}
+
+/// A vectored request (`SENDMSG` / `SENDMSG_ZC`) over several slots: the slots it reads, and
+/// the iovecs and header the kernel reads, kept until its last completion. A group's lists
+/// keep their allocations from request to request.
+pub(super) struct Group {
+    pub(super) slots: Vec<u32>,
+    pub(super) iovs: Vec<libc::iovec>,
+    pub(super) hdr: Box<libc::msghdr>,
+    pub(super) tag: u32,
+    /// Completions still expected: the result, then the notification if it said `F_MORE`.
+    pub(super) pending: u32,
+    pub(super) pushed_at: Instant,
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
+// (and into `iovs`); a group is only read or written by the thread that owns the ring.
+unsafe impl Send for Group {}
+
+impl Group {
+    pub(super) fn new() -> Group {
+        Group {
+            slots: Vec::new(),
+            iovs: Vec::new(),
+            // SAFETY: an all-zero msghdr (no name, no iovecs, no control data) is valid.
+            hdr: Box::new(unsafe { std::mem::zeroed() }),
+            tag: 0,
+            pending: 0,
+            pushed_at: Instant::now(),
+        }
+    }
+}
+
+impl SendRing {
+    /// Puts `buf` in a free slot, held for its owner, pushed at `now`; send from it with
+    /// [`SendRing::push_slot`].
+    pub(crate) fn hold(&mut self, buf: Buf, tag: u32, now: Instant) -> u32 {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.held_at.push(now);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.slots[slot as usize] = Some(Slot {
+            buf,
+            tag,
+            pending: 0,
+            held: true,
+        });
+        self.held_at[slot as usize] = now;
+        slot
+    }
+
+    /// Whether `slot` holds a buffer its owner may send `range` of.
+    pub(super) fn live(&self, slot: u32, range: &std::ops::Range<usize>) -> bool {
+        self.slots
+            .get(slot as usize)
+            .and_then(|s| s.as_ref())
+            .is_some_and(|s| s.held && within(range, &s.buf))
+    }
+
+    /// One more request of `tag` whose last completion has not come.
+    pub(super) fn request_started(&mut self, tag: u32) {
+        self.busy += 1;
+        bump(&mut self.tag_busy, tag, true);
+    }
+
+    /// A request of `tag` had its last completion.
+    pub(super) fn request_ended(&mut self, tag: u32) {
+        self.busy = self.busy.saturating_sub(1);
+        bump(&mut self.tag_busy, tag, false);
+    }
+
+    /// The owner will send no more from `slot`: the ring lets the buffer go once its last
+    /// completion is in, returning it now if that has already happened.
+    pub(crate) fn unhold(&mut self, slot: u32) -> Option<Buf> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.held = false;
+        if s.pending > 0 {
+            return None;
+        }
+        self.free.push(slot);
+        self.slots[slot as usize].take().map(|s| s.buf)
+    }
+
+    /// One completion of a request on `slot` came in (`more`: another will follow). Releases
+    /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
+    /// its buffer went to the ring; `None` for a slot not in use.
+    pub(super) fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Instant)> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.pending = s.pending.saturating_sub(1) + u32::from(more);
+        let done = (s.tag, self.held_at[slot as usize]);
+        if s.pending == 0 && !s.held {
+            self.free.push(slot);
+            if let Some(s) = self.slots[slot as usize].take() {
+                self.released.push((s.tag, s.buf));
+            }
+        }
+        Some(done)
+    }
+
+    /// One completion of vectored request `g` came in: one for each of its slots. After its
+    /// last, the group is free for another request.
+    pub(super) fn group_completed(&mut self, g: u32, more: bool) -> Option<(u32, Instant)> {
+        let group = self.groups.get_mut(g as usize).filter(|g| g.pending > 0)?;
+        group.pending = group.pending - 1 + u32::from(more);
+        let done = (group.tag, group.pushed_at);
+        let slots = std::mem::take(&mut group.slots);
+        for &slot in &slots {
+            self.slot_completed(slot, more);
+        }
+        let group = &mut self.groups[g as usize];
+        group.slots = slots;
+        if group.pending == 0 {
+            self.free_groups.push(g);
+            self.request_ended(done.0);
+        }
+        Some(done)
+    }
+
+    /// Moves the buffers released since the last call, each with its tag, into `out`.
+    pub(crate) fn take_released(&mut self, out: &mut Vec<(u32, Buf)>) {
+        out.append(&mut self.released);
+    }
+
+    /// Number of send requests whose last completion has not come: while it is not 0, the
+    /// kernel may still read a buffer the ring holds.
+    pub(crate) fn in_kernel(&self) -> usize {
+        self.busy
+    }
+
+    /// Number of send requests with completions outstanding that carry `tag`, plus the accept
+    /// and receive requests armed with it: while this is not 0, a completion may still name
+    /// `tag`.
+    pub(crate) fn in_kernel_for(&self, tag: u32) -> usize {
+        self.tag_busy.get(tag as usize).map_or(0, |n| *n as usize)
+    }
+
+    /// Number of buffers carrying `tag` that the kernel may still read (a scan: for counting
+    /// what is left after a deadline, not for a loop).
+    pub(crate) fn buffers_in_kernel_for(&self, tag: u32) -> usize {
+        let slots = self.slots.iter().flatten();
+        slots.filter(|s| s.tag == tag && s.pending > 0).count()
+    }
+
+    /// Accept and receive requests armed (multishot requests stay armed until their last CQE).
+    pub(crate) fn aux_pending(&self) -> usize {
+        self.aux_pending
+    }
+
+    /// Completions the kernel had to hold back because the CQ was full, so far.
+    pub(crate) fn cq_overflow(&self) -> u32 {
+        self.cq_overflow
+    }
+}
+
+/// Whether `range` is a range of `buf`'s bytes.
+pub(super) fn within(range: &std::ops::Range<usize>, buf: &Buf) -> bool {
+    range.start <= range.end && range.end <= buf.len()
+}
+
+/// Counts one more (`up`) or one fewer request outstanding for `tag`.
+pub(super) fn bump(counts: &mut Vec<u32>, tag: u32, up: bool) {
+    let i = tag as usize;
+    if up {
+        if counts.len() <= i {
+            counts.resize(i + 1, 0);
+        }
+        counts[i] += 1;
+    } else if let Some(c) = counts.get_mut(i) {
+        *c = c.saturating_sub(1);
+    }
+}

@@ -1,0 +1,305 @@
+//! Send requests: `SEND` and `SEND_ZC` from one buffer the ring holds, vectored `SENDMSG` and
+//! `SENDMSG_ZC` over several, and the registered-buffer table zero-copy sends use.
+
+use super::slots::within;
+use super::{Group, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE};
+use crate::buffer::Buf;
+use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Instant;
+
+/// A ring's registered-buffer table: (address, capacity) per entry, filled in order.
+pub(super) struct FixedTable {
+    pub(super) keys: Vec<(usize, usize)>,
+    pub(super) used: usize,
+}
+
+impl SendRing {
+    /// `io_uring_register(IORING_REGISTER_BUFFERS2)` with a sparse table of `n` entries, to be
+    /// filled by [`SendRing::register_buf`].
+    pub(crate) fn enable_fixed_buffers(&mut self, n: u32) -> io::Result<()> {
+        self.ring.submitter().register_buffers_sparse(n)?;
+        self.fixed = Some(FixedTable {
+            keys: vec![(0, 0); n as usize],
+            used: 0,
+        });
+        Ok(())
+    }
+
+    /// `io_uring_register(IORING_REGISTER_BUFFERS_UPDATE)`: puts the buffer in `slot` in the registered table
+    /// (pinning its pages) unless it is already there. Returns `false` when the table is full or
+    /// fixed buffers are off; the buffer is then sent unregistered. When the kernel refuses
+    /// (`ENOMEM` past the memlock limit, for one), fixed buffers are turned off for this ring
+    /// and the reason kept in [`SendRing::fixed_error`].
+    fn register_buf(&mut self, slot: u32) -> bool {
+        let (Some(table), Some(s)) = (
+            self.fixed.as_mut(),
+            self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()),
+        ) else {
+            return false;
+        };
+        match Self::try_register(&self.ring, table, &mut s.buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fixed = None;
+                self.fixed_error = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Registers `buf` now (see [`SendRing::register_buf`]); `false` when fixed buffers are
+    /// off or the table is full.
+    pub(crate) fn register(&mut self, buf: &mut Buf) -> bool {
+        let Some(table) = self.fixed.as_mut() else {
+            return false;
+        };
+        match Self::try_register(&self.ring, table, buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.fixed = None;
+                self.fixed_error = Some(e);
+                false
+            }
+        }
+    }
+
+    fn try_register(ring: &IoUring, table: &mut FixedTable, buf: &mut Buf) -> io::Result<bool> {
+        let key = (buf.as_slice().as_ptr() as usize, buf.capacity());
+        if let Some(i) = buf.fixed {
+            if table.keys.get(i as usize) == Some(&key) {
+                return Ok(true);
+            }
+        }
+        // Entries are taken in order and never given back, so the next free one is `used`: no
+        // scan of a full table on every send (which cost milliseconds at 10,000 connections).
+        let i = table.used;
+        if i >= table.keys.len() {
+            return Ok(false);
+        }
+        let iov = libc::iovec {
+            iov_base: key.0 as *mut libc::c_void,
+            iov_len: key.1,
+        };
+        // SAFETY: the iovec describes the live allocation of `buf`. The kernel pins its pages
+        // and only ever reads them (sendpath issues no *_FIXED read ops), so even if the Buf is
+        // later dropped the kernel keeps its own page references and no Rust memory is written.
+        // Stale entries are detected by address and length before use (see above).
+        unsafe {
+            ring.submitter()
+                .register_buffers_update(i as u32, &[iov], None)?
+        };
+        table.keys[i] = key;
+        table.used += 1;
+        buf.fixed = Some(i as u16);
+        Ok(true)
+    }
+
+    /// Hands `buf` to the ring and queues one send of `buf[range]` on `fd`; `tag` comes back in
+    /// each of its completions. With `link`, the next SQE pushed runs only after this one
+    /// completes in full (`IOSQE_IO_LINK`); a chain is how sends on one stream socket keep their
+    /// order. The ring holds the buffer until [`SendRing::unhold`] and its last completion.
+    /// Returns the slot, the request id and whether the send uses a registered buffer.
+    pub(crate) fn push(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        buf: Buf,
+        range: std::ops::Range<usize>,
+        op: Op,
+        link: bool,
+        tag: u32,
+    ) -> io::Result<(u32, u64, bool)> {
+        let now = self.clock(op);
+        let slot = self.hold(buf, tag, now);
+        let (req, registered) = self.push_slot(fd, slot, range, op, link)?;
+        Ok((slot, req, registered))
+    }
+
+    /// When a buffer pushed for `op` went to the ring: the clock for a zero-copy send, whose
+    /// notification is timed from it; for a copy, whose completion nothing times, the last
+    /// time read (no clock read per send).
+    pub(crate) fn clock(&mut self, op: Op) -> Instant {
+        if matches!(op, Op::SendZc { .. }) {
+            self.last_clock = Instant::now();
+        }
+        self.last_clock
+    }
+
+    /// The next request id's high half: 30 bits, clear of `AUX` (bit 63) and `GROUP` (62).
+    fn next_request(&mut self) -> u64 {
+        self.requests = self.requests.wrapping_add(1) & 0x3fff_ffff;
+        u64::from(self.requests) << 32
+    }
+
+    /// Queues one vectored send of every part's bytes, in order, on `fd`: `IORING_OP_SENDMSG`
+    /// (or `SENDMSG_ZC` for `Op::SendZc`) with `MSG_WAITALL`, see sendmsg(2). Each new part's
+    /// buffer, taken from the front of `queue`, goes to the ring first, and the part names the
+    /// slot that now holds it. With `link`, the next SQE runs only after this one completes in
+    /// full. Returns the request id. A held part whose slot is not live, or a new one without
+    /// its buffer, is an error (`EBADSLT`), and nothing is queued.
+    pub(crate) fn push_vectored(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        parts: &mut [Part],
+        queue: &mut VecDeque<Buf>,
+        op: Op,
+        link: bool,
+        tag: u32,
+    ) -> io::Result<u64> {
+        let mut new = queue.iter();
+        let all_live = parts.iter().all(|p| match p.payload {
+            Payload::Held(slot) => self.live(slot, &p.range),
+            Payload::New => new.next().is_some_and(|b| within(&p.range, b)),
+        });
+        if !all_live {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        }
+        let g = self.free_groups.pop().unwrap_or_else(|| {
+            self.groups.push(Group::new());
+            (self.groups.len() - 1) as u32
+        });
+        let mut slots = std::mem::take(&mut self.groups[g as usize].slots);
+        let mut iovs = std::mem::take(&mut self.groups[g as usize].iovs);
+        slots.clear();
+        iovs.clear();
+        let now = self.clock(op);
+        for part in parts.iter_mut() {
+            let slot = match part.payload {
+                Payload::New => self.hold(queue.pop_front().expect("checked above"), tag, now),
+                Payload::Held(slot) => slot,
+            };
+            part.payload = Payload::Held(slot);
+            let s = self.slots[slot as usize].as_mut().expect("live");
+            s.pending += 1;
+            let bytes = &s.buf.as_slice()[part.range.clone()];
+            iovs.push(libc::iovec {
+                iov_base: bytes.as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len(),
+            });
+            slots.push(slot);
+        }
+        let req = self.next_request() | GROUP | u64::from(g);
+        self.request_started(tag);
+        let group = &mut self.groups[g as usize];
+        group.hdr.msg_iov = iovs.as_mut_ptr();
+        group.hdr.msg_iovlen = iovs.len();
+        (group.slots, group.iovs) = (slots, iovs);
+        (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
+        let entry = sendmsg_entry(fd, &group.hdr, op, link, req);
+        loop {
+            // SAFETY: the SQE points at the group's header, which points at its iovecs, which
+            // point into buffers held in the group's slots. The group is reused, and each slot
+            // released, only after the kernel posted the request's last completion (the header
+            // and iovecs are kept that long although the kernel copies them at submission).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                return Ok(req);
+            }
+            self.submit()?;
+        }
+    }
+
+    /// Queues another send from a buffer the ring holds (the rest of a short send, or a retry
+    /// after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of this
+    /// request carry in [`Cqe::req`], and whether it sends from a registered buffer. A slot
+    /// that is not held is an error (`EBADSLT`), never a send from freed memory.
+    pub(crate) fn push_slot(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        slot: u32,
+        range: std::ops::Range<usize>,
+        op: Op,
+        link: bool,
+    ) -> io::Result<(u64, bool)> {
+        if !self.live(slot, &range) {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        }
+        if matches!(op, Op::SendZc { .. }) {
+            self.register_buf(slot);
+        }
+        let req = self.next_request() | u64::from(slot);
+        let s = self.slots[slot as usize]
+            .as_mut()
+            .expect("checked live above");
+        s.pending += 1;
+        let tag = s.tag;
+        let s = &*s;
+        let bytes = &s.buf.as_slice()[range];
+        let fixed = s.buf.fixed.filter(|i| {
+            self.fixed
+                .as_ref()
+                .and_then(|t| t.keys.get(*i as usize))
+                .copied()
+                == Some((s.buf.as_slice().as_ptr() as usize, s.buf.capacity()))
+        });
+        let fd = types::Fd(fd.as_raw_fd());
+        let entry = match op {
+            Op::Send => opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
+                .flags(libc::MSG_WAITALL)
+                .build(),
+            Op::SendZc { report_usage } => {
+                opcode::SendZc::new(fd, bytes.as_ptr(), bytes.len() as u32)
+                    .flags(libc::MSG_WAITALL)
+                    .zc_flags(if report_usage {
+                        IORING_SEND_ZC_REPORT_USAGE
+                    } else {
+                        0
+                    })
+                    .buf_index(fixed)
+                    .build()
+            }
+        };
+        let entry = entry.user_data(req);
+        let entry = if link {
+            entry.flags(squeue::Flags::IO_LINK)
+        } else {
+            entry
+        };
+        let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
+        self.request_started(tag);
+        loop {
+            // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
+            // That buffer is only moved out (released) once `pending` drops to zero, which
+            // happens only after the kernel has posted every CQE for the slot, i.e. after it
+            // stopped reading the memory. Moving the `Buf` value does not move its heap bytes.
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                return Ok((req, registered));
+            }
+            self.submit()?;
+        }
+    }
+}
+
+/// The SQE of a vectored send of `hdr`'s iovecs on `fd`: `IORING_OP_SENDMSG`, or
+/// `SENDMSG_ZC` for `Op::SendZc`, with `MSG_WAITALL`, linked to the next when `link`.
+fn sendmsg_entry(
+    fd: BorrowedFd<'_>,
+    hdr: &libc::msghdr,
+    op: Op,
+    link: bool,
+    req: u64,
+) -> squeue::Entry {
+    let (fd, hdr) = (types::Fd(fd.as_raw_fd()), hdr as *const libc::msghdr);
+    let entry = match op {
+        Op::Send => opcode::SendMsg::new(fd, hdr)
+            .flags(libc::MSG_WAITALL as u32)
+            .build(),
+        Op::SendZc { report_usage } => opcode::SendMsgZc::new(fd, hdr)
+            .flags(libc::MSG_WAITALL as u32)
+            .ioprio(if report_usage {
+                IORING_SEND_ZC_REPORT_USAGE
+            } else {
+                0
+            })
+            .build(),
+    };
+    let entry = entry.user_data(req);
+    if link {
+        entry.flags(squeue::Flags::IO_LINK)
+    } else {
+        entry
+    }
+}
