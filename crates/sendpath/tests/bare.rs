@@ -6,61 +6,18 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// The example's binary, built by `cargo test` beside this test's (`target/PROFILE/examples`),
-/// if it is newer than every source file of the example (`cargo test --test bare` alone does
-/// not build examples, and would find an old one).
+mod common;
+
+/// The example's binary (see [`common::example`]).
 fn bare() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .ok_or("no target directory")?;
-    let p = dir.join("examples").join("bare");
-    let built = std::fs::metadata(&p)
-        .and_then(|m| m.modified())
-        .map_err(|_| {
-            format!(
-                "{} is not built (`cargo test -p sendpath` builds it)",
-                p.display()
-            )
-        })?;
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bare");
-    let newest = walk(&src).into_iter().max().ok_or("no example sources")?;
-    match newest <= built {
-        true => Ok(p),
-        false => Err(format!(
-            "{} is older than its sources: run `cargo test -p sendpath`, which rebuilds it",
-            p.display()
-        )),
-    }
-}
-
-/// Modification times of every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::time::SystemTime> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = e.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
-            out.push(t);
-        }
-    }
-    out
-}
-
-fn skip(reason: &str) {
-    if std::env::var("SENDPATH_REQUIRE").as_deref() == Ok("all") {
-        panic!("cannot run here and SENDPATH_REQUIRE=all forbids skipping: {reason}");
-    }
-    println!("skipped: {reason}");
+    common::example("bare", "examples/bare")
 }
 
 fn run(args: &[&str]) -> Option<Output> {
     let b = match bare() {
         Ok(b) => b,
         Err(why) => {
-            skip(&why);
+            common::skip(&why);
             return None;
         }
     };

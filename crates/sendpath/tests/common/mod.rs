@@ -232,3 +232,51 @@ pub(crate) fn reset_on_close(s: &TcpStream) {
     };
     set_opt(s, libc::SOL_SOCKET, libc::SO_LINGER, &lg);
 }
+
+/// Example `name`'s binary, built by `cargo test` beside this test's
+/// (`target/PROFILE/examples`), if it is newer than every source file of the example under
+/// `sources` (`cargo test --test NAME` alone does not build examples, and would find an old
+/// one).
+pub(crate) fn example(name: &str, sources: &str) -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .ok_or("no target directory")?;
+    let p = dir.join("examples").join(name);
+    let built = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .map_err(|_| {
+            format!(
+                "{} is not built (`cargo test -p sendpath` builds it)",
+                p.display()
+            )
+        })?;
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(sources);
+    let newest = match src.is_dir() {
+        true => walk(&src).into_iter().max(),
+        false => std::fs::metadata(&src).and_then(|m| m.modified()).ok(),
+    }
+    .ok_or("no example sources")?;
+    match newest <= built {
+        true => Ok(p),
+        false => Err(format!(
+            "{} is older than its sources: run `cargo test -p sendpath`, which rebuilds it",
+            p.display()
+        )),
+    }
+}
+
+/// Modification times of every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::time::SystemTime> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+            out.push(t);
+        }
+    }
+    out
+}
