@@ -117,9 +117,9 @@ fn print_serve(r: &ServeReport) {
             .map_or_else(|| "unknown".to_string(), |f| format!("{:.1}%", f * 100.0));
         say!(
             "sends: zero-copy attempts {}, copied {}; fallbacks: {}; CQ overflows {}{}",
-            s.zc_attempts,
+            s.zerocopy.attempts,
             copied,
-            fallbacks_line(&s.fallbacks),
+            fallbacks_line(&s.zerocopy.fallbacks),
             r.cq_overflows,
             r.ring_setup
                 .as_deref()

@@ -94,8 +94,8 @@ pub fn run(
             let z = &rep.zerocopy;
             WindowResult {
                 gbps: rep.throughput_gbps,
-                copied_fraction: (z.copied_known && z.completions > 0)
-                    .then(|| z.copied as f64 / z.completions as f64),
+                copied_fraction: (z.counts.copied_known && z.counts.completions > 0)
+                    .then(|| z.counts.copied as f64 / z.counts.completions as f64),
             }
         }))
     })

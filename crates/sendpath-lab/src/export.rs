@@ -275,10 +275,10 @@ fn cpu_columns(row: &Row) -> Vec<String> {
 /// Zero-copy counts and fallbacks, integrity, the file cache and latency.
 fn zerocopy_columns(row: &Row) -> Vec<String> {
     let l = row.latency_us;
-    let f = row.zerocopy.fallbacks;
+    let f = row.zerocopy.counts.fallbacks;
     vec![
-        row.zerocopy.attempts.to_string(),
-        row.zerocopy.completions.to_string(),
+        row.zerocopy.counts.attempts.to_string(),
+        row.zerocopy.counts.completions.to_string(),
         opt(row.zerocopy.copied_fraction),
         f.enobufs.to_string(),
         f.inflight_cap.to_string(),
@@ -355,7 +355,7 @@ fn datagram_columns(row: &Row) -> Vec<String> {
 fn notification_columns(row: &Row) -> Vec<String> {
     let z = &row.zerocopy;
     vec![
-        z.notifications.to_string(),
+        z.counts.notifications.to_string(),
         opt(z.completions_per_notification),
         opt(z.completion_p50_us),
         opt(z.completion_p99_us),
@@ -399,7 +399,7 @@ pub(crate) fn notification_line(row: &Row) -> Option<String> {
     };
     Some(format!(
         "    zero-copy completions: {} in {} notifications ({per:.1} per notification){lat}",
-        z.completions, z.notifications
+        z.counts.completions, z.counts.notifications
     ))
 }
 
@@ -424,12 +424,12 @@ pub(crate) fn datagram_line(row: &Row) -> Option<String> {
 /// One table line for a row.
 pub(crate) fn table_line(row: &Row) -> String {
     let t = row.throughput_gbps;
-    let copied = match (row.zerocopy.attempts, row.zerocopy.copied_fraction) {
+    let copied = match (row.zerocopy.counts.attempts, row.zerocopy.copied_fraction) {
         (0, _) => "-".to_string(),
         (_, Some(f)) => format!("{:.0}%", f * 100.0),
         (_, None) => "unknown".to_string(),
     };
-    let fb = row.zerocopy.fallbacks.total();
+    let fb = row.zerocopy.counts.fallbacks.total();
     let lat = match (row.latency_us, row.latency_spread_us) {
         (Some(l), Some(sp)) => format!(
             "  p50 {:.1} [{:.1}..{:.1}] p99 {:.1} [{:.1}..{:.1}] us",

@@ -164,7 +164,7 @@ pub struct Repeat {
     /// File paths: fraction of the source file in the page cache at window start (`mincore`).
     pub file_resident_fraction: Option<f64>,
     /// Zero-copy accounting of this window's connections.
-    pub zerocopy: ZerocopyCounts,
+    pub zerocopy: ZerocopyWindow,
     /// Bytes sent, received and verified over the whole repeat (warmup included).
     pub integrity: Integrity,
     /// Why the repeat was cut short after its window (its receivers stopped before every byte
@@ -531,22 +531,15 @@ pub struct LatencySpreadUs {
     pub p99: Spread,
 }
 
-/// Zero-copy accounting of one window's connections.
+/// Zero-copy accounting of one window's connections: the library's counts, with the
+/// completion latency and the adaptive sender's decisions of the window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct ZerocopyCounts {
-    /// Zero-copy send operations attempted.
-    pub attempts: u64,
-    /// Completions of sends that transmitted bytes.
-    pub completions: u64,
-    /// Of those, how many the kernel reported as copied.
-    pub copied: u64,
-    /// Whether the kernel reports copies for this path here (usage reporting present).
-    pub copied_known: bool,
-    /// Fallbacks to copy, by reason.
-    pub fallbacks: sendpath::Fallbacks,
-    /// Zero-copy sends made from registered (fixed) buffers (`--fixed-buffers`).
-    #[serde(default)]
-    pub registered: u64,
+pub struct ZerocopyWindow {
+    /// What the kernel said of the zero-copy sends, and every fallback to copying, summed
+    /// over the window's connections (`attempts`, `completions`, `copied`, `copied_known`,
+    /// `notifications`, `unexpected`, `registered`, `fallbacks`).
+    #[serde(flatten)]
+    pub counts: sendpath::ZerocopyCounts,
     /// Send-to-completion latency, median over the window's completions, microseconds: from
     /// the send to when the sender read its completion (so it includes how long completions
     /// waited to be read, `--zc-reap-every`). msg-zerocopy times one zero-copy send in 16.
@@ -557,10 +550,6 @@ pub struct ZerocopyCounts {
     /// The same, the largest.
     #[serde(default)]
     pub completion_max_us: Option<f64>,
-    /// Notifications read: error-queue ranges (msg-zerocopy, which the kernel coalesces) or
-    /// notification CQEs (uring-zc, one per send).
-    #[serde(default)]
-    pub notifications: u64,
     /// What `adaptive` decided in the window; null for the fixed paths.
     #[serde(default)]
     pub decisions: Option<sendpath::Decisions>,
@@ -569,19 +558,12 @@ pub struct ZerocopyCounts {
 /// Zero-copy accounting for the row (summed over repeats and connections).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Zerocopy {
-    /// Zero-copy send operations attempted.
-    pub attempts: u64,
-    /// Completions of sends that transmitted bytes.
-    pub completions: u64,
-    /// Of those, how many the kernel reported as copied.
-    pub copied: u64,
-    /// `copied / completions`; null when unknown or not applicable.
+    /// The library's counts summed over the row's repeats.
+    #[serde(flatten)]
+    pub counts: sendpath::ZerocopyCounts,
+    /// `copied / completions` over the repeats whose completions carry the copied bit; null
+    /// when unknown or not applicable.
     pub copied_fraction: Option<f64>,
-    /// Fallbacks to copy, by reason.
-    pub fallbacks: sendpath::Fallbacks,
-    /// Zero-copy sends made from registered (fixed) buffers.
-    #[serde(default)]
-    pub registered: u64,
     /// Send-to-completion latency: median over repeats of each repeat's median, microseconds.
     pub completion_p50_us: Option<f64>,
     /// Median over repeats of each repeat's 99th percentile, microseconds.
@@ -590,9 +572,6 @@ pub struct Zerocopy {
     /// The largest over all repeats, microseconds.
     #[serde(default)]
     pub completion_max_us: Option<f64>,
-    /// Notifications read, summed over repeats.
-    #[serde(default)]
-    pub notifications: u64,
     /// Completions per notification (`completions / notifications`): how much the kernel
     /// coalesced; null without notifications.
     #[serde(default)]
@@ -1091,9 +1070,9 @@ impl Row {
 
     /// When most of a zero-copy path's sends went by copy: how many, why, and what to do.
     fn fallback_warning(&self) -> Option<String> {
-        let f = self.zerocopy.fallbacks;
+        let f = self.zerocopy.counts.fallbacks;
         let fell = f.total();
-        let sends = self.zerocopy.attempts + fell;
+        let sends = self.zerocopy.counts.attempts + fell;
         if fell == 0 || fell * 2 <= sends {
             return None;
         }
@@ -1173,23 +1152,18 @@ impl Row {
         let (mut p50s, mut p99s, mut max) = (Vec::new(), Vec::new(), None::<f64>);
         for r in &self.repeats {
             let c = &r.zerocopy;
-            z.attempts += c.attempts;
-            z.notifications += c.notifications;
+            z.counts.add(&c.counts);
             p99s.extend(c.completion_p99_us);
             if let Some(m) = c.completion_max_us {
                 max = Some(max.map_or(m, |x| x.max(m)));
             }
-            z.completions += c.completions;
-            z.copied += c.copied;
-            z.fallbacks.add(&c.fallbacks);
-            z.registered += c.registered;
             if let Some(d) = &c.decisions {
                 z.decisions.get_or_insert_with(Default::default).merge(d);
             }
-            if c.copied_known {
+            if c.counts.copied_known && c.counts.completions > 0 {
                 known = true;
-                known_completions += c.completions;
-                known_copied += c.copied;
+                known_completions += c.counts.completions;
+                known_copied += c.counts.copied;
             }
             p50s.extend(c.completion_p50_us);
             i.bytes_sent += r.integrity.bytes_sent;
@@ -1204,8 +1178,9 @@ impl Row {
         z.completion_p50_us = (!p50s.is_empty()).then(|| Spread::of(&p50s).median);
         z.completion_p99_us = (!p99s.is_empty()).then(|| Spread::of(&p99s).median);
         z.completion_max_us = max;
+        let n = &z.counts;
         z.completions_per_notification =
-            (z.notifications > 0).then(|| z.completions as f64 / z.notifications as f64);
+            (n.notifications > 0).then(|| n.completions as f64 / n.notifications as f64);
         self.zerocopy = z;
         self.integrity = i;
     }
@@ -1351,8 +1326,8 @@ mod tests {
             };
             // A repeat without completions has no latency at all (null, never 0).
             if notifs > 0 {
-                rep.zerocopy.completions = 5 * notifs;
-                rep.zerocopy.notifications = notifs;
+                rep.zerocopy.counts.completions = 5 * notifs;
+                rep.zerocopy.counts.notifications = notifs;
                 rep.zerocopy.completion_p50_us = Some(p99 / 2.0);
                 rep.zerocopy.completion_p99_us = Some(p99);
                 rep.zerocopy.completion_max_us = Some(max);
@@ -1361,7 +1336,7 @@ mod tests {
         }
         r.summarise();
         let z = &r.zerocopy;
-        assert_eq!((z.completions, z.notifications), (250, 50));
+        assert_eq!((z.counts.completions, z.counts.notifications), (250, 50));
         assert_eq!(z.completions_per_notification, Some(5.0));
         assert_eq!(
             z.completion_p99_us,
@@ -1388,8 +1363,8 @@ mod tests {
                 bytes: 0,
                 ..Default::default()
             };
-            rep.zerocopy.attempts = 1;
-            rep.zerocopy.fallbacks.enobufs = 171;
+            rep.zerocopy.counts.attempts = 1;
+            rep.zerocopy.counts.fallbacks.enobufs = 171;
             r.repeats.push(rep);
         }
         r.summarise();
@@ -1410,7 +1385,7 @@ mod tests {
         // A row whose sends mostly went zero-copy says nothing of it.
         r.repeats
             .iter_mut()
-            .for_each(|p| p.zerocopy.attempts = 1000);
+            .for_each(|p| p.zerocopy.counts.attempts = 1000);
         r.summarise();
         assert!(
             !r.warnings.join("\n").contains("went by copy"),

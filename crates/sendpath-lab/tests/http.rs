@@ -145,7 +145,7 @@ fn every_mode_answers_pipelined_requests_in_order_with_its_body() {
             assert!(r.worker_errors.is_empty(), "{:?}", r.worker_errors);
             if mode == SendMode::UringZc {
                 let s = r.send_stats.as_ref().expect("ring modes report sends");
-                assert!(s.zc_attempts > 0, "{s:?}");
+                assert!(s.zerocopy.attempts > 0, "{s:?}");
             }
             if mode == SendMode::Adaptive {
                 // The defaults: heads and 88-byte bodies in the copy tier; 64 KiB bodies in the
@@ -154,7 +154,7 @@ fn every_mode_answers_pipelined_requests_in_order_with_its_body() {
                 let d = s.decisions.expect("adaptive counts its decisions");
                 assert!(d.copy_sends > 0, "{d:?}");
                 assert_eq!(d.run_copies > 0, body_len >= 64 * 1024, "{d:?}");
-                assert_eq!(s.zc_attempts, d.zerocopy_sends, "{s:?}");
+                assert_eq!(s.zerocopy.attempts, d.zerocopy_sends, "{s:?}");
             }
         }
     }

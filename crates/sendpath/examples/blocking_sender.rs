@@ -67,10 +67,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "zero-copy sends {}, completions {}, copied {:?}, fallbacks {}",
-        stats.zc_attempts,
-        stats.zc_completions,
+        stats.zerocopy.attempts,
+        stats.zerocopy.completions,
         stats.copied_fraction(),
-        stats.fallbacks.total()
+        stats.zerocopy.fallbacks.total()
     );
     if received != off || wrong > 0 {
         eprintln!("error: {off} bytes sent, {received} received, {wrong} wrong");

@@ -94,10 +94,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "sent {} bytes in {} messages; zero-copy sends {}, copied {:?}, fallbacks {}, registered {}",
         s.bytes,
         s.sends,
-        s.zc_attempts,
+        s.zerocopy.attempts,
         s.copied_fraction(),
-        s.fallbacks.total(),
-        s.registered_sends
+        s.zerocopy.fallbacks.total(),
+        s.zerocopy.registered
     );
     finished?;
     let mut ok = 0;

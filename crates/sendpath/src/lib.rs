@@ -32,7 +32,7 @@
 //!     path.send_buf(buf)?; // moved in: no safe code can touch it until the kernel is done
 //! }
 //! let stats = path.close(Duration::from_secs(2))?; // every completion in, or an error
-//! println!("copied {:?}, fallbacks {:?}", stats.copied_fraction(), stats.fallbacks);
+//! println!("copied {:?}, fallbacks {:?}", stats.copied_fraction(), stats.zerocopy.fallbacks);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -86,7 +86,9 @@ pub use profile::{
 };
 pub use send::Order;
 pub use socket::Socket;
-pub use stats::{leaked_on_drop, Fallbacks, LatencySummaryNs, SendStats, SendStatsSummary};
+pub use stats::{
+    leaked_on_drop, Fallbacks, LatencySummaryNs, SendStats, SendStatsSummary, ZerocopyCounts,
+};
 pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
 pub use sys::uring::RingSetup;
 

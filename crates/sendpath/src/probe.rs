@@ -40,7 +40,7 @@ pub struct IoUringProbe {
     /// `IORING_OP_SPLICE`.
     pub splice: bool,
     /// `IORING_FEAT_MIN_TIMEOUT` (Linux 6.12): a wait can hold out for a batch of completions
-    /// for a bounded time (`serve --min-wait`).
+    /// for a bounded time ([`UringDriver::batch_waits`](crate::UringDriver::batch_waits)).
     #[serde(default)]
     pub min_wait: bool,
     /// A SEND_ZC to a local listener was reported copied (`IORING_NOTIF_USAGE_ZC_COPIED`);

@@ -132,37 +132,122 @@ pub(crate) fn record_ns_n(h: &mut Histogram<u64>, ns: u64, n: u64) {
     }
 }
 
-/// What one send path did, counted as it went.
+/// What the kernel said of a path's zero-copy sends, counted from its notifications as they
+/// come (error-queue ranges for MSG_ZEROCOPY, notification CQEs for SEND_ZC): the one type
+/// that carries these counts from the kernel to a report, as it is in [`SendStats`] and its
+/// summary.
+///
+/// ```no_run
+/// # fn f(path: &dyn sendpath::SendPath) {
+/// let z = &path.stats().zerocopy;
+/// println!("{} of {} zero-copy sends copied anyway", z.copied, z.completions);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZerocopyCounts {
+    /// Send operations that asked the kernel for zero-copy (`MSG_ZEROCOPY` calls, SEND_ZC
+    /// requests; vmsplice, sendfile and splice calls count here too: they never copy on the
+    /// send side).
+    #[serde(alias = "zc_attempts")]
+    pub attempts: u64,
+    /// Zero-copy sends whose completion has been reported.
+    #[serde(alias = "zc_completions")]
+    pub completions: u64,
+    /// Of those, reported copied by the kernel (per range bit for MSG_ZEROCOPY, which keeps
+    /// only the first send's bit of a merged range: approximate there).
+    #[serde(alias = "zc_copied")]
+    pub copied: u64,
+    /// Whether completions say whether the kernel copied (false for SEND_ZC without usage
+    /// reporting, whose notifications carry no copied bit).
+    #[serde(default = "yes")]
+    pub copied_known: bool,
+    /// Notifications read: error-queue ranges (merged by the kernel) or notification CQEs.
+    #[serde(default)]
+    pub notifications: u64,
+    /// Completion ids that matched no outstanding send.
+    #[serde(default)]
+    pub unexpected: u64,
+    /// Zero-copy sends made from a registered (fixed) buffer.
+    #[serde(default, alias = "registered_sends")]
+    pub registered: u64,
+    /// Sends meant to be zero-copy that went by copy, by reason.
+    #[serde(default)]
+    pub fallbacks: Fallbacks,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ZerocopyCounts {
+    fn default() -> Self {
+        ZerocopyCounts {
+            attempts: 0,
+            completions: 0,
+            copied: 0,
+            copied_known: true,
+            notifications: 0,
+            unexpected: 0,
+            registered: 0,
+            fallbacks: Fallbacks::default(),
+        }
+    }
+}
+
+impl ZerocopyCounts {
+    /// Fraction of completed zero-copy sends the kernel copied anyway; `None` when there were
+    /// no completions or they carry no copied bit.
+    ///
+    /// ```
+    /// let z = sendpath::ZerocopyCounts { completions: 4, copied: 1, ..Default::default() };
+    /// assert_eq!(z.copied_fraction(), Some(0.25));
+    /// ```
+    pub fn copied_fraction(&self) -> Option<f64> {
+        (self.copied_known && self.completions > 0)
+            .then(|| self.copied as f64 / self.completions as f64)
+    }
+
+    /// Adds another set of counts (of another connection or window).
+    ///
+    /// ```
+    /// let mut a = sendpath::ZerocopyCounts { attempts: 2, ..Default::default() };
+    /// a.add(&a.clone());
+    /// assert_eq!(a.attempts, 4);
+    /// ```
+    pub fn add(&mut self, o: &ZerocopyCounts) {
+        self.attempts += o.attempts;
+        self.completions += o.completions;
+        self.copied += o.copied;
+        self.copied_known &= o.copied_known;
+        self.notifications += o.notifications;
+        self.unexpected += o.unexpected;
+        self.registered += o.registered;
+        self.fallbacks.add(&o.fallbacks);
+    }
+}
+
+/// What one send path (or one ring connection) did, counted as it went.
+///
+/// ```no_run
+/// # fn f(path: &dyn sendpath::SendPath) {
+/// let s = path.stats();
+/// println!("{} bytes in {} messages, {} short sends", s.bytes, s.sends, s.short_sends);
+/// println!("fell back to copying {} times", s.zerocopy.fallbacks.total());
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SendStats {
     /// Messages accepted by `send`.
     pub sends: u64,
     /// Payload bytes put on the socket.
     pub bytes: u64,
-    /// Send operations that asked the kernel for zero-copy (`MSG_ZEROCOPY` calls, SEND_ZC
-    /// requests, vmsplice/sendfile/splice calls count here too: they never copy on the send side).
-    pub zc_attempts: u64,
-    /// Zero-copy sends whose completion has been reported.
-    pub zc_completions: u64,
-    /// Of those, reported as copied by the kernel (per range bit for MSG_ZEROCOPY: see
-    /// `completion` for the approximation).
-    pub zc_copied: u64,
-    /// Notifications read (error-queue ranges or io_uring notification CQEs).
-    pub notifications: u64,
-    /// Completion ids that matched no outstanding send.
-    pub unexpected_completions: u64,
-    /// Whether completions say anything about copying (false for SEND_ZC without usage
-    /// reporting, where a notification carries no copied bit).
-    pub copied_known: bool,
-    /// Zero-copy sends that went by copy, by reason.
-    pub fallbacks: Fallbacks,
+    /// What the kernel said of the zero-copy sends, and every fallback to copying.
+    pub zerocopy: ZerocopyCounts,
     /// Sends the kernel accepted only in part and that were continued.
     pub short_sends: u64,
     /// Buffers never handed back because the kernel had not released them when the path was
     /// closed (the drain timed out); they are leaked rather than reused.
     pub leaked_buffers: u64,
-    /// Zero-copy sends made from a registered (fixed) buffer.
-    pub registered_sends: u64,
     /// Send-call-to-completion latency of zero-copy sends, nanoseconds: of every send on
     /// io_uring, of one zero-copy send in 16 on `msg-zerocopy` (a clock read per send cost
     /// 2-3% of its throughput at 4 KiB), so its largest is the largest of those.
@@ -179,16 +264,9 @@ impl Default for SendStats {
         SendStats {
             sends: 0,
             bytes: 0,
-            zc_attempts: 0,
-            zc_completions: 0,
-            zc_copied: 0,
-            notifications: 0,
-            unexpected_completions: 0,
-            copied_known: true,
-            fallbacks: Fallbacks::default(),
+            zerocopy: ZerocopyCounts::default(),
             short_sends: 0,
             leaked_buffers: 0,
-            registered_sends: 0,
             completion_latency_ns: growing_histogram(),
             decisions: None,
             uring_order: None,
@@ -200,24 +278,16 @@ impl SendStats {
     /// Fraction of completed zero-copy sends that the kernel copied anyway; `None` when there
     /// were no completions or the completions carry no copied bit.
     pub fn copied_fraction(&self) -> Option<f64> {
-        (self.copied_known && self.zc_completions > 0)
-            .then(|| self.zc_copied as f64 / self.zc_completions as f64)
+        self.zerocopy.copied_fraction()
     }
 
     /// Adds another sender's counts (for a run with several connections).
     pub fn merge(&mut self, o: &SendStats) {
         self.sends += o.sends;
         self.bytes += o.bytes;
-        self.zc_attempts += o.zc_attempts;
-        self.zc_completions += o.zc_completions;
-        self.zc_copied += o.zc_copied;
-        self.notifications += o.notifications;
-        self.unexpected_completions += o.unexpected_completions;
-        self.copied_known &= o.copied_known;
-        self.fallbacks.add(&o.fallbacks);
+        self.zerocopy.add(&o.zerocopy);
         self.short_sends += o.short_sends;
         self.leaked_buffers += o.leaked_buffers;
-        self.registered_sends += o.registered_sends;
         // Both histograms grow as needed, so adding cannot fail for lack of range.
         let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
         self.uring_order = self.uring_order.or(o.uring_order);
@@ -233,15 +303,10 @@ impl SendStats {
         SendStatsSummary {
             sends: self.sends,
             bytes: self.bytes,
-            zc_attempts: self.zc_attempts,
-            zc_completions: self.zc_completions,
-            zc_copied: self.zc_copied,
+            zerocopy: self.zerocopy,
             copied_fraction: self.copied_fraction(),
-            notifications: self.notifications,
-            fallbacks: self.fallbacks,
             short_sends: self.short_sends,
             leaked_buffers: self.leaked_buffers,
-            registered_sends: self.registered_sends,
             completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
             decisions: self.decisions,
             uring_order: self.uring_order,
@@ -249,32 +314,28 @@ impl SendStats {
     }
 }
 
-/// [`SendStats`] as plain data (serialisable).
+/// [`SendStats`] as plain data, for reports (serialisable; reads what older versions wrote).
+///
+/// ```no_run
+/// # fn f(path: &dyn sendpath::SendPath) {
+/// println!("{}", serde_json::to_string(&path.stats().summary()).unwrap());
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SendStatsSummary {
     /// Messages sent.
     pub sends: u64,
     /// Payload bytes sent.
     pub bytes: u64,
-    /// Zero-copy send operations attempted.
-    pub zc_attempts: u64,
-    /// Zero-copy completions reported.
-    pub zc_completions: u64,
-    /// Completions reported as copied.
-    pub zc_copied: u64,
-    /// `zc_copied / zc_completions`; null when unknown.
+    /// What the kernel said of the zero-copy sends, and every fallback to copying.
+    #[serde(flatten)]
+    pub zerocopy: ZerocopyCounts,
+    /// `zerocopy.copied / zerocopy.completions`; null when unknown.
     pub copied_fraction: Option<f64>,
-    /// Notifications read.
-    pub notifications: u64,
-    /// Fallbacks to copy, by reason.
-    pub fallbacks: Fallbacks,
     /// Short sends continued.
     pub short_sends: u64,
     /// Buffers leaked because the kernel never released them.
     pub leaked_buffers: u64,
-    /// Zero-copy sends from registered (fixed) buffers.
-    #[serde(default)]
-    pub registered_sends: u64,
     /// Send-to-completion latency.
     pub completion_latency: LatencySummaryNs,
     /// The adaptive sender's decisions; null for the fixed paths.
@@ -314,5 +375,27 @@ mod tests {
         t.merge(&s);
         assert_eq!(t.completion_latency_ns.len(), 4);
         assert!(fixed.add(&grow).is_ok());
+    }
+
+    #[test]
+    fn a_summary_written_before_the_counts_were_one_type_reads_the_same() {
+        let old = r#"{"sends": 3, "bytes": 30, "zc_attempts": 3, "zc_completions": 2,
+            "zc_copied": 2, "copied_fraction": 1.0, "notifications": 1,
+            "fallbacks": {"enobufs": 0, "inflight_cap": 1, "unsupported": 0, "enomem": 0},
+            "short_sends": 0, "leaked_buffers": 0, "registered_sends": 1,
+            "completion_latency": {"count": 0, "p50_ns": 0, "p90_ns": 0, "p99_ns": 0,
+            "p999_ns": 0, "max_ns": 0}}"#;
+        let s: SendStatsSummary = serde_json::from_str(old).unwrap();
+        let z = s.zerocopy;
+        assert_eq!(
+            (z.attempts, z.completions, z.copied, z.registered),
+            (3, 2, 2, 1)
+        );
+        assert_eq!((z.notifications, z.fallbacks.inflight_cap), (1, 1));
+        assert!(z.copied_known);
+        // And what is written now reads back whole.
+        let again: SendStatsSummary =
+            serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again, s);
     }
 }

@@ -109,7 +109,7 @@ fn many_connections_on_one_ring_stay_byte_exact() {
         assert_eq!(st.sends, MSGS as u64);
         if c % 2 == 1 && sendpath::probe().io_uring.send_zc {
             assert_eq!(
-                st.zc_completions + st.fallbacks.total(),
+                st.zerocopy.completions + st.zerocopy.fallbacks.total(),
                 MSGS as u64,
                 "connection {c}: every zero-copy send completed or fell back"
             );

@@ -47,7 +47,7 @@ fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
         pattern::fill(b.as_mut_slice(), off);
         p.send(Msg::one(b)).unwrap();
         off += size as u64;
-        if p.stats().fallbacks.enobufs > 0 && off > 64 << 20 {
+        if p.stats().zerocopy.fallbacks.enobufs > 0 && off > 64 << 20 {
             break;
         }
     }
@@ -57,10 +57,10 @@ fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
     let v = rx.join().unwrap();
     println!(
         "stalled receiver: sent {off} B, zc_attempts={} completions={} enobufs={} inflight_cap={} leaked={} verified={} mismatches={}",
-        s.zc_attempts,
-        s.zc_completions,
-        s.fallbacks.enobufs,
-        s.fallbacks.inflight_cap,
+        s.zerocopy.attempts,
+        s.zerocopy.completions,
+        s.zerocopy.fallbacks.enobufs,
+        s.zerocopy.fallbacks.inflight_cap,
         s.leaked_buffers,
         v.bytes_verified(),
         v.mismatches
@@ -68,11 +68,11 @@ fn msg_zerocopy_enobufs_falls_back_to_copy_and_is_counted() {
     assert_eq!(v.mismatches, 0);
     assert_eq!(v.bytes_verified(), off);
     assert!(
-        s.fallbacks.enobufs > 0,
+        s.zerocopy.fallbacks.enobufs > 0,
         "optmem_max {optmem} should have run out"
     );
     assert_eq!(
-        s.zc_completions, s.zc_attempts,
+        s.zerocopy.completions, s.zerocopy.attempts,
         "every zero-copy send completes"
     );
     assert_eq!(s.leaked_buffers, 0);

@@ -96,8 +96,11 @@ fn msg_zerocopy_times_one_zero_copy_send_in_16() {
     );
     report("msg-zerocopy", &o);
     assert_intact(&o);
-    let zero_copy = o.stats.sends - o.stats.fallbacks.total();
-    assert_eq!(o.stats.zc_completions, zero_copy, "every completion read");
+    let zero_copy = o.stats.sends - o.stats.zerocopy.fallbacks.total();
+    assert_eq!(
+        o.stats.zerocopy.completions, zero_copy,
+        "every completion read"
+    );
     assert_eq!(
         o.stats.completion_latency.count,
         zero_copy.div_ceil(16),
@@ -227,10 +230,7 @@ fn short_send(s: Strategy, size: usize) -> (u64, u64, u64, u64) {
     std::thread::sleep(Duration::from_millis(200));
     p.finish(Duration::from_secs(5)).unwrap();
     let st = p.stats();
-    let (short, astray) = (
-        st.short_sends,
-        st.unexpected_completions + st.leaked_buffers,
-    );
+    let (short, astray) = (st.short_sends, st.zerocopy.unexpected + st.leaked_buffers);
     drop(p);
     let v = rx.join().unwrap();
     (short, v.bytes_verified(), v.mismatches, astray)
@@ -322,13 +322,13 @@ fn msg_zerocopy_is_byte_exact_and_reports_local_copies() {
     report("msg-zerocopy", &o);
     assert_intact(&o);
     let s = &o.stats;
-    assert!(s.zc_attempts > 0, "no zero-copy send was attempted");
+    assert!(s.zerocopy.attempts > 0, "no zero-copy send was attempted");
     assert_eq!(
-        s.zc_completions, s.zc_attempts,
+        s.zerocopy.completions, s.zerocopy.attempts,
         "every zero-copy send must be completed after finish()"
     );
     assert_eq!(s.leaked_buffers, 0);
-    assert!(s.notifications > 0 && s.notifications <= s.zc_completions);
+    assert!(s.zerocopy.notifications > 0 && s.zerocopy.notifications <= s.zerocopy.completions);
     if p.msg_zerocopy.local_copied == Some(true) {
         let f = s.copied_fraction.expect("copied fraction must be reported");
         assert!(
@@ -359,11 +359,11 @@ fn msg_zerocopy_inflight_cap_falls_back_to_copy() {
     report("msg-zerocopy cap=2", &o);
     assert_intact(&o);
     assert!(
-        o.stats.fallbacks.inflight_cap > 0,
+        o.stats.zerocopy.fallbacks.inflight_cap > 0,
         "cap of 2 sends never filled"
     );
     assert_eq!(
-        o.stats.zc_attempts + o.stats.fallbacks.inflight_cap,
+        o.stats.zerocopy.attempts + o.stats.zerocopy.fallbacks.inflight_cap,
         o.stats.sends,
         "every send is either zero-copy or a counted fallback"
     );
@@ -409,9 +409,9 @@ fn uring_zc_is_byte_exact_and_reports_local_copies() {
     assert_eq!(o.name, "uring-zc");
     assert_intact(&o);
     let s = &o.stats;
-    assert!(s.zc_attempts > 0);
+    assert!(s.zerocopy.attempts > 0);
     assert_eq!(
-        s.zc_completions, s.zc_attempts,
+        s.zerocopy.completions, s.zerocopy.attempts,
         "one notification per SEND_ZC"
     );
     if !p.io_uring.send_zc_report_usage {
@@ -439,7 +439,7 @@ fn uring_zc_fixed_buffers_are_byte_exact() {
     let o = stream(Strategy::UringZc, 65536, 1, 300, opts, NO_PAUSE);
     report("uring-zc fixed", &o);
     assert_intact(&o);
-    assert_eq!(o.stats.zc_completions, o.stats.zc_attempts);
+    assert_eq!(o.stats.zerocopy.completions, o.stats.zerocopy.attempts);
 }
 
 #[test]
@@ -466,7 +466,7 @@ fn uring_zc_inflight_cap_falls_back_to_copy() {
     );
     report("uring-zc cap=1", &o);
     assert_intact(&o);
-    let f = o.stats.fallbacks;
+    let f = o.stats.zerocopy.fallbacks;
     assert!(f.inflight_cap > 0, "cap of 1 never filled");
     assert_eq!(f.enobufs + f.unsupported, 0);
 }
@@ -537,7 +537,7 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
         "most sends go by copy once it backed off: {d:?}"
     );
     assert_eq!(d.copy_sends, 0, "no 1 MiB send is in a copy tier");
-    assert_eq!(o.stats.zc_attempts, d.zerocopy_sends);
+    assert_eq!(o.stats.zerocopy.attempts, d.zerocopy_sends);
 
     // Below the crossover every send copies; nothing is held.
     let o = stream(
@@ -641,7 +641,7 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
     assert_eq!(decided, s.sends, "{d:?}");
     // A zero-copy pick may still go by copy under the path's own byte cap (counted).
     assert_eq!(
-        s.zc_attempts + s.fallbacks.inflight_cap,
+        s.zerocopy.attempts + s.zerocopy.fallbacks.inflight_cap,
         d.zerocopy_sends,
         "{s:?}"
     );

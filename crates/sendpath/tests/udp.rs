@@ -56,7 +56,7 @@ fn memory_paths_send_datagrams_on_a_connected_udp_socket() {
         assert_eq!(s.bytes, (DATAGRAMS * SIZE) as u64, "{strategy}");
         println!(
             "{strategy} over UDP: {DATAGRAMS} datagrams verified; zero-copy attempts {}, completions {}, copied {:?}",
-            s.zc_attempts, s.zc_completions, s.copied_fraction
+            s.zerocopy.attempts, s.zerocopy.completions, s.copied_fraction
         );
     }
 }

@@ -45,8 +45,8 @@ pub fn zero_copy_by_route() -> Vec<RouteZeroCopy> {
                 Ok(s) => RouteZeroCopy {
                     route,
                     path,
-                    sends: s.zc_attempts,
-                    completions: s.zc_completions,
+                    sends: s.zerocopy.attempts,
+                    completions: s.zerocopy.completions,
                     copied_fraction: s.copied_fraction,
                     error: None,
                 },

@@ -57,7 +57,7 @@ impl LibPath {
     /// file messages by `send_ranges`), then waits for the last completions.
     pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
         let p = self.path.as_mut();
-        let before = (p.stats().zc_completions, p.stats().zc_copied);
+        let before = (p.stats().zerocopy.completions, p.stats().zerocopy.copied);
         let mut t = Tally::default();
         // As the stream harness batches: up to 16 messages, until one takes the batch to
         // 64 KiB, per `send_bufs` or `send_ranges`.
@@ -85,8 +85,8 @@ impl LibPath {
             t.bytes += (sends * a.size) as u64;
         }
         p.finish(Duration::from_secs(2)).map_err(io::Error::other)?;
-        t.completions = p.stats().zc_completions - before.0;
-        t.copied = p.stats().zc_copied - before.1;
+        t.completions = p.stats().zerocopy.completions - before.0;
+        t.copied = p.stats().zerocopy.copied - before.1;
         Ok(t)
     }
 }

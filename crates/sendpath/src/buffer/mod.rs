@@ -98,7 +98,7 @@ impl Buf {
 
     /// A newly allocated heap buffer of `len` bytes, every one written with `byte`, that a
     /// pool frees instead of reusing once the kernel has released it: a message allocated and
-    /// filled per send, as an application without a pool does (`--alloc fresh`).
+    /// filled per send, as an application without a pool does.
     pub fn fresh(len: usize, byte: u8) -> Buf {
         let mut b = Buf::filled(len, byte);
         b.fresh = true;
@@ -259,7 +259,7 @@ fn reuse_or_new(reused: Option<Buf>, len: usize) -> Buf {
 
 /// One free list for several threads, behind a lock: a buffer taken on one thread goes back to
 /// it when released, on whichever thread its path releases it, and may be taken next by another
-/// thread (a server's global buffer pool; the Net.ZMQ study's `ConcurrentStack`). Clones share
+/// thread (a server's global buffer pool). Clones share
 /// the list.
 #[derive(Clone, Default)]
 pub struct SharedPool(std::sync::Arc<std::sync::Mutex<Vec<Buf>>>);

@@ -8,7 +8,8 @@
 //! last id is back, on every path, success or error; and the ids it consumed are always entered
 //! in the tracker, so later messages keep their ids in step with the kernel's.
 
-use super::zerocopy::{RangeCounts, ZcNotification, ZcTracker};
+use super::zerocopy::{ZcNotification, ZcTracker};
+use crate::stats::ZerocopyCounts;
 
 /// A message of several ids, held until the last of them is reported.
 struct Held<B> {
@@ -140,7 +141,7 @@ impl<B> HeldMessages<B> {
         now_ns: u64,
         mut free: impl FnMut(B),
         mut latency: impl FnMut(u64),
-    ) -> RangeCounts {
+    ) -> ZerocopyCounts {
         let parts = &mut self.parts;
         let free_slots = &mut self.free_slots;
         self.tracker.release(n, now_ns, |token, l| {

@@ -10,6 +10,7 @@
 //! a whole. A range that mixes copied and zero-copy sends is misreported in the direction of its
 //! first send. The counters say "per range bit", and the report says so.
 
+use crate::stats::ZerocopyCounts;
 use std::collections::VecDeque;
 
 /// One zero-copy completion range, as read from the error queue.
@@ -39,17 +40,6 @@ pub(crate) struct Released<T> {
     pub tokens: Vec<T>,
     /// Send-to-notification latency of each timed one, nanoseconds.
     pub latencies_ns: Vec<u64>,
-    /// How many of them the range reported as copied.
-    pub copied: u64,
-    /// Ids in the range that matched no outstanding send (duplicates or foreign ids).
-    pub unexpected: u64,
-}
-
-/// What one notification range did, counted: [`ZcTracker::release`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RangeCounts {
-    /// Sends the range completed.
-    pub completions: u64,
     /// How many of them the range reported as copied.
     pub copied: u64,
     /// Ids in the range that matched no outstanding send (duplicates or foreign ids).
@@ -147,13 +137,16 @@ impl<T> ZcTracker<T> {
         n: ZcNotification,
         now_ns: u64,
         mut done: impl FnMut(T, Option<u64>),
-    ) -> RangeCounts {
+    ) -> ZerocopyCounts {
         // Ids are 32-bit and wrap: place the range relative to the oldest outstanding id, as a
         // signed offset so that ids just before the window (already completed) are recognised.
         let count = n.hi.wrapping_sub(n.lo) as i64 + 1;
         let first = n.lo.wrapping_sub(self.base as u32) as i32 as i64;
         let len = self.pending.len() as i64;
-        let mut c = RangeCounts::default();
+        let mut c = ZerocopyCounts {
+            notifications: 1,
+            ..ZerocopyCounts::default()
+        };
         for k in 0..count {
             let idx = first + k;
             if idx >= len {

@@ -201,7 +201,7 @@ impl UringDriver {
                 let e = std::io::Error::from_raw_os_error(errno);
                 Err(if errno == libc::EIO {
                     Error::Chain(e)
-                } else if st.config().zc.is_some() && st.stats().zc_attempts > 0 {
+                } else if st.config().zc.is_some() && st.stats().zerocopy.attempts > 0 {
                     Error::sys("io_uring SEND_ZC")(e)
                 } else {
                     Error::sys("io_uring SEND")(e)

@@ -151,7 +151,7 @@ impl UringDriver {
     /// The call a connection's sends are, for errors: SEND_ZC once it has sent zero-copy.
     fn send_call(&self, id: ConnId) -> &'static str {
         match self.conn(id) {
-            Ok(c) if c.state.stats().zc_attempts > 0 => "io_uring SEND_ZC",
+            Ok(c) if c.state.stats().zerocopy.attempts > 0 => "io_uring SEND_ZC",
             _ => "io_uring SEND",
         }
     }

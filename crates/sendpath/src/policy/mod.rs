@@ -31,7 +31,7 @@ pub struct InflightLimits {
 }
 
 impl Default for InflightLimits {
-    /// 256 sends (the per-worker cap the io_uring HTTP study settled on) and 8 MiB, the
+    /// 256 sends (the per-worker cap measured best for an io_uring HTTP server) and 8 MiB, the
     /// default `ulimit -l` that an unprivileged user's pinned pages are charged against.
     fn default() -> Self {
         InflightLimits {

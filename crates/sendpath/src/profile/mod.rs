@@ -4,7 +4,7 @@
 //!
 //! Profiles are JSON with a `schema_version`; a file of another version is refused with a
 //! message that says to re-run `sendpath calibrate`. Without a profile, [`Profile::defaults`]
-//! applies: `copy` below 64 KiB (the break-even the Net.ZMQ study found), `msg-zerocopy` from
+//! applies: `copy` below 64 KiB (a published break-even for MSG_ZEROCOPY), `msg-zerocopy` from
 //! 64 KiB, expecting the kernel not to copy (so on a route that copies, the sender backs off).
 //!
 //! Where the active profile lives ([`Profile::active_path`]): `$SENDPATH_PROFILE`, else
@@ -210,7 +210,7 @@ pub struct Profile {
     environment: Option<ProfileEnvironment>,
 }
 
-/// The defaults' crossover: 64 KiB, the Net.ZMQ study's break-even.
+/// The defaults' crossover: 64 KiB, a published break-even for MSG_ZEROCOPY.
 const DEFAULT_CROSSOVER_BYTES: usize = 64 << 10;
 
 impl Default for Profile {

@@ -137,11 +137,11 @@ pub(crate) struct ConnState {
 impl ConnState {
     /// A new connection state choosing its operation per send with `chooser`.
     pub(crate) fn new(cfg: StateConfig, chooser: Chooser) -> ConnState {
-        let stats = SendStats {
-            copied_known: cfg.zc.is_none_or(|z| z.report_usage),
+        let mut stats = SendStats {
             uring_order: Some(cfg.order),
             ..SendStats::default()
         };
+        stats.zerocopy.copied_known = cfg.zc.is_none_or(|z| z.report_usage);
         ConnState {
             cfg: StateConfig {
                 depth: cfg.depth.max(1),
@@ -300,7 +300,7 @@ impl ConnState {
         let early = self.ledger.on_result(req, res, more);
         self.count_notif(early, age_ns);
         let Some(i) = i else {
-            self.stats.unexpected_completions += 1;
+            self.stats.zerocopy.unexpected += 1;
             return;
         };
         self.requests[i].res = Some(res);
@@ -329,7 +329,7 @@ impl ConnState {
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED`.
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool, age_ns: u64) {
-        self.stats.notifications += 1;
+        self.stats.zerocopy.notifications += 1;
         let outcome = self.ledger.on_notification(req, copied);
         self.count_notif(Some(outcome), age_ns);
     }
@@ -343,13 +343,13 @@ impl ConnState {
         match outcome {
             Some(NotifOutcome::Completion { copied, sends }) => {
                 let n = sends as u64;
-                self.stats.zc_completions += n;
-                self.stats.zc_copied += if copied { n } else { 0 };
+                self.stats.zerocopy.completions += n;
+                self.stats.zerocopy.copied += if copied { n } else { 0 };
                 self.chooser.on_completions(n, if copied { n } else { 0 });
                 self.stats.decisions = self.chooser.decisions();
                 crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age_ns, n);
             }
-            Some(NotifOutcome::Unexpected) => self.stats.unexpected_completions += 1,
+            Some(NotifOutcome::Unexpected) => self.stats.zerocopy.unexpected += 1,
             Some(NotifOutcome::NoData) | None => {}
         }
     }
@@ -374,7 +374,7 @@ impl ConnState {
         let s = settle_chain(chain, results);
         self.stats.bytes += s.bytes_done;
         self.stats.short_sends += s.short;
-        self.stats.fallbacks.enomem += s.enomem;
+        self.stats.zerocopy.fallbacks.enomem += s.enomem;
         if s.enomem > 0 {
             self.chooser.on_no_memory();
             self.stats.decisions = self.chooser.decisions();
@@ -550,7 +550,7 @@ mod tests {
         st.on_result(c[1].1, -libc::ECANCELED, false, 0);
         let d = st.stats().decisions.unwrap();
         assert_eq!((d.cap_halvings, d.cap), (1, cfg.cap_max / 2));
-        assert_eq!(st.stats().fallbacks.enomem, 1);
+        assert_eq!(st.stats().zerocopy.fallbacks.enomem, 1);
     }
 
     #[test]
@@ -601,7 +601,10 @@ mod tests {
         assert_eq!(c.len(), 4, "four buffers");
         assert!(c.iter().all(|x| x.3 == SendOp::Send && x.1 == c[0].1));
         assert_eq!(
-            (st.stats().zc_attempts, st.stats().fallbacks.total()),
+            (
+                st.stats().zerocopy.attempts,
+                st.stats().zerocopy.fallbacks.total()
+            ),
             (0, 0)
         );
         assert!(st.queue.is_empty(), "the driver took every queued buffer");
@@ -692,8 +695,12 @@ mod tests {
         st.on_result(c[1].1, -libc::ECANCELED, true, 0);
         st.on_notification(c[0].1, false, 0);
         st.on_notification(c[1].1, false, 0);
-        assert_eq!(st.stats().fallbacks.enomem, 1);
-        assert_eq!(st.stats().zc_completions, 0, "nothing was sent zero-copy");
+        assert_eq!(st.stats().zerocopy.fallbacks.enomem, 1);
+        assert_eq!(
+            st.stats().zerocopy.completions,
+            0,
+            "nothing was sent zero-copy"
+        );
         let r = k.submit(&mut st);
         assert_eq!(r[0].3, SendOp::Send);
         assert_eq!(r[1].3, SendOp::SendZc { report_usage: true });
@@ -701,7 +708,10 @@ mod tests {
         st.on_result(r[1].1, 100, true, 0);
         st.on_notification(r[1].1, true, 5);
         assert_eq!(st.stats().bytes, 200);
-        assert_eq!((st.stats().zc_completions, st.stats().zc_copied), (1, 1));
+        assert_eq!(
+            (st.stats().zerocopy.completions, st.stats().zerocopy.copied),
+            (1, 1)
+        );
         assert_eq!(st.zc_inflight(), 0);
     }
 
@@ -721,10 +731,13 @@ mod tests {
             st.on_notification(x.1, i % 2 == 0, 0);
         }
         assert_eq!(st.zc_inflight(), 0);
-        assert_eq!((st.stats().zc_completions, st.stats().zc_copied), (4, 2));
-        assert_eq!(st.stats().unexpected_completions, 0);
+        assert_eq!(
+            (st.stats().zerocopy.completions, st.stats().zerocopy.copied),
+            (4, 2)
+        );
+        assert_eq!(st.stats().zerocopy.unexpected, 0);
         st.on_notification(c[0].1, true, 0);
-        assert_eq!(st.stats().unexpected_completions, 1);
+        assert_eq!(st.stats().zerocopy.unexpected, 1);
     }
 
     #[test]
@@ -735,7 +748,7 @@ mod tests {
         let c = k.submit(&mut st);
         let zc = c.iter().filter(|x| x.3 != SendOp::Send).count();
         assert_eq!(zc, 4, "max_sends is 4");
-        assert_eq!(st.stats().fallbacks.inflight_cap, 2);
+        assert_eq!(st.stats().zerocopy.fallbacks.inflight_cap, 2);
     }
 
     #[test]
@@ -745,8 +758,8 @@ mod tests {
         fill(&mut st, 2, 8);
         let c = k.submit(&mut st);
         assert!(c.iter().all(|x| x.3 == SendOp::Send));
-        assert_eq!(st.stats().fallbacks.unsupported, 2);
-        assert_eq!(st.stats().zc_attempts, 0);
+        assert_eq!(st.stats().zerocopy.fallbacks.unsupported, 2);
+        assert_eq!(st.stats().zerocopy.attempts, 0);
     }
 
     #[test]
@@ -772,7 +785,7 @@ mod tests {
     fn a_result_for_no_link_is_counted_not_trusted() {
         let mut st = state(2, false, Choice::Copy);
         st.on_result(9, 10, false, 0);
-        assert_eq!(st.stats().unexpected_completions, 1);
+        assert_eq!(st.stats().zerocopy.unexpected, 1);
         assert_eq!(st.stats().bytes, 0);
     }
 
@@ -799,7 +812,14 @@ mod tests {
         assert_eq!(un, [0, 1, 2, 3]);
         st.on_notification(c[0].1, true, 7);
         let s = st.stats();
-        assert_eq!((s.zc_attempts, s.zc_completions, s.zc_copied), (4, 4, 4));
+        assert_eq!(
+            (
+                s.zerocopy.attempts,
+                s.zerocopy.completions,
+                s.zerocopy.copied
+            ),
+            (4, 4, 4)
+        );
         assert_eq!(s.completion_latency_ns.len(), 4);
         assert_eq!(st.zc_inflight(), 0);
         // A datagram socket's sends stay one per request, unlinked.
@@ -841,7 +861,7 @@ mod tests {
         st.on_result(c[0].1, 15, true, 0);
         st.on_notification(c[0].1, false, 0);
         assert_eq!(
-            st.stats().zc_completions,
+            st.stats().zerocopy.completions,
             2,
             "two buffers reached, one in part"
         );
@@ -850,7 +870,7 @@ mod tests {
         st.on_result(r[0].1, 25, true, 0);
         st.on_notification(r[0].1, false, 0);
         // The buffer cut in two is in both requests, as a short SEND_ZC and its rest are.
-        assert_eq!(st.stats().zc_completions, 5);
+        assert_eq!(st.stats().zerocopy.completions, 5);
         assert_eq!((st.stats().bytes, st.zc_inflight()), (40, 0));
     }
 
@@ -866,11 +886,15 @@ mod tests {
         let second = (SendOp::Send, false);
         assert_eq!(ops, [first, first, first, first, second, second]);
         assert!(c[..4].iter().all(|x| x.1 == c[0].1) && c[4].1 == c[5].1 && c[0].1 != c[4].1);
-        assert_eq!(st.stats().fallbacks.inflight_cap, 2, "max_sends is 4");
+        assert_eq!(
+            st.stats().zerocopy.fallbacks.inflight_cap,
+            2,
+            "max_sends is 4"
+        );
         // The zero-copy request could not pin its pages: all six go again, by copy, in one.
         st.on_result(c[0].1, -libc::ENOMEM, false, 0);
         st.on_result(c[4].1, -libc::ECANCELED, false, 0);
-        assert_eq!(st.stats().fallbacks.enomem, 4);
+        assert_eq!(st.stats().zerocopy.fallbacks.enomem, 4);
         let r = k.submit(&mut st);
         assert!(r.iter().all(|x| x.1 == r[0].1 && x.3 == SendOp::Send));
         assert_eq!(r.len(), 6);

@@ -166,8 +166,8 @@ impl ConnState {
         }
         let n = parts.len();
         if zc {
-            self.stats.zc_attempts += n as u64;
-            self.stats.registered_sends += if p.registered { n as u64 } else { 0 };
+            self.stats.zerocopy.attempts += n as u64;
+            self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };
             self.ledger.submitted_sends(p.req, bytes, n);
         }
         self.requests.push(InFlight {
@@ -194,6 +194,7 @@ impl ConnState {
         }
         if self.cfg.zc.is_some() && self.zc_budget == 0 {
             self.stats
+                .zerocopy
                 .fallbacks
                 .count(policy::FallbackReason::InflightCap);
             return false;
@@ -217,7 +218,7 @@ impl ConnState {
                 true
             }
             ZcDecision::Copy(r) => {
-                self.stats.fallbacks.count(r);
+                self.stats.zerocopy.fallbacks.count(r);
                 false
             }
             ZcDecision::ReapThenRetry => unreachable!("admit with reaped=true never asks to reap"),

@@ -288,9 +288,9 @@ impl AdaptivePath {
     fn feedback(&mut self) {
         let b = self.blocking.stats();
         let now = Seen {
-            completions: b.zc_completions,
-            copied: b.zc_copied,
-            no_memory: b.fallbacks.enobufs,
+            completions: b.zerocopy.completions,
+            copied: b.zerocopy.copied,
+            no_memory: b.zerocopy.fallbacks.enobufs,
         };
         let was = std::mem::replace(&mut self.seen, now);
         if now.completions > was.completions {

@@ -44,7 +44,7 @@ impl SendPath for Copy {
     fn send(&mut self, msg: Msg) -> Result<()> {
         let f = fields(self.name(), msg)?;
         if self.fallback_note.is_some() {
-            self.stats.fallbacks.unsupported += 1;
+            self.stats.zerocopy.fallbacks.unsupported += 1;
         }
         for b in &f {
             send_all(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
@@ -59,7 +59,7 @@ impl SendPath for Copy {
     #[inline(always)]
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         if self.fallback_note.is_some() {
-            self.stats.fallbacks.unsupported += 1;
+            self.stats.zerocopy.fallbacks.unsupported += 1;
         }
         send_counted(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
         self.bufs.put(b);

@@ -401,7 +401,7 @@ mod copies {
     pub(super) const GATHER: &[DataCopy] = &[by_cpu("fields", "socket buffer"), TO_NIC];
     /// The user's pages pinned and handed to the device: msg-zerocopy, uring-zc, vmsplice.
     pub(super) const PAGES_BY_REFERENCE: &[DataCopy] = &[by_dma("user pages", "NIC")];
-    /// The transferTo study's four: read into a buffer, send it.
+    /// The classic four of a file sent through user memory: read into a buffer, send it.
     pub(super) const READ_SEND: &[DataCopy] = &[
         FROM_DISK,
         by_cpu("page cache", "user buffer"),

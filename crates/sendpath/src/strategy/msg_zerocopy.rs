@@ -61,7 +61,7 @@ pub(super) struct MsgZerocopy {
 }
 
 /// One zero-copy send in this many is timed for its completion latency: reading the clock
-/// for every send cost 2-3% of the throughput at 4 KiB (docs/results.md), and one in 16 still
+/// for every send cost 2-3% of the throughput at 4 KiB (measured), and one in 16 still
 /// gives tens of thousands of samples a second. The largest latency is the largest of those.
 const TIMED_EVERY: u32 = 16;
 
@@ -147,10 +147,7 @@ impl MsgZerocopy {
                 |f| f.put_into(pool),
                 |l| crate::stats::record_ns(lat, l),
             );
-            stats.notifications += 1;
-            stats.zc_completions += r.completions;
-            stats.zc_copied += r.copied;
-            stats.unexpected_completions += r.unexpected;
+            stats.zerocopy.add(&r);
         }
         Ok(())
     }
@@ -204,7 +201,7 @@ impl MsgZerocopy {
             match decision {
                 ZcDecision::ZeroCopy => {
                     let (calls, sent) = self.sendmsg_zerocopy(&f);
-                    self.stats.zc_attempts += calls as u64;
+                    self.stats.zerocopy.attempts += calls as u64;
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to
                     // report: the buffers are held until they are (or come back if none).
                     let at = if calls > 0 { self.timed() } else { None };
@@ -221,7 +218,7 @@ impl MsgZerocopy {
                             f = back;
                             match policy::on_enobufs(enobufs_retries) {
                                 ZcDecision::Copy(r) => {
-                                    self.stats.fallbacks.count(r);
+                                    self.stats.zerocopy.fallbacks.count(r);
                                     self.send_copy(f)?;
                                     break;
                                 }
@@ -244,7 +241,7 @@ impl MsgZerocopy {
                     reaped = true;
                 }
                 ZcDecision::Copy(r) => {
-                    self.stats.fallbacks.count(r);
+                    self.stats.zerocopy.fallbacks.count(r);
                     self.send_copy(f)?;
                     break;
                 }

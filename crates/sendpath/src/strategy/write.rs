@@ -156,7 +156,7 @@ pub(super) fn sendmsg_from(
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if calls > 0 && e.raw_os_error() == Some(libc::ENOBUFS) => {
-                stats.fallbacks.enobufs += 1;
+                stats.zerocopy.fallbacks.enobufs += 1;
                 let left: Vec<&[u8]> = rest(bufs, done).collect();
                 return (calls, sendmsg_all(fd, &left, SendFlags::default(), stats).1);
             }

@@ -165,7 +165,7 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
     let d = stats.decisions.expect("adaptive counts its decisions");
     println!(
         "adaptive via dead veth (UDP, profile zero-copy from 1 KiB): {d:?}, zc attempts {} completions {} copied {} known {:?}",
-        stats.zc_attempts, stats.zc_completions, stats.zc_copied, stats.copied_fraction
+        stats.zerocopy.attempts, stats.zerocopy.completions, stats.zerocopy.copied, stats.copied_fraction
     );
     assert_eq!(
         d.copy_sends, 200,
@@ -175,7 +175,7 @@ fn adaptive_keeps_zero_copy_on_a_route_that_does_not_copy() {
     assert_eq!(d.run_copies, AdaptiveConfig::default().run_min);
     assert_eq!(d.zerocopy_sends + d.cap_copies + d.run_copies, 400);
     assert!(d.zerocopy_sends > 0);
-    assert_eq!(stats.zc_completions, stats.zc_attempts);
+    assert_eq!(stats.zerocopy.completions, stats.zerocopy.attempts);
     assert_eq!(stats.copied_fraction, Some(0.0));
 }
 
@@ -217,15 +217,18 @@ fn uring_zc_out_of_a_dead_veth_completes_without_copy() {
     for (fixed, s) in stats {
         println!(
             "uring-zc via dead veth (fixed buffers {fixed}): {} sends, {} completions, {} copied, {} registered",
-            s.zc_attempts, s.zc_completions, s.zc_copied, s.registered_sends
+            s.zerocopy.attempts, s.zerocopy.completions, s.zerocopy.copied, s.zerocopy.registered
         );
-        assert_eq!(s.zc_attempts, 500);
-        assert_eq!(s.zc_completions, 500, "every SEND_ZC notification arrives");
+        assert_eq!(s.zerocopy.attempts, 500);
+        assert_eq!(
+            s.zerocopy.completions, 500,
+            "every SEND_ZC notification arrives"
+        );
         assert_eq!(
             s.copied_fraction,
             Some(0.0),
             "nothing is copied on a dead veth"
         );
-        assert_eq!(s.registered_sends > 0, fixed);
+        assert_eq!(s.zerocopy.registered > 0, fixed);
     }
 }

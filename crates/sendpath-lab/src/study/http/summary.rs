@@ -115,7 +115,7 @@ fn fallbacks_of(ms: &[&Measurement]) -> String {
     let mut any = false;
     for m in ms {
         if let Some(s) = m.serve.as_ref().and_then(|r| r.send_stats.as_ref()) {
-            f.add(&s.fallbacks);
+            f.add(&s.zerocopy.fallbacks);
             any = true;
         }
     }

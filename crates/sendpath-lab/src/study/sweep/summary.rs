@@ -101,7 +101,7 @@ fn results_table(r: &Results) -> Table {
             x.zerocopy
                 .copied_fraction
                 .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
-            x.zerocopy.fallbacks.total().to_string(),
+            x.zerocopy.counts.fallbacks.total().to_string(),
             x.latency_us
                 .map_or("-".into(), |l| format!("{:.1}/{:.1}", l.p50, l.p99)),
             switches_cell(x),

@@ -9,7 +9,7 @@ use super::{receive, receive_many, OwnLine, PatternFile, RecvCounters, RecvMode}
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::remote::RemoteSample;
-use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyCounts};
+use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyWindow};
 use crate::setting::{About, Setting};
 use crate::traffic::mix::{Alloc, SizeMix};
 use crate::traffic::stamp::{Sizes, StampReader};
@@ -101,21 +101,15 @@ impl Outcome {
 }
 
 /// The zero-copy counts of a repeat from its merged sender statistics.
-pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyCounts {
+pub(crate) fn zerocopy_counts(stats: &SendStats) -> ZerocopyWindow {
     let s = stats.summary();
     let measured = s.completion_latency.count > 0;
     let us = |ns: u64| measured.then(|| ns as f64 / 1000.0);
-    ZerocopyCounts {
-        attempts: s.zc_attempts,
-        completions: s.zc_completions,
-        copied: s.zc_copied,
-        copied_known: s.copied_fraction.is_some(),
-        fallbacks: s.fallbacks,
-        registered: s.registered_sends,
+    ZerocopyWindow {
+        counts: s.zerocopy,
         completion_p50_us: us(s.completion_latency.p50_ns),
         completion_p99_us: us(s.completion_latency.p99_ns),
         completion_max_us: us(s.completion_latency.max_ns),
-        notifications: s.notifications,
         decisions: s.decisions,
     }
 }
