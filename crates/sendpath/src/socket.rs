@@ -44,11 +44,10 @@ impl Socket {
     pub(crate) fn check(&self, waits: Waits) -> Result<()> {
         let fd = self.0.as_fd();
         let refuse = |why: String| Err(Error::Socket(why));
-        if let Err(e) = sockopt::socket_type(fd) {
-            return refuse(format!(
-                "not a socket ({}): a send path needs a connected socket (TcpStream, a connected UdpSocket, UnixStream)",
-                io::Error::from(e)
-            ));
+        if sockopt::socket_type(fd).is_err() {
+            return refuse(
+                "not a socket (ENOTSOCK): a send path needs a connected socket (TcpStream, a connected UdpSocket, UnixStream)".into(),
+            );
         }
         if sockopt::socket_acceptconn(fd).unwrap_or(false) {
             return refuse(

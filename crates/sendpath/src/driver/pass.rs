@@ -9,6 +9,9 @@ use crate::{Buf, Error, Result};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+/// The longest a one-connection batch waits in one enter when its socket has a send timeout.
+const STALL_SLICE: Duration = Duration::from_millis(20);
+
 /// Completions handled between two waits from which the next wait may hold out for a batch:
 /// a request answered at a time is two (its receive and its send).
 const BATCH_FROM: usize = 4;
@@ -400,10 +403,15 @@ impl UringDriver {
     }
 
     /// Submits what is queued and waits in the same `io_uring_enter` until `n` more completions
-    /// have come (at most `id`'s send timeout, when it has one), then routes them.
+    /// have come, then routes them. With a send timeout on `id`, the wait lasts at most a
+    /// slice of it: a batch that does not go through at once is then waited for by a wait that
+    /// counts the connection's progress (so the timeout is kept, not doubled).
     pub(crate) fn enter_and_route(&mut self, n: usize, id: ConnId) -> Result<()> {
         match self.conn(id)?.timeout {
-            Some(t) => self.ring.wait_batch(n, Duration::ZERO, t).map(drop),
+            Some(t) => self
+                .ring
+                .wait_batch(n, Duration::ZERO, t.min(STALL_SLICE))
+                .map(drop),
             None => self.ring.submit_and_wait(n).map(drop),
         }
         .map_err(Error::sys("io_uring_enter"))?;
