@@ -60,6 +60,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+mod aio;
 mod buffer;
 mod completion;
 mod driver;
@@ -74,6 +76,8 @@ mod strategy;
 #[allow(unsafe_code)]
 mod sys;
 
+#[cfg(feature = "tokio")]
+pub use aio::AsyncSender;
 pub use buffer::{Buf, SharedPool};
 pub use driver::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, UringDriver};
 pub use error::Error;

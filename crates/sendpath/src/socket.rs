@@ -30,6 +30,8 @@ pub(crate) enum Waits {
     InTheKernel,
     /// On io_uring, which waits itself whatever the socket's mode.
     OnTheRing,
+    /// On the tokio reactor: the socket must be non-blocking, as tokio's are.
+    OnTheReactor,
 }
 
 impl Socket {
@@ -60,6 +62,11 @@ impl Socket {
             );
         }
         let nonblocking = rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(OFlags::NONBLOCK));
+        if waits == Waits::OnTheReactor && !nonblocking {
+            return refuse(
+                "the socket is in blocking mode and the async sender must never block a runtime thread: give it a tokio socket (TcpStream::into_std keeps it non-blocking) or call set_nonblocking(true) first".into(),
+            );
+        }
         if waits == Waits::InTheKernel && nonblocking {
             return refuse(
                 "the socket is non-blocking (O_NONBLOCK) and this path waits for socket space in a blocking call: clear it (set_nonblocking(false)) before opening the path, put the connection on a UringDriver (which waits itself), or use the async sender".into(),
@@ -81,6 +88,13 @@ impl AsFd for Socket {
     #[inline]
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for Socket {
+    #[inline]
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
     }
 }
 

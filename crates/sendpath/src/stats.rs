@@ -25,6 +25,9 @@ pub fn leaked_on_drop() -> u64 {
     LEAKED_ON_DROP.load(Ordering::Relaxed)
 }
 
+/// The longest a dropped path waits for the kernel's last completions.
+pub(crate) const DROP_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Counts buffers a drop had to leak ([`leaked_on_drop`]).
 pub(crate) fn count_leaked_on_drop(n: u64) {
     LEAKED_ON_DROP.fetch_add(n, Ordering::Relaxed);

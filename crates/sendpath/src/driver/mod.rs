@@ -123,11 +123,17 @@ impl UringDriver {
     /// # Ok::<(), sendpath::Error>(())
     /// ```
     pub fn new(cfg: DriverConfig) -> Result<UringDriver> {
+        UringDriver::with_setup(cfg, RingSetup::SingleIssuerDeferTaskrun)
+    }
+
+    /// [`UringDriver::new`] with the ring set up as `setup` at most (for a ring that several
+    /// threads drive in turn, or whose fd a reactor polls).
+    pub(crate) fn with_setup(cfg: DriverConfig, setup: RingSetup) -> Result<UringDriver> {
         let depth = cfg.depth();
         let conns = cfg.connections.max(1);
         let sq = (depth * conns).clamp(8, 4096);
         let cq = (depth + cfg.options.inflight.max_sends) * conns * 2;
-        let mut ring = SendRing::new(sq as u32, cq.clamp(16, 1 << 16) as u32)
+        let mut ring = SendRing::new_from(sq as u32, cq.clamp(16, 1 << 16) as u32, setup)
             .map_err(Error::sys("io_uring_setup"))?;
         let ops = ring
             .probe()
@@ -477,6 +483,18 @@ impl UringDriver {
     /// MSG_ZEROCOPY tiers off the ring with the same state.
     pub(crate) fn chooser_mut(&mut self, id: ConnId) -> Option<&mut Chooser> {
         Some(self.conn_mut(id).ok()?.state.chooser_mut())
+    }
+
+    /// A duplicate of the ring's fd, for a reactor to poll.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn ring_fd(&self) -> Result<std::os::fd::OwnedFd> {
+        self.ring.dup_fd().map_err(Error::sys("dup(io_uring fd)"))
+    }
+
+    /// Send requests whose last completion has not come, over every connection.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn in_kernel(&self) -> usize {
+        self.ring.in_kernel()
     }
 
     /// Zero-copy sends of `id` awaiting their notification, and buffers free for reuse.

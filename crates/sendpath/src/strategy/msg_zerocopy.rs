@@ -356,19 +356,16 @@ impl SendPath for MsgZerocopy {
 }
 
 impl Drop for MsgZerocopy {
-    /// Waits at most [`DROP_GRACE`] for the completions still due, then leaks what the kernel
+    /// Waits at most a short grace (`DROP_GRACE`) for the completions still due, then leaks what the kernel
     /// holds, counted in [`leaked_on_drop`](crate::leaked_on_drop): a drop never blocks for
     /// long (close the path to wait, and to get the count as an error).
     fn drop(&mut self) {
         if self.held.outstanding() > 0 {
-            let leaked = self.drain(DROP_GRACE);
+            let leaked = self.drain(crate::stats::DROP_GRACE);
             crate::stats::count_leaked_on_drop(leaked);
         }
     }
 }
-
-/// The longest a dropped path waits for the kernel's last completions.
-pub(crate) const DROP_GRACE: Duration = Duration::from_millis(50);
 
 /// `msg-zerocopy` in the table of paths.
 pub(super) const INFO: super::PathInfo = super::PathInfo {

@@ -6,6 +6,8 @@
 pub(crate) mod bufring;
 pub(crate) mod file;
 pub(crate) mod mem;
+#[cfg(feature = "tokio")]
+pub(crate) mod reactor;
 pub(crate) mod socket;
 pub(crate) mod uring;
 
@@ -22,6 +24,8 @@ pub(crate) struct SendFlags(libc::c_int);
 impl SendFlags {
     /// `MSG_NOSIGNAL`: a closed peer is `EPIPE`, not SIGPIPE.
     pub(crate) const NOSIGNAL: SendFlags = SendFlags(libc::MSG_NOSIGNAL);
+    /// `MSG_DONTWAIT`: `EAGAIN` instead of waiting for socket space.
+    pub(crate) const DONTWAIT: SendFlags = SendFlags(libc::MSG_DONTWAIT);
     /// `MSG_ZEROCOPY`: completions on the error queue (needs `SO_ZEROCOPY`).
     pub(crate) const ZEROCOPY: SendFlags = SendFlags(libc::MSG_ZEROCOPY);
 

@@ -25,6 +25,8 @@ use crate::buffer::Buf;
 use io_uring::{cqueue, opcode, types, IoUring, Probe};
 use std::io;
 use std::ops::Range;
+#[cfg(feature = "tokio")]
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 /// `IORING_SEND_ZC_REPORT_USAGE` from `<linux/io_uring.h>` (kernel 6.2).
@@ -185,6 +187,15 @@ impl SendRing {
     /// submits), then COOP_TASKRUN, then no flags, taking the first the kernel accepts.
     /// `SENDPATH_URING_SETUP=coop` or `=plain` starts further down that list, to compare.
     pub(crate) fn new(sq_entries: u32, cq_entries: u32) -> io::Result<SendRing> {
+        SendRing::new_from(sq_entries, cq_entries, RingSetup::SingleIssuerDeferTaskrun)
+    }
+
+    /// [`SendRing::new`], starting the list at `first`.
+    pub(crate) fn new_from(
+        sq_entries: u32,
+        cq_entries: u32,
+        first: RingSetup,
+    ) -> io::Result<SendRing> {
         let sq = sq_entries.next_power_of_two().max(8);
         let cq = cq_entries.next_power_of_two().max(2 * sq);
         let mut last = None;
@@ -198,6 +209,7 @@ impl SendRing {
             Ok("plain") => 2,
             _ => 0,
         };
+        let skip = skip.max(all.iter().position(|s| *s == first).unwrap_or(0));
         for setup in all.into_iter().skip(skip) {
             let mut b = IoUring::builder();
             b.setup_cqsize(cq);
@@ -248,6 +260,17 @@ impl SendRing {
     /// How the ring was set up.
     pub(crate) fn setup(&self) -> RingSetup {
         self.setup
+    }
+
+    /// A duplicate of the ring's descriptor, which polls readable when completions wait (for a
+    /// reactor to poll: `dup(2)` of the ring fd names the same ring).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn dup_fd(&self) -> io::Result<OwnedFd> {
+        use std::os::fd::{AsRawFd, BorrowedFd};
+        // SAFETY: the ring's descriptor is open while `self.ring` lives, which outlasts this
+        // borrow (it ends with the dup below).
+        let fd = unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) };
+        fd.try_clone_to_owned()
     }
 
     /// `io_uring_register(IORING_REGISTER_ENABLE_RINGS)` the first time: the calling thread

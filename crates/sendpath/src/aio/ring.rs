@@ -1,0 +1,139 @@
+//! The async sender's io_uring half: one connection on a ring of its own whose fd the tokio
+//! reactor polls. Sends are queued and submitted without waiting; when the connection's queue
+//! is full, the half awaits the ring's readiness (a completion posted) instead of entering the
+//! kernel to wait. Buffers handed in are the half's from then on, so a dropped future leaves
+//! them queued for the next call, and the ring keeps every buffer the kernel may read.
+
+use crate::driver::{ConnId, DriverConfig, UringDriver};
+use crate::send::Chooser;
+use crate::sys::uring::RingSetup;
+use crate::{Buf, Error, Options, Result, Socket};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// The ring half. See the module docs.
+pub(super) struct RingHalf {
+    /// A duplicate of the ring's fd, registered with the reactor.
+    ready: AsyncFd<OwnedFd>,
+    pub(super) driver: UringDriver,
+    pub(super) id: ConnId,
+    /// Buffers handed in and not yet queued on the connection.
+    backlog: VecDeque<Buf>,
+}
+
+impl RingHalf {
+    /// A ring for `sock` alone, sending as `chooser` says. The ring is set up without
+    /// SINGLE_ISSUER and DEFER_TASKRUN: a task may move between runtime threads, and its
+    /// completions must reach the ring (and wake the reactor) while no thread is in the ring.
+    pub(super) fn new(sock: Socket, chooser: Chooser, opts: &Options) -> Result<RingHalf> {
+        let cfg = DriverConfig {
+            connections: 1,
+            ring_zc_inflight: None,
+            options: Options {
+                file: None,
+                ..opts.clone()
+            },
+        };
+        let mut driver = UringDriver::with_setup(cfg, RingSetup::Plain)?;
+        let id = driver.add_with_chooser(sock, chooser)?;
+        let ready = crate::sys::reactor::register(driver.ring_fd()?, Interest::READABLE)
+            .map_err(|e| {
+                Error::Config(format!(
+                    "the async sender needs a tokio runtime with I/O enabled (Runtime::enable_io, or #[tokio::main]): {e}"
+                ))
+            })?;
+        Ok(RingHalf {
+            ready,
+            driver,
+            id,
+            backlog: VecDeque::new(),
+        })
+    }
+
+    /// Queues `bufs`, in order, each a message, submitting as the queue fills and awaiting
+    /// room while it is full.
+    pub(super) async fn send(&mut self, bufs: impl IntoIterator<Item = Buf>) -> Result<()> {
+        self.backlog.extend(bufs);
+        while !self.backlog.is_empty() {
+            while let Some(b) = self.backlog.pop_front() {
+                match self.driver.push(self.id, b, true) {
+                    Ok(()) => {}
+                    Err((e, b)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        self.backlog.push_front(b);
+                        break;
+                    }
+                    Err((e, _)) => return Err(e),
+                }
+            }
+            self.driver.run(false)?;
+            self.driver.conn_error(self.id)?;
+            if !self.backlog.is_empty() && self.driver.room(self.id) == 0 {
+                self.completion().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits what is queued and awaits until every byte is on the socket.
+    pub(super) async fn flush(&mut self) -> Result<()> {
+        self.send(std::iter::empty()).await?;
+        self.driver.request_flush(self.id)?;
+        loop {
+            self.driver.run(false)?;
+            self.driver.conn_error(self.id)?;
+            if self.driver.is_flushed(self.id) {
+                return Ok(());
+            }
+            self.completion().await?;
+        }
+    }
+
+    /// Flushes, then awaits every notification for at most `timeout`; the buffers the kernel
+    /// still holds then are leaked, counted. How many.
+    pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
+        let flushed = tokio::time::timeout(timeout, self.flush()).await;
+        if let Ok(r) = flushed {
+            r?;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.driver.in_kernel() > 0 {
+            if tokio::time::timeout_at(deadline, self.completion())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            self.driver.run(false)?;
+        }
+        match self.driver.finish(Duration::ZERO) {
+            Ok(()) => Ok(0),
+            Err(Error::Leaked { buffers, .. }) => Ok(buffers),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Awaits a completion on the ring (its fd readable).
+    async fn completion(&mut self) -> Result<()> {
+        let mut g = self
+            .ready
+            .readable()
+            .await
+            .map_err(Error::sys("epoll (io_uring)"))?;
+        g.clear_ready();
+        Ok(())
+    }
+
+    /// A buffer of `len` bytes: one the kernel has released, or a new one.
+    pub(super) fn take_buf(&mut self, len: usize) -> Buf {
+        let (zc, free) = self.driver.zc_and_free(self.id);
+        if free == 0 && zc > 0 {
+            let _ = self.driver.run(false);
+        }
+        self.driver
+            .take_buf(self.id, len)
+            .unwrap_or_else(|_| Buf::page_aligned(len, crate::buffer::FILL))
+    }
+}
