@@ -3,7 +3,7 @@
 use crate::cli::{RrArgs, RunArgs, StreamArgs};
 use anyhow::bail;
 use sendpath::Profile;
-use sendpath::Source;
+use sendpath::{Source, Strategy};
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::results::Schedule;
@@ -11,6 +11,7 @@ use sendpath_lab::study::sweep::{fresh_seed, source_file, stream_matrix, Point, 
 use sendpath_lab::topology::TopologyInfo;
 use sendpath_lab::traffic::datagram::Protocol;
 use sendpath_lab::traffic::mix::Alloc;
+use sendpath_lab::traffic::Runtime;
 use sendpath_lab::workload::rr::RrPoint;
 use sendpath_lab::workload::stream::StreamPoint;
 use sendpath_lab::workload::{PatternFile, RecvMode};
@@ -41,6 +42,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     check_udp(a)?;
     check_msg_latency(a)?;
     check_congestion(a)?;
+    check_runtime(a)?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -57,36 +59,44 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     )?;
     let agent = a.remote.target()?;
     let mut points = Vec::new();
-    for &alloc in &a.run.alloc {
-        points.extend(stream_matrix(
-            &a.run.strategy,
-            &sizes,
-            &a.threads,
-            |strategy, size, threads| StreamPoint {
-                strategy,
-                size,
-                threads,
-                connections: a.connections as usize,
-                fields: usize::from(a.run.fields),
-                recv: a.run.recv,
-                recv_size: recv_size(&a.run, a.size_mix.as_ref().map_or(size, |m| m.max())),
-                duration: a.run.duration,
-                warmup: a.run.warmup,
-                connect: a.connect,
-                cpus: a.cpu,
-                cold: a.cold,
-                opts: a.run.options(profile.clone()),
-                mix: a.size_mix.clone(),
-                alloc,
-                netns: netns.clone(),
-                agent: agent.clone(),
-                proto: a.proto,
-                gso: a.gso,
-                msg_latency: a.msg_latency,
-                burst: a.burst,
-                congestion: a.congestion.clone(),
-            },
-        ));
+    for &runtime in &a.runtime {
+        // tokio-write is tokio's own writes: one row per size, a copying send.
+        let strategies = match runtime {
+            Runtime::TokioWrite => vec![sendpath::Strategy::Copy],
+            _ => a.run.strategy.clone(),
+        };
+        for &alloc in &a.run.alloc {
+            points.extend(stream_matrix(
+                &strategies,
+                &sizes,
+                &a.threads,
+                |strategy, size, threads| StreamPoint {
+                    strategy,
+                    size,
+                    threads,
+                    connections: a.connections as usize,
+                    fields: usize::from(a.run.fields),
+                    recv: a.run.recv,
+                    recv_size: recv_size(&a.run, a.size_mix.as_ref().map_or(size, |m| m.max())),
+                    duration: a.run.duration,
+                    warmup: a.run.warmup,
+                    connect: a.connect,
+                    cpus: a.cpu,
+                    cold: a.cold,
+                    opts: a.run.options(profile.clone()),
+                    mix: a.size_mix.clone(),
+                    alloc,
+                    netns: netns.clone(),
+                    agent: agent.clone(),
+                    proto: a.proto,
+                    gso: a.gso,
+                    msg_latency: a.msg_latency,
+                    burst: a.burst,
+                    congestion: a.congestion.clone(),
+                    runtime,
+                },
+            ));
+        }
     }
     let topology = netns.as_ref().map(|n| n.info().clone());
     let agent = agent.map(|t| t.addr.to_string());
@@ -98,6 +108,52 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         (topology, agent),
         cancel,
     )
+}
+
+/// Refuses what the tokio runtimes do not run: the paths without an async sender, and the
+/// thread sender's shapes of load (several connections per thread, size mixes, other
+/// buffers, bursts, fields, message timing).
+fn check_runtime(a: &StreamArgs) -> anyhow::Result<()> {
+    if !a.runtime.iter().any(|r| r.is_tokio()) {
+        return Ok(());
+    }
+    let async_paths = [
+        Strategy::Copy,
+        Strategy::MsgZerocopy,
+        Strategy::Uring,
+        Strategy::UringZc,
+        Strategy::Adaptive,
+        Strategy::Sendfile,
+    ];
+    if a.runtime.contains(&Runtime::Tokio) {
+        let other: Vec<&str> = (a.run.strategy.iter())
+            .filter(|s| !async_paths.contains(s))
+            .map(|s| s.name())
+            .collect();
+        if !other.is_empty() {
+            bail!(
+                "--runtime tokio runs sendpath's async sender, which copy, msg-zerocopy, uring, uring-zc, adaptive and sendfile have: drop {} from --strategy",
+                other.join(", ")
+            );
+        }
+    }
+    let shapes = [
+        (a.connections > 1, "--connections"),
+        (a.size_mix.is_some(), "--size-mix"),
+        (
+            a.run.alloc.iter().any(|x| *x != Alloc::Pool),
+            "--alloc fresh or shared",
+        ),
+        (a.burst.is_some(), "--burst"),
+        (a.run.fields > 1, "--fields"),
+        (a.msg_latency, "--msg-latency"),
+        (a.cold, "--cold"),
+        (a.gso.is_some(), "--gso"),
+    ];
+    if let Some((_, flag)) = shapes.iter().find(|(on, _)| *on) {
+        bail!("{flag} runs on the thread sender: drop it, or drop tokio and tokio-write from --runtime");
+    }
+    Ok(())
 }
 
 /// Refuses what `--msg-latency` cannot time: a stamp needs a memory message of 8 bytes per

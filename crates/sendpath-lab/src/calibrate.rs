@@ -75,6 +75,7 @@ pub fn point(w: &Window, duration: Duration, warmup: Duration, route: &Route) ->
         msg_latency: false,
         burst: None,
         congestion: None,
+        runtime: crate::traffic::Runtime::Thread,
     })
 }
 

@@ -772,6 +772,11 @@ pub struct Row {
     /// Sent in bursts with idle gaps (`--burst`, `1000/5ms`); null when sent flat out.
     #[serde(default)]
     pub burst: Option<String>,
+    /// What ran the senders: `thread` (sendpath's blocking paths), `tokio` (its async
+    /// sender, a task per sender) or `tokio-write` (tokio's own writes, no sendpath code: a
+    /// `copy` row). `thread` in files written before it was recorded.
+    #[serde(default)]
+    pub runtime: crate::traffic::Runtime,
     /// How io_uring kept the order of the sends it had in flight: `vectored` (each
     /// connection's queued sends in one `SENDMSG` or `SENDMSG_ZC`, so a TCP stream's bytes
     /// stay in order), `linked` (one request per send, in a linked chain: `--uring-order
@@ -857,6 +862,9 @@ impl Row {
     /// (registered buffers), `burst 1000/5ms`; empty for a TCP row from normal buffers.
     pub fn variant(&self) -> String {
         let mut v = Vec::new();
+        if self.runtime.is_tokio() {
+            v.push(self.runtime.name().to_string());
+        }
         if self.protocol == crate::traffic::datagram::Protocol::Udp {
             v.push("udp".to_string());
         }

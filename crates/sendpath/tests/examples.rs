@@ -61,3 +61,22 @@ fn the_adaptive_example_runs() {
     };
     assert!(out.contains("sent "), "{out}");
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn the_tokio_server_answers_1000_clients_and_every_byte_is_checked() {
+    let args = ["--clients", "1000", "--requests", "2", "--body", "16384"];
+    let Some(out) = run("tokio_server", &args) else {
+        return;
+    };
+    assert!(
+        out.contains("1000 of 1000 clients got every byte of 2 responses"),
+        "{out}"
+    );
+}
+
+#[cfg(not(feature = "tokio"))]
+#[test]
+fn the_tokio_server_needs_the_tokio_feature() {
+    common::skip("built without the `tokio` feature: cargo test -p sendpath --features tokio");
+}

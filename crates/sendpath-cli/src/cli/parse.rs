@@ -154,6 +154,22 @@ pub(super) fn strategy_list(s: &str) -> Result<Vec<sendpath::Strategy>, String> 
         .collect()
 }
 
+pub(super) fn runtime_list(s: &str) -> Result<Vec<sendpath_lab::traffic::Runtime>, String> {
+    use sendpath_lab::traffic::Runtime;
+    let all = [Runtime::Thread, Runtime::Tokio, Runtime::TokioWrite];
+    let one = |x: &str| {
+        all.into_iter().find(|r| r.name() == x).ok_or_else(|| {
+            format!("`{x}` is not a runtime: use thread, tokio or tokio-write (comma-separated)")
+        })
+    };
+    let mut v: Vec<Runtime> = s
+        .split(',')
+        .map(|x| one(x.trim()))
+        .collect::<Result<_, _>>()?;
+    v.dedup();
+    Ok(v)
+}
+
 pub(super) fn alloc_list(s: &str) -> Result<Vec<sendpath_lab::traffic::mix::Alloc>, String> {
     s.split(',').map(|x| x.trim().parse()).collect()
 }

@@ -246,6 +246,13 @@ pub(crate) struct StreamArgs {
     /// algorithm is recorded per row (`tcp_congestion`).
     #[arg(long, value_name = "ALGO")]
     pub congestion: Option<String>,
+    /// What runs the senders, comma-separated: thread (sendpath's blocking paths, a thread
+    /// each); tokio (sendpath's async sender, a tokio task each: copy, msg-zerocopy, uring,
+    /// uring-zc, adaptive, sendfile); tokio-write (tokio's own write_all / send with no
+    /// sendpath code: the baseline a tokio server starts from, one row per size). Rows record
+    /// it (`runtime`).
+    #[arg(long, default_value = "thread", value_parser = runtime_list)]
+    pub runtime: std::vec::Vec<sendpath_lab::traffic::Runtime>,
     #[command(flatten)]
     pub topology: TopologyArgs,
     #[command(flatten)]

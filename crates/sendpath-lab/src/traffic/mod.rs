@@ -42,6 +42,49 @@ impl std::str::FromStr for RecvMode {
     }
 }
 
+/// What runs a stream's senders.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// A thread per sender, sendpath's blocking paths.
+    #[default]
+    Thread,
+    /// A tokio task per sender (on a runtime of the sender's thread), sendpath's async sender.
+    Tokio,
+    /// A tokio task per sender writing with tokio's own `write_all` (`send` for UDP): no
+    /// sendpath code in the loop, the baseline a tokio server starts from. Its rows' strategy
+    /// is `copy`, which those writes are.
+    TokioWrite,
+}
+
+impl Runtime {
+    /// The stable name, as in results files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Thread => "thread",
+            Runtime::Tokio => "tokio",
+            Runtime::TokioWrite => "tokio-write",
+        }
+    }
+
+    /// Whether the senders are tokio tasks.
+    pub fn is_tokio(self) -> bool {
+        self != Runtime::Thread
+    }
+}
+
 /// The default receiver read size for messages of `size` bytes: the message size clamped to
 /// 16 KiB..1 MiB, iperf3's convention for its `-l` block.
 pub fn default_recv_size(size: usize) -> usize {

@@ -314,7 +314,7 @@ impl AsyncSender {
                         self.on_ring = false;
                     }
                     let b = self.backlog.pop_front().expect("a front buffer");
-                    let zc = zc && self.choose_zc(len);
+                    let zc = self.choose_zc(len, zc);
                     let half = self.socket.as_mut().expect("a socket half");
                     half.queue(b, zc);
                     half.drive().await?;
@@ -353,11 +353,11 @@ impl AsyncSender {
         }
     }
 
-    /// Whether this socket send goes zero-copy: `adaptive` decides it (counting it), the
-    /// fixed paths already did.
-    fn choose_zc(&mut self, len: usize) -> bool {
+    /// Whether this socket send goes zero-copy: `adaptive` decides it (counting every
+    /// decision, copies too), the fixed paths already did (`zc`).
+    fn choose_zc(&mut self, len: usize, zc: bool) -> bool {
         if self.strategy != Strategy::Adaptive {
-            return true;
+            return zc;
         }
         let inflight = self.socket.as_ref().map_or(0, SocketHalf::zc_inflight);
         let d = self.decide_mut().expect("adaptive decides");

@@ -157,6 +157,7 @@ fn base_point(
         msg_latency: preset.msg_latency,
         burst: None,
         congestion: None,
+        runtime: crate::traffic::Runtime::Thread,
     }
 }
 

@@ -137,6 +137,7 @@ impl Point {
                 fixed_buffers: p.opts.uring_fixed_buffers
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
+                runtime: p.runtime,
                 uring_order: crate::results::uring_order(p.strategy),
                 tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
                     .then(|| congestion::in_effect(p.congestion.as_deref()))

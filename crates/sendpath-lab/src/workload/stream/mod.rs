@@ -3,6 +3,7 @@
 mod ending;
 mod sender;
 mod tcp;
+mod tokio;
 pub mod udp;
 
 use super::{receive, receive_many, OwnLine, PatternFile, RecvCounters, RecvMode};
@@ -69,6 +70,9 @@ pub struct StreamPoint {
     /// TCP congestion control of the senders' connections (`--congestion`); `None`: the
     /// namespace's default.
     pub congestion: Option<String>,
+    /// What runs the senders: threads, or tokio tasks with sendpath's async sender or with
+    /// tokio's own writes (`--runtime`).
+    pub runtime: crate::traffic::Runtime,
 }
 
 impl StreamPoint {

@@ -160,15 +160,17 @@ impl Multiplexed<'_> {
 /// One sender thread's settings, moved into it.
 pub(super) struct Sender {
     /// How long one send may make no progress (its socket's send timeout).
-    stall: Duration,
-    strategy: Strategy,
-    size: usize,
+    pub(super) stall: Duration,
+    pub(super) strategy: Strategy,
+    pub(super) size: usize,
     sizes: Option<MixSizes>,
-    shape: MsgShape,
-    opts: Options,
+    pub(super) shape: MsgShape,
+    pub(super) opts: Options,
     pub(super) cpu: Option<usize>,
+    /// What runs it: this thread, or a tokio task on it.
+    pub(super) runtime: crate::traffic::Runtime,
     /// The file range it streams: from `first`, up to `limit` (cold runs).
-    first: u64,
+    pub(super) first: u64,
     limit: Option<u64>,
     burst: Option<Burst>,
     /// The pool every sender thread of the repeat shares (`--alloc shared`).
@@ -202,6 +204,7 @@ impl Sender {
             },
             opts,
             cpu: pt.cpus.map(|c| c.0),
+            runtime: pt.runtime,
             first,
             limit,
             burst: pt.burst,
@@ -234,6 +237,14 @@ impl Sender {
             return run.send(txs, stop, sent, finished, start);
         }
         let strategy = self.strategy;
+        if self.runtime.is_tokio() {
+            let task = super::tokio::Task { stop, sent, start };
+            let result = self.run_tokio(txs.remove(0), task);
+            finished.one_more();
+            return result
+                .map_err(|e| stalled(e, self.stall))
+                .with_context(|| format!("{strategy} sender ({})", self.runtime.name()));
+        }
         let opened = sendpath::open(strategy, txs.remove(0), &self.opts);
         start.wait();
         let mut p = opened?;
@@ -384,7 +395,7 @@ impl Sender {
 
     /// Messages per batch, as [`Sender::pump`] batches them: up to 16, until one takes the
     /// batch to 64 KiB.
-    fn per_batch(&self) -> usize {
+    pub(super) fn per_batch(&self) -> usize {
         BATCH_BYTES
             .div_ceil(self.size as u64)
             .min(BATCH_MESSAGES as u64) as usize

@@ -127,9 +127,29 @@ fn start_sender(
     let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());
     let (finished, start) = (shared.finished.clone(), shared.start.clone());
     let (cpu, tids, mtu) = (pt.cpus.map(|c| c.0), tids.clone(), route_mtu(pt));
+    let task = super::tokio::UdpTask {
+        strategy,
+        runtime: pt.runtime,
+        size,
+        fill,
+        opts: opts.clone(),
+        stall: super::stall_limit(pt),
+    };
     std::thread::spawn(move || {
         pin(cpu);
         let _ = tids.send((true, sendpath_host::thread::gettid()));
+        if task.runtime.is_tokio() {
+            let t = super::tokio::Task {
+                stop: &stop,
+                sent: &sent,
+                start: &start,
+            };
+            let result = task.run(tx, t, |b, seq, fill| stamp(b, seg, seq, fill));
+            finished.one_more();
+            let result = result.map_err(|e| too_big(e, size, seg, mtu));
+            return result
+                .with_context(|| format!("{strategy} sender (UDP, {})", task.runtime.name()));
+        }
         let opened = sendpath::open(strategy, tx, &opts);
         start.wait();
         let result = opened.map_err(anyhow::Error::from).and_then(|mut p| {

@@ -1,0 +1,194 @@
+//! A stream's senders as tokio tasks (`--runtime tokio,tokio-write`): each sender thread runs
+//! a current-thread runtime whose one task sends through sendpath's async sender, or through
+//! tokio's own `write_all` / `send` with no sendpath code (the baseline). Like the thread
+//! senders: batches of pooled buffers, the pattern written when verifying, the byte counter
+//! stored per batch, every wait bounded by the stall limit.
+
+use super::sender::Sender;
+use crate::traffic::datagram::HEADER;
+use crate::traffic::Runtime;
+use crate::workload::file_message;
+use anyhow::Context;
+use sendpath::{AsyncSender, FileRange, SendStats, Source, Strategy};
+use sendpath_host::pattern;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+/// What a sender task needs besides its socket.
+pub(super) struct Task<'a> {
+    pub(super) stop: &'a AtomicBool,
+    pub(super) sent: &'a AtomicU64,
+    pub(super) start: &'a Barrier,
+}
+
+/// A fresh current-thread runtime, with I/O and time.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building a tokio runtime for the sender")
+}
+
+/// `fut` within `limit`, else the stall error a blocking send's timeout gives.
+async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
+            .context("no progress within the stall limit"),
+    }
+}
+
+impl Sender {
+    /// Sends on `sock` (a TCP stream) until `stop`, as a tokio task.
+    pub(super) fn run_tokio(
+        &self,
+        sock: std::net::TcpStream,
+        t: Task<'_>,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        sock.set_nonblocking(true)?;
+        runtime()?.block_on(async move {
+            match self.runtime {
+                Runtime::TokioWrite => self.tokio_write(sock, t).await,
+                _ => self.async_sender(sendpath::Socket::from(sock), t).await,
+            }
+        })
+    }
+
+    /// sendpath's async sender: batches from its pool (file ranges round the file for
+    /// `sendfile`), then a close that waits for the last completions.
+    async fn async_sender(
+        &self,
+        sock: sendpath::Socket,
+        t: Task<'_>,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        let mut tx = AsyncSender::open(self.strategy, sock, &self.opts)?;
+        t.start.wait();
+        let (n, size) = (self.per_batch(), self.size);
+        let (mut off, mut total) = (self.first, t.sent.load(Ordering::Relaxed));
+        let (mut batch, mut ranges) = (Vec::with_capacity(n), Vec::with_capacity(2 * n));
+        let file_len = self.shape.file_len;
+        while !t.stop.load(Ordering::Relaxed) {
+            if self.strategy.source() == Source::File {
+                for _ in 0..n {
+                    off = file_message(off % file_len, size, file_len, |r: FileRange| {
+                        ranges.push(r);
+                        Ok(())
+                    })?;
+                }
+                bounded(self.stall, async { Ok(tx.send_ranges(&ranges).await?) }).await?;
+                ranges.clear();
+            } else {
+                for _ in 0..n {
+                    let mut b = tx.take_buf(size);
+                    if self.shape.fill {
+                        pattern::fill(b.as_mut_slice(), off);
+                    }
+                    off += size as u64;
+                    batch.push(b);
+                }
+                bounded(self.stall, async { Ok(tx.send_bufs(&mut batch).await?) }).await?;
+            }
+            total += (n * size) as u64;
+            t.sent.store(total, Ordering::Relaxed);
+        }
+        let note = tx.note().map(String::from);
+        let stats = match tx.close(Duration::from_secs(2)).await {
+            Ok(s) => s,
+            // Buffers the kernel held past the deadline are counted in the stats.
+            Err(sendpath::Error::Leaked { stats, .. }) => *stats,
+            Err(e) => return Err(e.into()),
+        };
+        Ok((stats, note))
+    }
+
+    /// tokio's own `write_all` of each message from a pool of buffers as large as a batch
+    /// (what a tokio server writes from), no sendpath code in the loop.
+    async fn tokio_write(
+        &self,
+        sock: std::net::TcpStream,
+        t: Task<'_>,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        use tokio::io::AsyncWriteExt;
+        let mut s = tokio::net::TcpStream::from_std(sock)?;
+        t.start.wait();
+        let (n, size) = (self.per_batch(), self.size);
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![crate::units::FILL; size]).collect();
+        let (mut off, mut total) = (self.first, t.sent.load(Ordering::Relaxed));
+        let mut stats = SendStats::default();
+        while !t.stop.load(Ordering::Relaxed) {
+            for b in &mut bufs {
+                if self.shape.fill {
+                    pattern::fill(b, off);
+                }
+                off += size as u64;
+                bounded(self.stall, async { Ok(s.write_all(b).await?) }).await?;
+            }
+            total += (n * size) as u64;
+            t.sent.store(total, Ordering::Relaxed);
+            stats.sends += n as u64;
+            stats.bytes += (n * size) as u64;
+        }
+        let _ = s.shutdown().await;
+        Ok((stats, None))
+    }
+}
+
+/// One UDP sender task: `size`-byte datagrams, each stamped with its sequence number (and the
+/// pattern when verifying), through sendpath's async sender or tokio's own `send`.
+pub(super) struct UdpTask {
+    pub(super) strategy: Strategy,
+    pub(super) runtime: Runtime,
+    pub(super) size: usize,
+    pub(super) fill: bool,
+    pub(super) opts: sendpath::Options,
+    pub(super) stall: Duration,
+}
+
+impl UdpTask {
+    /// Sends on the connected `sock` until `stop`.
+    pub(super) fn run(
+        &self,
+        sock: std::net::UdpSocket,
+        t: Task<'_>,
+        stamp: impl Fn(&mut [u8], u64, bool) -> u64,
+    ) -> anyhow::Result<(SendStats, Option<String>)> {
+        sock.set_nonblocking(true)?;
+        runtime()?.block_on(async move {
+            let mut seq = 0u64;
+            if self.runtime == Runtime::TokioWrite {
+                let s = tokio::net::UdpSocket::from_std(sock)?;
+                t.start.wait();
+                let mut b = vec![crate::units::FILL; self.size.max(HEADER)];
+                let mut stats = SendStats::default();
+                while !t.stop.load(Ordering::Relaxed) {
+                    seq += stamp(&mut b, seq, self.fill);
+                    bounded(self.stall, async { Ok(s.send(&b).await?) }).await?;
+                    t.sent.fetch_add(self.size as u64, Ordering::Relaxed);
+                    stats.sends += 1;
+                    stats.bytes += self.size as u64;
+                }
+                return Ok((stats, None));
+            }
+            let mut tx = AsyncSender::open(self.strategy, sock, &self.opts)?;
+            t.start.wait();
+            while !t.stop.load(Ordering::Relaxed) {
+                let mut b = tx.take_buf(self.size);
+                seq += stamp(b.as_mut_slice(), seq, self.fill);
+                bounded(self.stall, async { Ok(tx.send_buf(b).await?) }).await?;
+                t.sent.fetch_add(self.size as u64, Ordering::Relaxed);
+            }
+            let note = tx.note().map(String::from);
+            let stats = match tx.close(Duration::from_secs(2)).await {
+                Ok(s) => s,
+                Err(sendpath::Error::Leaked { stats, .. }) => *stats,
+                Err(e) => return Err(e.into()),
+            };
+            Ok((stats, note))
+        })
+    }
+}
