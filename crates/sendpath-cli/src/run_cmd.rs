@@ -23,12 +23,6 @@ fn recv_size(a: &RunArgs, size: usize) -> usize {
 }
 
 pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::process::ExitCode> {
-    if let Some(addr) = a.connect {
-        crate::cli::check_target("--connect", addr, a.allow_remote)?;
-    }
-    let per_thread = a.connections as usize;
-    let most_threads = a.threads.iter().copied().max().unwrap_or(1);
-    let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();
     let sizes: Vec<usize> = match &a.size_mix {
         Some(m) => vec![m.mean().round() as usize],
         None => a.sizes(),
@@ -37,15 +31,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         Some(m) => vec![m.max()],
         None => a.sizes(),
     };
-    crate::cli::check_memory(&largest, &conns, &a.run)?;
-    check_connections(a, per_thread, most_threads)?;
-    check_udp(a)?;
-    check_msg_latency(a)?;
-    check_congestion(a)?;
-    check_runtime(a)?;
-    if a.connect.is_some() && a.run.recv != RecvMode::Copy {
-        eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
-    }
+    check_stream(a, &largest)?;
     let verify = a.run.recv == RecvMode::Verify;
     let file = if a.run.strategy.iter().any(|s| s.source() == Source::File) {
         Some(source_file(&largest, a.file_size, verify, a.cold)?)
@@ -108,6 +94,26 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         (topology, agent),
         cancel,
     )
+}
+
+/// Refuses, before anything runs, what the stream flags cannot do together.
+fn check_stream(a: &StreamArgs, largest: &[usize]) -> anyhow::Result<()> {
+    if let Some(addr) = a.connect {
+        crate::cli::check_target("--connect", addr, a.allow_remote)?;
+    }
+    let per_thread = a.connections as usize;
+    let most_threads = a.threads.iter().copied().max().unwrap_or(1);
+    let conns: Vec<usize> = a.threads.iter().map(|t| t * per_thread).collect();
+    crate::cli::check_memory(largest, &conns, &a.run)?;
+    check_connections(a, per_thread, most_threads)?;
+    check_udp(a)?;
+    check_msg_latency(a)?;
+    check_congestion(a)?;
+    check_runtime(a)?;
+    if a.connect.is_some() && a.run.recv != RecvMode::Copy {
+        eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
+    }
+    Ok(())
 }
 
 /// Refuses what the tokio runtimes do not run: the paths without an async sender, and the

@@ -28,6 +28,43 @@ pub fn leaked_on_drop() -> u64 {
 /// The longest a dropped path waits for the kernel's last completions.
 pub(crate) const DROP_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The clock of a MSG_ZEROCOPY sender's completion latencies: nanoseconds since it opened,
+/// read for one zero-copy send in [`SendClock::EVERY`]. Reading the clock for every send cost
+/// 2-3% of the throughput at 4 KiB (measured), and one in 16 still gives tens of thousands of
+/// samples a second; the largest latency is the largest of those.
+#[derive(Debug)]
+pub(crate) struct SendClock {
+    origin: std::time::Instant,
+    until_timed: u32,
+}
+
+impl SendClock {
+    const EVERY: u32 = 16;
+
+    pub(crate) fn new() -> SendClock {
+        SendClock {
+            origin: std::time::Instant::now(),
+            until_timed: 0,
+        }
+    }
+
+    /// Nanoseconds since the sender opened.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// The time of this zero-copy send when it is one of the timed ones.
+    #[inline]
+    pub(crate) fn timed(&mut self) -> Option<u64> {
+        if self.until_timed > 0 {
+            self.until_timed -= 1;
+            return None;
+        }
+        self.until_timed = Self::EVERY - 1;
+        Some(self.now_ns())
+    }
+}
+
 /// Counts buffers a drop had to leak ([`leaked_on_drop`]).
 pub(crate) fn count_leaked_on_drop(n: u64) {
     LEAKED_ON_DROP.fetch_add(n, Ordering::Relaxed);

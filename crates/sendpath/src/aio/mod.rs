@@ -18,7 +18,6 @@ use ring::RingHalf;
 use socket::SocketHalf;
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,7 +127,7 @@ impl AsyncSender {
                     ));
                 }
                 let zc = matches!(strategy, Strategy::MsgZerocopy | Strategy::Adaptive);
-                let (half, note) = SocketHalf::new(sock, zc, opts.inflight)?;
+                let (half, note) = SocketHalf::new(sock, zc, opts.inflight, opts.zc_reap_every)?;
                 s.socket = Some(half);
                 s.note = note;
                 if strategy == Strategy::Adaptive {
@@ -303,9 +302,11 @@ impl AsyncSender {
                 Half::Ring => {
                     self.socket_flush().await?;
                     let n = self.backlog.iter().take_while(|b| b.len() == len).count();
-                    let run: Vec<Buf> = self.backlog.drain(..n).collect();
-                    self.ring().expect("a ring half").send(run).await?;
+                    // Set first: a future dropped mid-send must still flush the ring before
+                    // a socket send.
                     self.on_ring = true;
+                    let ring = self.ring.as_mut().expect("half() made the ring");
+                    ring.send(&mut self.backlog, n).await?;
                     self.counted(n as u64);
                 }
                 Half::Socket { zc } => {
@@ -378,13 +379,7 @@ impl AsyncSender {
     }
 
     fn make_ring(&mut self) -> Result<()> {
-        let fd = self
-            .socket
-            .as_ref()
-            .expect("a socket half")
-            .fd
-            .get_ref()
-            .as_fd();
+        let fd = self.socket.as_ref().expect("a socket half").fd();
         let fd = fd.try_clone_to_owned().map_err(Error::sys("dup"))?;
         let decide = self.decide.take().expect("no ring yet: the sender decides");
         let chooser = Chooser::Adaptive(Box::new(decide.clone()));

@@ -1,8 +1,9 @@
 //! The async sender's io_uring half: one connection on a ring of its own whose fd the tokio
 //! reactor polls. Sends are queued and submitted without waiting; when the connection's queue
 //! is full, the half awaits the ring's readiness (a completion posted) instead of entering the
-//! kernel to wait. Buffers handed in are the half's from then on, so a dropped future leaves
-//! them queued for the next call, and the ring keeps every buffer the kernel may read.
+//! kernel to wait. Buffers wait in the sender's backlog until the connection takes them, so a
+//! dropped future leaves them queued for the next call, and the ring keeps every buffer the
+//! kernel may read.
 
 use crate::driver::{ConnId, DriverConfig, UringDriver};
 use crate::send::Chooser;
@@ -20,8 +21,6 @@ pub(super) struct RingHalf {
     ready: AsyncFd<OwnedFd>,
     pub(super) driver: UringDriver,
     pub(super) id: ConnId,
-    /// Buffers handed in and not yet queued on the connection.
-    backlog: VecDeque<Buf>,
 }
 
 impl RingHalf {
@@ -40,46 +39,46 @@ impl RingHalf {
         let mut driver = UringDriver::with_setup(cfg, RingSetup::Plain)?;
         let id = driver.add_with_chooser(sock, chooser)?;
         let ready = crate::sys::reactor::register(driver.ring_fd()?, Interest::READABLE)
-            .map_err(|e| {
+            .map_err(|(e, _)| {
                 Error::Config(format!(
                     "the async sender needs a tokio runtime with I/O enabled (Runtime::enable_io, or #[tokio::main]): {e}"
                 ))
             })?;
-        Ok(RingHalf {
-            ready,
-            driver,
-            id,
-            backlog: VecDeque::new(),
-        })
+        Ok(RingHalf { ready, driver, id })
     }
 
-    /// Queues `bufs`, in order, each a message, submitting as the queue fills and awaiting
-    /// room while it is full.
-    pub(super) async fn send(&mut self, bufs: impl IntoIterator<Item = Buf>) -> Result<()> {
-        self.backlog.extend(bufs);
-        while !self.backlog.is_empty() {
-            while let Some(b) = self.backlog.pop_front() {
+    /// Queues the first `n` buffers of `from`, in order, each a message, submitting as the
+    /// queue fills and awaiting room while it is full. A buffer leaves `from` only when the
+    /// connection took it, so a dropped future leaves the rest where they were.
+    pub(super) async fn send(&mut self, from: &mut VecDeque<Buf>, mut n: usize) -> Result<()> {
+        loop {
+            while n > 0 {
+                let b = from.pop_front().expect("n buffers at the front");
                 match self.driver.push(self.id, b, true) {
-                    Ok(()) => {}
+                    Ok(()) => n -= 1,
                     Err((e, b)) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        self.backlog.push_front(b);
+                        from.push_front(b);
                         break;
                     }
-                    Err((e, _)) => return Err(e),
+                    Err((e, b)) => {
+                        from.push_front(b);
+                        return Err(e);
+                    }
                 }
             }
             self.driver.run(false)?;
             self.driver.conn_error(self.id)?;
-            if !self.backlog.is_empty() && self.driver.room(self.id) == 0 {
+            if n == 0 {
+                return Ok(());
+            }
+            if self.driver.room(self.id) == 0 {
                 self.completion().await?;
             }
         }
-        Ok(())
     }
 
     /// Submits what is queued and awaits until every byte is on the socket.
     pub(super) async fn flush(&mut self) -> Result<()> {
-        self.send(std::iter::empty()).await?;
         self.driver.request_flush(self.id)?;
         loop {
             self.driver.run(false)?;

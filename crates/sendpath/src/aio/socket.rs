@@ -4,15 +4,20 @@
 //! completions. A message in progress stays here (with what of it went, and the completion
 //! ids it consumed) when a future is dropped, and the next call finishes it first: the byte
 //! stream stays whole, and no buffer the kernel may read is freed or handed out.
+//!
+//! The socket joins the reactor's epoll on its first wait, not before: while it is in an
+//! epoll set, every freed send buffer and every completion wakes that set (a locked
+//! callback per datagram), which a sender that never fills its socket need not pay.
 
 use crate::buffer::{Buf, BufPool};
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
+use crate::stats::SendClock;
 use crate::sys::{self, SendFlags};
 use crate::{Error, Result, SendStats, Socket};
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -28,16 +33,18 @@ struct Pending {
 
 /// The socket half. See the module docs.
 pub(super) struct SocketHalf {
-    pub(super) fd: AsyncFd<Socket>,
+    io: Io,
     queue: VecDeque<Pending>,
     held: HeldMessages<Buf>,
     pool: BufPool,
     pub(super) stats: SendStats,
     limits: InflightLimits,
+    /// Read completions before a take only once this many sends await them.
+    reap_every: usize,
     zc_supported: bool,
     /// Completions read from the error queue and not yet applied.
     notes: Vec<ZcNotification>,
-    origin: Instant,
+    clock: SendClock,
 }
 
 impl SocketHalf {
@@ -48,6 +55,7 @@ impl SocketHalf {
         sock: Socket,
         zerocopy: bool,
         limits: InflightLimits,
+        reap_every: usize,
     ) -> Result<(SocketHalf, Option<String>)> {
         let (supported, note) = match zerocopy.then(|| sys::socket::enable_zerocopy(sock.as_fd())) {
             Some(Ok(())) => (true, None),
@@ -56,29 +64,35 @@ impl SocketHalf {
             ))),
             None => (false, None),
         };
-        let interest = Interest::READABLE | Interest::WRITABLE | Interest::ERROR;
-        let fd = crate::sys::reactor::register(sock, interest).map_err(|e| {
-            Error::Config(format!(
-                "the async sender needs a tokio runtime with I/O enabled (Runtime::enable_io, or #[tokio::main]): {e}"
-            ))
-        })?;
+        // Registered once now, so that a thread without a runtime is refused here.
+        let sock = register(sock)
+            .map_err(|(e, _)| {
+                Error::Config(format!(
+                    "the async sender needs a tokio runtime with I/O enabled (Runtime::enable_io, or #[tokio::main]): {e}"
+                ))
+            })?
+            .into_inner();
         let half = SocketHalf {
-            fd,
+            io: Io::Plain(sock),
             queue: VecDeque::new(),
             held: HeldMessages::new(),
             pool: BufPool::new(),
             stats: SendStats::default(),
             limits,
+            reap_every,
             zc_supported: supported,
             notes: Vec::new(),
-            origin: Instant::now(),
+            clock: SendClock::new(),
         };
         Ok((half, note))
     }
 
-    /// A buffer of `len` bytes: one the kernel has released, or a new one.
+    /// A buffer of `len` bytes: one the kernel has released, or a new one (the blocking
+    /// path's rule for when to read the error queue first).
     pub(super) fn take_buf(&mut self, len: usize) -> Buf {
-        if self.pool.free_len() == 0 && self.held.outstanding() > 0 {
+        let (free, held) = (self.pool.free_len(), &self.held);
+        let (n, bytes) = (held.outstanding(), held.outstanding_bytes());
+        if policy::reap_before_take(free, n, bytes, self.reap_every, self.limits) {
             // Completions that wait on the error queue release buffers; an error resurfaces
             // on the next send.
             let _ = self.reap();
@@ -130,17 +144,42 @@ impl SocketHalf {
         Ok(())
     }
 
+    /// The socket's descriptor.
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        self.io.fd()
+    }
+
+    /// The socket in the reactor's epoll, put there now if it is not yet.
+    fn registered(&mut self) -> Result<&AsyncFd<Socket>> {
+        if let Io::Plain(_) = self.io {
+            let Io::Plain(sock) = std::mem::replace(&mut self.io, Io::Moving) else {
+                unreachable!("matched above")
+            };
+            match register(sock) {
+                Ok(r) => self.io = Io::Registered(r),
+                Err((e, sock)) => {
+                    self.io = Io::Plain(sock);
+                    return Err(Error::sys("epoll_ctl(ADD)")(e));
+                }
+            }
+        }
+        match &self.io {
+            Io::Registered(r) => Ok(r),
+            _ => unreachable!("registered above"),
+        }
+    }
+
     /// Awaits room on the socket (clearing the readiness that was used up).
     ///
     /// A zero-copy completion on the error queue is an `EPOLLERR` event, which the reactor
     /// reads as "write side closed", a state it never clears: every later wait would return
     /// at once. So when a wait ends on that without room, the completions are read and the
-    /// socket registered anew (two `epoll_ctl`), which the reactor then sees fresh; a real
-    /// close shows in `poll` and comes back as the next send's error.
+    /// socket leaves the reactor, to join it afresh on the next wait; a real close shows in
+    /// `poll` and comes back as the next send's error.
     async fn writable(&mut self) -> Result<()> {
         loop {
             let mut g = self
-                .fd
+                .registered()?
                 .writable()
                 .await
                 .map_err(Error::sys("epoll (writable)"))?;
@@ -150,33 +189,30 @@ impl SocketHalf {
                 return Ok(());
             }
             self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
-            let revents = sys::socket::poll(self.fd.get_ref().as_fd(), libc::POLLOUT, 0)
-                .map_err(Error::sys("poll"))?;
+            let revents =
+                sys::socket::poll(self.fd(), libc::POLLOUT, 0).map_err(Error::sys("poll"))?;
             if revents & (libc::POLLOUT | libc::POLLHUP) != 0 {
                 return Ok(());
             }
-            self.reregister()?;
+            self.deregister();
         }
     }
 
-    /// Registers the socket with the reactor anew (forgetting a sticky readiness).
-    fn reregister(&mut self) -> Result<()> {
-        let interest = Interest::READABLE | Interest::WRITABLE | Interest::ERROR;
-        let dup = self.fd.get_ref().as_fd().try_clone_to_owned();
-        let dup = dup.map_err(Error::sys("dup"))?;
-        let fresh = crate::sys::reactor::register(Socket::from(dup), interest)
-            .map_err(Error::sys("epoll_ctl(ADD)"))?;
-        // The new registration is of a duplicate of the socket; the old one (and its
-        // descriptor) goes, and the duplicate is the socket from now on.
-        let _old = std::mem::replace(&mut self.fd, fresh);
-        Ok(())
+    /// Takes the socket out of the reactor (forgetting a sticky readiness).
+    fn deregister(&mut self) {
+        if let Io::Registered(_) = self.io {
+            let Io::Registered(r) = std::mem::replace(&mut self.io, Io::Moving) else {
+                unreachable!("matched above")
+            };
+            self.io = Io::Plain(r.into_inner());
+        }
     }
 
     /// One `send` of the front message: whether it is now whole on the socket.
     fn step_copy(&mut self) -> io::Result<bool> {
         let p = self.queue.front_mut().expect("a message in progress");
         let rest = &p.buf.as_slice()[p.done..];
-        let n = sys::socket::send(self.fd.get_ref().as_fd(), rest, dontwait())?;
+        let n = sys::socket::send(self.io.fd(), rest, dontwait())?;
         p.done += n;
         if p.done < p.buf.len() {
             self.stats.short_sends += 1;
@@ -210,7 +246,7 @@ impl SocketHalf {
         let flags = dontwait() | SendFlags::ZEROCOPY;
         let p = self.queue.front_mut().expect("a message in progress");
         let rest = &p.buf.as_slice()[p.done..];
-        match sys::socket::sendmsg(self.fd.get_ref().as_fd(), &[rest], flags) {
+        match sys::socket::sendmsg(self.io.fd(), &[rest], flags) {
             Ok(n) => {
                 p.done += n;
                 p.calls += 1;
@@ -240,7 +276,7 @@ impl SocketHalf {
         if p.calls == 0 {
             return self.pool.put(p.buf);
         }
-        let at = Some(self.origin.elapsed().as_nanos() as u64);
+        let at = self.clock.timed();
         if let Some(back) = self.held.sent(p.buf, p.calls, p.done, at) {
             self.pool.put(back);
         }
@@ -250,7 +286,7 @@ impl SocketHalf {
     /// Reads every completion waiting on the error queue, without waiting, and applies what
     /// it can (see [`SocketHalf::apply`]).
     pub(super) fn reap(&mut self) -> io::Result<()> {
-        sys::socket::recv_zc_notifications(self.fd.get_ref().as_fd(), &mut self.notes)?;
+        sys::socket::recv_zc_notifications(self.io.fd(), &mut self.notes)?;
         self.apply();
         Ok(())
     }
@@ -263,7 +299,7 @@ impl SocketHalf {
         if self.notes.is_empty() || self.queue.front().is_some_and(|p| p.calls > 0) {
             return;
         }
-        let now = self.origin.elapsed().as_nanos() as u64;
+        let now = self.clock.now_ns();
         let (stats, pool) = (&mut self.stats, &mut self.pool);
         for n in self.notes.drain(..) {
             let lat = &mut stats.completion_latency_ns;
@@ -280,7 +316,7 @@ impl SocketHalf {
         let deadline = tokio::time::Instant::now() + timeout;
         self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         while self.held.outstanding() > 0 {
-            let ready = self.fd.ready(Interest::ERROR);
+            let ready = self.registered()?.ready(Interest::ERROR);
             match tokio::time::timeout_at(deadline, ready).await {
                 Ok(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
                 Ok(Err(e)) => return Err(Error::sys("epoll (error queue)")(e)),
@@ -311,7 +347,7 @@ impl SocketHalf {
     ) -> Result<()> {
         let end = offset + len as u64;
         while offset < end {
-            let sock = self.fd.get_ref().as_fd();
+            let sock = self.fd();
             let left = (end - offset) as usize;
             match sys::file::sendfile(sock, file.as_fd(), &mut offset, left) {
                 Ok(0) => return Err(Error::Config("the file ended before the range did".into())),
@@ -344,8 +380,7 @@ impl Drop for SocketHalf {
         }
         let deadline = Instant::now() + crate::stats::DROP_GRACE;
         while self.held.outstanding() > 0 && Instant::now() < deadline {
-            let fd = self.fd.get_ref().as_fd();
-            let _ = sys::socket::poll(fd, 0, 5);
+            let _ = sys::socket::poll(self.fd(), 0, 5);
             if self.reap().is_err() {
                 break;
             }
@@ -353,6 +388,29 @@ impl Drop for SocketHalf {
         let leaked = self.leak_held();
         crate::stats::count_leaked_on_drop(leaked);
     }
+}
+
+/// The socket, in the reactor or not yet (`Moving` only inside a call that moves it).
+enum Io {
+    Plain(Socket),
+    Registered(AsyncFd<Socket>),
+    Moving,
+}
+
+impl Io {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Io::Plain(s) => s.as_fd(),
+            Io::Registered(r) => r.get_ref().as_fd(),
+            Io::Moving => unreachable!("the socket is always in place between calls"),
+        }
+    }
+}
+
+/// Registers `sock` with the current runtime's reactor for everything the half awaits.
+fn register(sock: Socket) -> Result<AsyncFd<Socket>, (io::Error, Socket)> {
+    let interest = Interest::READABLE | Interest::WRITABLE | Interest::ERROR;
+    crate::sys::reactor::register(sock, interest)
 }
 
 /// `MSG_DONTWAIT`: the socket is non-blocking, and says so per call too.

@@ -539,10 +539,6 @@ fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {
     }
 }
 
-fn now_ns(origin: std::time::Instant) -> u64 {
-    origin.elapsed().as_nanos() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

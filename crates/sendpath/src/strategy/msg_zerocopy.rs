@@ -10,6 +10,7 @@ use super::{fields, send_all, send_counted, sendmsg_all, sendmsg_one, SendPath};
 use crate::buffer::BufPool;
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
+use crate::stats::SendClock;
 use crate::Socket;
 use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
@@ -54,16 +55,9 @@ pub(super) struct MsgZerocopy {
     note: Option<String>,
     held: HeldMessages<Fields>,
     pool: BufPool,
-    origin: Instant,
+    clock: SendClock,
     scratch: Vec<ZcNotification>,
-    /// Zero-copy sends until the next timed one ([`TIMED_EVERY`]).
-    until_timed: u32,
 }
-
-/// One zero-copy send in this many is timed for its completion latency: reading the clock
-/// for every send cost 2-3% of the throughput at 4 KiB (measured), and one in 16 still
-/// gives tens of thousands of samples a second. The largest latency is the largest of those.
-const TIMED_EVERY: u32 = 16;
 
 impl MsgZerocopy {
     pub(super) fn new(sock: Socket, limits: InflightLimits, reap_every: usize) -> MsgZerocopy {
@@ -85,9 +79,8 @@ impl MsgZerocopy {
             note,
             held: HeldMessages::new(),
             pool: BufPool::new(),
-            origin: Instant::now(),
+            clock: SendClock::new(),
             scratch: Vec::new(),
-            until_timed: 0,
         }
     }
 
@@ -136,7 +129,7 @@ impl MsgZerocopy {
         self.scratch.clear();
         sys::socket::recv_zc_notifications(self.sock.as_fd(), &mut self.scratch)
             .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
-        let now = super::now_ns(self.origin);
+        let now = self.clock.now_ns();
         let stats = &mut self.stats;
         let pool = &mut self.pool;
         for n in self.scratch.drain(..) {
@@ -171,18 +164,6 @@ impl MsgZerocopy {
         sent
     }
 
-    /// The time of this zero-copy send (one that consumed an id) when it is one of the timed
-    /// ones.
-    #[inline]
-    fn timed(&mut self) -> Option<u64> {
-        if self.until_timed > 0 {
-            self.until_timed -= 1;
-            return None;
-        }
-        self.until_timed = TIMED_EVERY - 1;
-        Some(super::now_ns(self.origin))
-    }
-
     /// Sends a message of `len` bytes with `MSG_ZEROCOPY` when the policy admits it (reading
     /// completions first when too much is in flight), by copy when not, counted as a send.
     #[inline]
@@ -204,7 +185,7 @@ impl MsgZerocopy {
                     self.stats.zerocopy.attempts += calls as u64;
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to
                     // report: the buffers are held until they are (or come back if none).
-                    let at = if calls > 0 { self.timed() } else { None };
+                    let at = if calls > 0 { self.clock.timed() } else { None };
                     let back = self.held.sent(f, calls, len, at);
                     match (sent, back) {
                         (Ok(()), back) => {

@@ -21,14 +21,20 @@ unsafe impl StableFd for crate::Socket {}
 // SAFETY: an `OwnedFd` is open until it is dropped, and never changes.
 unsafe impl StableFd for std::os::fd::OwnedFd {}
 
-/// Registers `inner` with the current runtime's reactor for `interest`: an error where there
-/// is no runtime on this thread. (A runtime built without I/O panics here, as tokio's own
-/// sockets do.)
-pub(crate) fn register<T: StableFd>(inner: T, interest: Interest) -> io::Result<AsyncFd<T>> {
+/// Registers `inner` with the current runtime's reactor for `interest`: an error (with
+/// `inner` back) where there is no runtime on this thread or `epoll_ctl` fails. (A runtime
+/// built without I/O panics here, as tokio's own sockets do.)
+pub(crate) fn register<T: StableFd>(
+    inner: T,
+    interest: Interest,
+) -> Result<AsyncFd<T>, (io::Error, T)> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return Err(io::Error::other("no tokio runtime on this thread"));
+        return Err((io::Error::other("no tokio runtime on this thread"), inner));
     }
     // SAFETY: `T: StableFd` keeps its descriptor open and the same for its whole life, which
     // is the AsyncFd's (it owns `inner`).
-    unsafe { AsyncFd::register_with_interest(inner, interest) }.map_err(|e| e.into_parts().1)
+    unsafe { AsyncFd::register_with_interest(inner, interest) }.map_err(|e| {
+        let (inner, e) = e.into_parts();
+        (e, inner)
+    })
 }
