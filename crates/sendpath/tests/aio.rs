@@ -1,6 +1,7 @@
 //! The async sender on tokio, on the real kernel: every path byte-exact to a verifying
 //! receiver, a runtime thread never blocked, a dropped future that frees nothing the kernel
-//! holds and leaves the stream whole, and misuse refused.
+//! holds and leaves the stream whole, misuse refused, a closed peer an error, a sender moved to
+//! another runtime going on or saying why.
 
 mod common;
 
@@ -285,5 +286,98 @@ mod on_tokio {
             .block_on(async { AsyncSender::open(Strategy::Vmsplice, s, &Options::default()) })
             .unwrap_err();
         assert!(e.to_string().contains("no async sender"), "{e}");
+    }
+
+    /// A peer that closes mid-stream: the next sends fail with the call and the errno (a
+    /// closed peer, not a hang), and `close` still ends within its deadline.
+    #[test]
+    fn a_closed_peer_is_an_error_naming_the_call() {
+        let rt = runtime();
+        for strategy in [Strategy::Copy, Strategy::MsgZerocopy, Strategy::UringZc] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let (peer, _) = l.accept().unwrap();
+            let e = rt.block_on(async {
+                let mut tx = AsyncSender::open(strategy, s, &Options::default()).unwrap();
+                drop(peer);
+                let mut failed = None;
+                for _ in 0..2000 {
+                    let b = tx.take_buf(65536);
+                    let sent = tokio::time::timeout(Duration::from_secs(5), tx.send_buf(b));
+                    match sent.await.expect("a send to a closed peer must not hang") {
+                        Ok(()) => {}
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let closed =
+                    tokio::time::timeout(Duration::from_secs(5), tx.close(Duration::from_secs(1)));
+                let _ = closed.await.expect("close ends within its deadline");
+                failed
+            });
+            let e =
+                e.unwrap_or_else(|| panic!("{strategy}: 2000 sends to a closed peer succeeded"));
+            let errno = e.raw_os_error();
+            assert!(
+                matches!(errno, Some(libc::EPIPE | libc::ECONNRESET)),
+                "{strategy}: {e} ({errno:?})"
+            );
+            assert!(
+                e.to_string().contains("send") || e.to_string().contains("SEND"),
+                "{strategy}: {e}"
+            );
+        }
+    }
+
+    /// A sender opened on one runtime and used on another after the first shut down, as
+    /// `AsyncSender`'s docs say: the socket paths go on, the ring paths fail saying why;
+    /// none hangs or panics.
+    #[test]
+    fn a_sender_outliving_its_runtime_goes_on_or_says_why() {
+        for strategy in [Strategy::Copy, Strategy::MsgZerocopy, Strategy::UringZc] {
+            let (s, rx) = connect(Duration::from_millis(200));
+            let first = runtime();
+            let mut tx = first
+                .block_on(async { AsyncSender::open(strategy, s, &Options::default()) })
+                .unwrap();
+            drop(first);
+            let second = runtime();
+            let result = second.block_on(async {
+                let go = async {
+                    let mut batch = Vec::new();
+                    let mut off = 0u64;
+                    for _ in 0..256 {
+                        let mut b = tx.take_buf(65536);
+                        pattern::fill(b.as_mut_slice(), off);
+                        off += 65536;
+                        batch.push(b);
+                        if batch.len() == 8 {
+                            tx.send_bufs(&mut batch).await?;
+                        }
+                    }
+                    tx.close(Duration::from_secs(5)).await.map(|s| s.bytes)
+                };
+                tokio::time::timeout(Duration::from_secs(20), go)
+                    .await
+                    .expect("a sender on another runtime must not hang")
+            });
+            let v = rx.join().unwrap();
+            assert_eq!(v.mismatches, 0, "{strategy}");
+            if strategy.on_ring() {
+                // The ring joined the first runtime's reactor when it was opened.
+                let e = result.unwrap_err().to_string();
+                assert!(
+                    e.contains("has shut down") && e.contains("runtime it was opened on"),
+                    "{e}"
+                );
+            } else {
+                // The socket joins the reactor of the runtime that first waits on it.
+                let bytes = result.unwrap();
+                assert_eq!(v.bytes_verified(), bytes, "{strategy}: every byte");
+            }
+        }
     }
 }

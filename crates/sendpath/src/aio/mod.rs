@@ -32,6 +32,11 @@ use std::time::Duration;
 /// socket stays queued, in order, and goes out first on the next call (or `flush`); a buffer
 /// the kernel may still read is never freed or handed out, whatever is dropped.
 ///
+/// **One runtime**: use the sender on the runtime it was opened on. The ring paths register
+/// their ring with that runtime's reactor when opened, so after it shut down their next wait
+/// is an [`Error::Config`] saying so; the socket joins the reactor of the runtime that first
+/// waits on it. A closed peer is the failed call's error (`EPIPE`, `ECONNRESET`).
+///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// use sendpath::{AsyncSender, Options, Strategy};
@@ -72,6 +77,16 @@ impl std::fmt::Debug for AsyncSender {
         f.debug_struct("AsyncSender")
             .field("strategy", &self.strategy)
             .finish()
+    }
+}
+
+/// The error of a wait on the reactor, which tokio gives only when the runtime the
+/// descriptor was registered with is shutting down.
+fn reactor_gone(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| {
+        Error::Config(format!(
+            "waiting for {what}: the tokio runtime the sender registered with has shut down ({e}): use an AsyncSender on the runtime it was opened on"
+        ))
     }
 }
 

@@ -120,7 +120,7 @@ impl RingHalf {
             .ready
             .readable()
             .await
-            .map_err(Error::sys("epoll (io_uring)"))?;
+            .map_err(super::reactor_gone("a completion on the ring"))?;
         g.clear_ready();
         Ok(())
     }

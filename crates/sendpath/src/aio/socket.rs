@@ -182,7 +182,7 @@ impl SocketHalf {
                 .registered()?
                 .writable()
                 .await
-                .map_err(Error::sys("epoll (writable)"))?;
+                .map_err(super::reactor_gone("room on the socket"))?;
             let closed = g.ready().is_write_closed();
             g.clear_ready();
             if !closed {
@@ -319,7 +319,7 @@ impl SocketHalf {
             let ready = self.registered()?.ready(Interest::ERROR);
             match tokio::time::timeout_at(deadline, ready).await {
                 Ok(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
-                Ok(Err(e)) => return Err(Error::sys("epoll (error queue)")(e)),
+                Ok(Err(e)) => return Err(super::reactor_gone("the error queue")(e)),
                 Err(_) => break,
             }
             self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
