@@ -552,9 +552,9 @@ fn silent_connections_hold_no_session_slot_and_are_dropped_at_the_hello_deadline
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut line = String::new();
         BufReader::new(s).read_line(&mut line).unwrap();
-        assert!(line.contains("nothing received for 1s"), "{line}");
+        assert!(line.contains("no complete line within 1s"), "{line}");
     }
-    agent.wait_for("nothing received for 1s");
+    agent.wait_for("no complete line within 1s");
 }
 
 #[test]
@@ -618,4 +618,95 @@ fn an_agent_that_never_answers_is_given_up_on() {
     );
     assert!(e.contains("did not answer `hello` within 10s"), "{e}");
     drop(held);
+}
+
+/// Connections that trickle their hello a byte at a time, from `n` threads until `stop`,
+/// reconnecting when ended; each thread returns the longest any of its connections lasted.
+fn trickle(
+    addr: &str,
+    n: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Duration>> {
+    use std::sync::atomic::Ordering::Relaxed;
+    (0..n)
+        .map(|_| {
+            let (addr, stop) = (addr.to_string(), stop.clone());
+            std::thread::spawn(move || {
+                let mut longest = Duration::ZERO;
+                while !stop.load(Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    let t0 = Instant::now();
+                    for b in b"{\"v\":1,\"op\":\"hello\"}".iter().cycle() {
+                        if stop.load(Relaxed) || s.write_all(&[*b]).is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    longest = longest.max(t0.elapsed());
+                }
+                longest
+            })
+        })
+        .collect()
+}
+
+/// A hello trickled a byte every 300 ms is ended by the one deadline for the whole hello,
+/// told why (before, the deadline applied to each read, and such a connection stayed open for
+/// good); and 64 such connections keep no client out (before, 16 filled the slots for
+/// connections yet to say hello, and the client was told "busy: too many sessions").
+#[test]
+fn trickling_hellos_end_at_the_deadline_and_lock_no_one_out() {
+    let addr = free_loopback_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "correct horse battery\n").unwrap();
+    let t = token.to_str().unwrap();
+    let agent = Agent::start(&[], &addr, &["--hello-timeout", "2s", "--token-file", t]);
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let t0 = Instant::now();
+    let mut said = String::new();
+    for b in b"{\"v\":1,\"op\":\"hello\"}".iter().cycle() {
+        if s.write_all(&[*b]).is_err() || t0.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        s.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 512];
+        if let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
+            said.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if n == 0 || said.contains('\n') {
+                break;
+            }
+        }
+        s.set_nonblocking(false).unwrap();
+    }
+    assert!(
+        said.contains("no complete line within 2s"),
+        "{said:?} after {:?}",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    agent.wait_for("no complete line within 2s");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads = trickle(&addr, 64, &stop);
+    std::thread::sleep(Duration::from_millis(1000));
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let hello = "{\"v\":1,\"op\":\"hello\",\"token\":\"correct horse battery\"}\n";
+        let reply = one_line(&addr, hello.as_bytes());
+        assert!(reply.contains("\"ok\":true"), "{reply}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in threads {
+        let longest = t.join().unwrap();
+        assert!(
+            longest < Duration::from_secs(4),
+            "a trickling hello held {longest:?}"
+        );
+    }
 }

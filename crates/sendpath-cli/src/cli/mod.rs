@@ -80,8 +80,9 @@ pub(crate) struct AgentArgs {
     /// The longest one receive may last, whatever a client asks.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub max_receive: Duration,
-    /// The longest a new connection may take to say hello (with its token); connections that
-    /// have not hold no session slot.
+    /// The longest a new connection may take to say its whole hello (with its token), however
+    /// it trickles in; connections that have not hold no session slot, and past 16 of them a
+    /// new one ends the oldest.
     #[arg(long, default_value = "5s", value_parser = hello_timeout)]
     pub hello_timeout: Duration,
     /// Stop by itself after this long (Ctrl-C stops it sooner).

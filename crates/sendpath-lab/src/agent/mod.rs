@@ -14,13 +14,14 @@ mod receive;
 mod session;
 
 use crate::cancel::Cancel;
-use crate::remote::proto::{Reply, MAX_LINE, VERSION};
+use crate::remote::proto::{Reply, VERSION};
 use crate::setting::{invalid, About, Setting};
 use session::session;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How the agent runs.
@@ -39,71 +40,85 @@ pub struct AgentConfig {
     /// The longest the agent waits for a client's next request (at least a window: a client
     /// says nothing between the samples at its edges).
     pub idle: Duration,
-    /// The longest the agent waits for a new connection's hello. Connections that have not
-    /// said hello hold no session slot; at most [`MAX_UNAUTHENTICATED`] wait at once.
+    /// The longest the agent waits for a new connection's whole hello, however it trickles in.
+    /// Connections that have not said hello hold no session slot; at most
+    /// [`MAX_UNAUTHENTICATED`] wait at once, a new one ending the oldest.
     pub hello_timeout: Duration,
 }
 
-/// Connections still to say hello, served at once; more are refused as busy.
+/// Connections still to say hello, at most, at once: a new one past this ends the oldest, so
+/// connections that never finish their hello cannot keep a client with the token out.
 pub const MAX_UNAUTHENTICATED: usize = 16;
 
 /// The agent's slots: sessions (after a hello with the right token), and connections that
-/// have not said hello yet, counted apart so that silent connections cannot take the
-/// sessions' slots.
+/// have not said hello yet, kept apart so that silent connections cannot take the sessions'
+/// slots.
 pub(super) struct Slots {
     sessions: AtomicUsize,
-    pending: AtomicUsize,
+    /// Connections yet to say hello, oldest first, each with a handle to end it.
+    pending: Mutex<VecDeque<(u64, TcpStream)>>,
+    next: AtomicU64,
     max_sessions: usize,
 }
 
 /// A slot held until dropped: a session's, or a connection's that has yet to say hello.
 pub(super) struct Slot {
     slots: Arc<Slots>,
-    pending: bool,
+    /// The pending connection's id; `None` for a session.
+    pending: Option<u64>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.slots
-            .count(self.pending)
-            .fetch_sub(1, Ordering::AcqRel);
+        match self.pending {
+            Some(id) => self.slots.lock_pending().retain(|(k, _)| *k != id),
+            None => {
+                self.slots.sessions.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
     }
 }
 
 impl Slots {
-    fn count(&self, pending: bool) -> &AtomicUsize {
-        if pending {
-            &self.pending
-        } else {
-            &self.sessions
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, TcpStream)>> {
+        // A thread that panicked while holding it left the list whole (push and retain).
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a connection that has yet to say hello (`s`, a handle on it). When
+    /// [`MAX_UNAUTHENTICATED`] wait already, the oldest of them is ended (its hello read
+    /// fails, and its session with it); returns whom it ended.
+    pub(super) fn pending(self: &Arc<Slots>, s: TcpStream) -> (Slot, Option<SocketAddr>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut list = self.lock_pending();
+        let mut ended = None;
+        if list.len() >= MAX_UNAUTHENTICATED {
+            if let Some((_, mut oldest)) = list.pop_front() {
+                ended = oldest.peer_addr().ok();
+                let why = format!("ended: the oldest of {MAX_UNAUTHENTICATED} connections yet to say hello, for a newer one: say hello at once");
+                let _ = oldest.write_all(Reply::error(why).line().as_bytes());
+                let _ = oldest.shutdown(std::net::Shutdown::Both);
+            }
         }
-    }
-
-    fn take(self: &Arc<Slots>, pending: bool) -> Option<Slot> {
-        let max = if pending {
-            MAX_UNAUTHENTICATED
-        } else {
-            self.max_sessions
+        list.push_back((id, s));
+        let slot = Slot {
+            slots: self.clone(),
+            pending: Some(id),
         };
-        self.count(pending)
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |k| {
-                (k < max).then_some(k + 1)
-            })
-            .ok()
-            .map(|_| Slot {
-                slots: self.clone(),
-                pending,
-            })
-    }
-
-    /// A slot for a connection that has yet to say hello.
-    pub(super) fn pending(self: &Arc<Slots>) -> Option<Slot> {
-        self.take(true)
+        (slot, ended)
     }
 
     /// A session's slot, for a connection that said hello.
     pub(super) fn session(self: &Arc<Slots>) -> Option<Slot> {
-        self.take(false)
+        self.sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |k| {
+                (k < self.max_sessions).then_some(k + 1)
+            })
+            .ok()
+            .map(|_| Slot {
+                slots: self.clone(),
+                pending: None,
+            })
     }
 }
 
@@ -138,12 +153,13 @@ pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Res
     );
     let slots = Arc::new(Slots {
         sessions: AtomicUsize::new(0),
-        pending: AtomicUsize::new(0),
+        pending: Mutex::new(VecDeque::new()),
+        next: AtomicU64::new(0),
         max_sessions: cfg.max_sessions,
     });
     let end = Instant::now() + until;
     while !cancel.is_cancelled() && Instant::now() < end {
-        let (mut s, peer) = match l.accept() {
+        let (s, peer) = match l.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -156,22 +172,16 @@ pub fn serve(cfg: &AgentConfig, cancel: &Cancel, until: Duration) -> anyhow::Res
             }
         };
         let _ = s.set_nonblocking(false);
-        let Some(pending) = slots.pending() else {
-            eprintln!(
-                "agent: refused {peer}: busy ({MAX_UNAUTHENTICATED} connections yet to say hello)"
-            );
-            let _ = s.write_all(
-                Reply::error("busy: too many sessions, try again later")
-                    .line()
-                    .as_bytes(),
-            );
-            // Read what already arrived (the hello), without waiting, so closing does not
-            // reset the connection before the refusal is read.
-            let _ = s.set_nonblocking(true);
-            let _ = s.read(&mut [0u8; MAX_LINE]);
-            let _ = s.shutdown(std::net::Shutdown::Write);
+        let Ok(handle) = s.try_clone() else {
+            eprintln!("agent: refused {peer}: out of descriptors");
             continue;
         };
+        let (pending, ended) = slots.pending(handle);
+        if let Some(old) = ended {
+            eprintln!(
+                "agent: ended {old}: the oldest of {MAX_UNAUTHENTICATED} connections yet to say hello, for {peer}"
+            );
+        }
         let (cfg, slots, cancel) = (cfg.clone(), slots.clone(), cancel.clone());
         std::thread::spawn(
             move || match session(s, peer, &cfg, &cancel, (&slots, pending)) {

@@ -16,16 +16,42 @@ use std::time::{Duration, Instant};
 
 /// After a refusal: stops writing and reads (at most 1 MiB, for at most a second) what the
 /// client is still sending, so the refusal reaches it instead of being lost to a reset.
-fn linger(r: &mut BufReader<TcpStream>) {
-    let s = r.get_ref();
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+fn linger(r: &mut BufReader<Timed>) {
+    r.get_mut().within(Duration::from_secs(1));
+    let _ = r.get_ref().s.shutdown(std::net::Shutdown::Write);
     let _ = std::io::copy(&mut r.take(1 << 20), &mut std::io::sink());
+}
+
+/// The control connection's reads, all before one deadline: a line must be whole by then,
+/// however its bytes trickle in (each read waits at most what is left).
+pub(super) struct Timed {
+    s: TcpStream,
+    until: Instant,
+    /// How long the current deadline gave, for the refusal.
+    span: Duration,
+}
+
+impl Timed {
+    /// The next reads end `span` from now.
+    fn within(&mut self, span: Duration) {
+        (self.until, self.span) = (Instant::now() + span, span);
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        self.s.read(buf)
+    }
 }
 
 /// The agent's end of one control connection.
 struct Control {
-    r: BufReader<TcpStream>,
+    r: BufReader<Timed>,
     w: TcpStream,
     buf: Vec<u8>,
     peer: SocketAddr,
@@ -46,15 +72,7 @@ impl Control {
             Ok(None) => false,
             Err(e) => {
                 let why = match crate::setting::timed_out(&e) {
-                    true => format!(
-                        "nothing received for {:?}",
-                        self.r
-                            .get_ref()
-                            .read_timeout()
-                            .ok()
-                            .flatten()
-                            .unwrap_or_default()
-                    ),
+                    true => format!("no complete line within {:?}", self.r.get_ref().span),
                     false => format!("{e:#}"),
                 };
                 eprintln!("agent: refused {}: {why}", self.peer);
@@ -75,12 +93,17 @@ pub(super) fn session(
     (slots, pending): (&Arc<Slots>, Slot),
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    s.set_read_timeout(Some(cfg.hello_timeout))?;
     let local_ip = s.local_addr()?.ip();
+    // The whole hello, however it trickles in, by one deadline.
+    let timed = Timed {
+        s: s.try_clone()?,
+        until: started + cfg.hello_timeout,
+        span: cfg.hello_timeout,
+    };
     let mut session = Session {
         ctl: Control {
-            w: s.try_clone()?,
-            r: BufReader::with_capacity(MAX_LINE, s),
+            w: s,
+            r: BufReader::with_capacity(MAX_LINE, timed),
             buf: Vec::with_capacity(MAX_LINE + 1),
             peer,
         },
@@ -95,13 +118,12 @@ pub(super) fn session(
     }
     drop(pending);
     let Some(_slot) = slots.session() else {
-        eprintln!(
-            "agent: refused {peer}: busy ({} sessions)",
+        let busy = format!(
+            "busy: {} sessions are running, the most this agent serves at once (--max-sessions): try again when one ends",
             cfg.max_sessions
         );
-        return session
-            .ctl
-            .send(&Reply::error("busy: too many sessions, try again later"));
+        eprintln!("agent: refused {peer}: {busy}");
+        return session.ctl.send(&Reply::error(busy));
     };
     session.welcome()?;
     loop {
@@ -114,7 +136,7 @@ pub(super) fn session(
         }
         // A silent client is dropped after --idle, and a session ends with its time.
         let wait = cfg.idle.min(left).max(Duration::from_millis(1));
-        session.ctl.r.get_ref().set_read_timeout(Some(wait))?;
+        session.ctl.r.get_mut().within(wait);
         if !session.ctl.next_line() {
             return Ok(());
         }
