@@ -284,6 +284,52 @@ fn report_refuses_corrupt_or_foreign_results_and_overwrites_nothing() {
         .assert()
         .failure();
     assert!(stderr_of(&a).contains("cannot read"));
+    // A device behind a symlink (before: read until memory ran out), a FIFO (before: a read
+    // that never ended), a file too large to be results: refused at once, saying why.
+    let zero = dir.path().join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.path().join("fifo.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (f, why) in [
+        (&zero, "a character device, not a file"),
+        (&fifo, "a FIFO, not a file"),
+    ] {
+        let a = sendpath()
+            .arg("report")
+            .arg(f)
+            .timeout(std::time::Duration::from_secs(10))
+            .assert()
+            .failure();
+        assert!(stderr_of(&a).contains(why), "{}", stderr_of(&a));
+        let a = sendpath()
+            .args(["stream", "-s", "adaptive", "-t", "100ms", "--profile"])
+            .arg(f)
+            .timeout(std::time::Duration::from_secs(10))
+            .assert()
+            .failure();
+        assert!(
+            stderr_of(&a).contains("not a regular file"),
+            "{}",
+            stderr_of(&a)
+        );
+    }
+    let dir2 = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir2.path().join("results.json")).unwrap();
+    let a = sendpath()
+        .args(["sweep", "--resume"])
+        .arg(dir2.path())
+        .timeout(std::time::Duration::from_secs(10))
+        .assert()
+        .failure();
+    assert!(
+        stderr_of(&a).contains("a character device"),
+        "{}",
+        stderr_of(&a)
+    );
 }
 
 fn chromium() -> Option<&'static str> {

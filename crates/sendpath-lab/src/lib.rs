@@ -20,6 +20,7 @@ pub mod analysis;
 pub mod calibrate;
 pub mod cancel;
 pub mod export;
+pub mod files;
 pub mod http;
 pub mod limits;
 pub mod measure;

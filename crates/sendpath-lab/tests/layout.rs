@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// above; loops are refused even within a layer.
 const LAYERS: [&[&str]; 7] = [
     &[
-        "units", "cancel", "topology", "traffic", "limits", "setting", "probe",
+        "units", "files", "cancel", "topology", "traffic", "limits", "setting", "probe",
     ],
     &["results"],
     &["measure", "analysis", "export", "render"],

@@ -282,9 +282,10 @@ pub fn parse_target(s: &str) -> Result<SocketAddr, String> {
 
 /// Reads a token file: its first line, trimmed; refuses an empty or oversized one.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let s = std::fs::read_to_string(path).about(Setting::TokenFile, || {
-        format!("{}: cannot read it", path.display())
-    })?;
+    let s = crate::files::read_bounded(path, crate::files::MAX_SMALL, "token file")
+        .about(Setting::TokenFile, || {
+            format!("{}: cannot read it", path.display())
+        })?;
     let t = s.lines().next().unwrap_or("").trim().to_string();
     if t.is_empty() {
         return Err(invalid(

@@ -432,9 +432,15 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile is plain data")
     }
 
-    /// Reads the profile at `path`.
+    /// Reads the profile at `path`: a regular file of at most 1 MiB (a FIFO, a device or a
+    /// larger file is refused at once, saying so).
+    ///
+    /// ```no_run
+    /// let p = sendpath::Profile::load(std::path::Path::new("profile.json"))?;
+    /// # Ok::<(), sendpath::Error>(())
+    /// ```
     pub fn load(path: &Path) -> Result<Profile> {
-        let text = std::fs::read_to_string(path).map_err(Error::sys("read(profile)"))?;
+        let text = read_small(path)?;
         Profile::from_json(&text).map_err(|e| Error::Profile(format!("{}: {e}", path.display())))
     }
 
@@ -492,6 +498,39 @@ fn human_bytes(n: usize) -> String {
         n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
         n => format!("{n} B"),
     }
+}
+
+/// The largest profile read.
+const MAX_PROFILE: u64 = 1 << 20;
+
+/// The text of a profile file: a regular file of at most [`MAX_PROFILE`] bytes.
+fn read_small(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(Error::sys("stat(profile)"))?;
+    if !meta.file_type().is_file() {
+        return Err(Error::Profile(format!(
+            "{} is not a regular file (a FIFO, a device or a directory): give a profile.json",
+            path.display()
+        )));
+    }
+    let too_big = || {
+        Error::Profile(format!(
+            "{} is larger than 1 MiB: not a sendpath profile",
+            path.display()
+        ))
+    };
+    if meta.len() > MAX_PROFILE {
+        return Err(too_big());
+    }
+    let f = std::fs::File::open(path).map_err(Error::sys("open(profile)"))?;
+    let mut text = String::new();
+    f.take(MAX_PROFILE + 1)
+        .read_to_string(&mut text)
+        .map_err(Error::sys("read(profile)"))?;
+    if text.len() as u64 > MAX_PROFILE {
+        return Err(too_big());
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -655,5 +694,18 @@ mod tests {
         assert_eq!(Profile::load(&path).unwrap(), p);
         assert_eq!(p.tier(1), Uring);
         assert!(!p.zerocopy_measured_copied, "no zero-copy tier");
+    }
+
+    #[test]
+    fn a_device_or_an_oversized_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("profile.json");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = Profile::load(&zero).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; (MAX_PROFILE + 1) as usize]).unwrap();
+        let e = Profile::load(&big).unwrap_err();
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
     }
 }

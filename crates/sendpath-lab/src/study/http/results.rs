@@ -1,5 +1,6 @@
 //! The server study's results file, `http-results.json`.
 
+use crate::files::{read_bounded, MAX_RESULTS};
 use crate::http::load::LatencyUs;
 use crate::http::serve::ServeReport;
 use anyhow::Context;
@@ -10,8 +11,7 @@ use std::path::Path;
 /// An HTTP server study's `http-results.json`, or `None` when `path` holds something else
 /// (a results.json is read by [`load`](crate::study::sweep::load)).
 pub fn load_http(path: &Path) -> anyhow::Result<Option<StudyResults>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read_bounded(path, MAX_RESULTS, "sendpath results file")?;
     let v: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
         Err(_) => return Ok(None),

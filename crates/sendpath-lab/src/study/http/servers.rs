@@ -138,7 +138,8 @@ impl Running {
             let _ = self.child.wait();
         }
         let path = self.report?;
-        let r = std::fs::read_to_string(&path).ok()?;
+        let r =
+            crate::files::read_bounded(&path, crate::files::MAX_RESULTS, "serve report").ok()?;
         serde_json::from_str(&r).ok()
     }
 }

@@ -1,14 +1,14 @@
 //! The sweep's results file: the rows of [`crate::results`] (the schema every study's windows
 //! share), loaded and checked here.
 
+use crate::files::{read_bounded, MAX_RESULTS};
 use crate::results::{Results, SCHEMA_VERSION};
 use anyhow::{bail, Context};
 use std::path::Path;
 
 /// Reads and checks a results file; says what is wrong with a foreign or damaged one.
 pub fn load(path: &Path) -> anyhow::Result<Results> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = read_bounded(path, MAX_RESULTS, "sendpath results file")?;
     parse(&text, &path.display().to_string())
 }
 
