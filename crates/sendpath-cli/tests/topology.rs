@@ -358,3 +358,41 @@ fn a_slow_link_with_no_room_for_duplicates_ends_the_repeat_cut_short() {
         .unwrap_or_else(|| panic!("not cut short: {rep}"));
     assert!(why.contains("still reading"), "{why}");
 }
+
+/// Two runs at once whose process ids point at the same /30 (forced here with
+/// SENDPATH_TOPOLOGY_SUBNET): each gets a subnet of its own and both verify every byte
+/// (before, the second took the first's addresses and connected into its namespace).
+#[test]
+fn concurrent_runs_whose_subnets_collide_both_succeed() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let run = || {
+        let mut c = Command::new(assert_cmd::cargo::cargo_bin("sendpath"));
+        c.args([
+            "stream", "-l", "64K", "-t", "1500ms", "--warmup", "0", "--recv", "verify",
+        ])
+        .args(["--topology", "netns", "--json", "-"])
+        .env("SENDPATH_TOPOLOGY_SUBNET", "4242")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let first = run();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = run();
+    let mut addrs = Vec::new();
+    for child in [first, second] {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let t = &v["environment"]["topology"];
+        addrs.push(t["receiver_addr"].as_str().unwrap_or_default().to_string());
+        let i = &v["results"][0]["integrity"];
+        assert_eq!(i["mismatches"], 0, "{i}");
+        assert!(i["bytes_verified"].as_u64() > Some(0), "{i}");
+    }
+    assert_ne!(addrs[0], addrs[1], "{addrs:?}");
+}

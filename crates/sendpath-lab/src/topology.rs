@@ -129,7 +129,9 @@ pub(crate) fn remove_stale() {
 }
 
 /// A namespace's name, its two interface names and the two addresses of its /30 of
-/// 10.211.0.0/16 (chosen from the process id, so parallel runs do not collide).
+/// 10.211.0.0/16: the first /30 from one the process id points at that no interface of this
+/// namespace holds, chosen and taken while [`AddrLock`] is held, so concurrent runs on one
+/// host never share one.
 struct Names {
     namespace: String,
     host_if: String,
@@ -138,12 +140,26 @@ struct Names {
     peer: Ipv4Addr,
 }
 
+/// /30 subnets in 10.211.0.0/16.
+const SUBNETS: u32 = 16_384;
+
 impl Names {
     fn next() -> anyhow::Result<Names> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        let slot = (pid.wrapping_mul(7).wrapping_add(n)) % 16_384;
+        // SENDPATH_TOPOLOGY_SUBNET makes runs start at one subnet (how a test makes two
+        // concurrent runs want the same one).
+        let first = std::env::var("SENDPATH_TOPOLOGY_SUBNET").ok();
+        let start = first
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or_else(|| pid.wrapping_mul(7))
+            .wrapping_add(n)
+            % SUBNETS;
+        let used = used_subnets()?;
+        let Some(slot) = free_subnet(start, &used) else {
+            bail!("every /30 of 10.211.0.0/16 is in use on this host: remove stale veth interfaces (ip -4 addr)");
+        };
         let o = [10, 211, (slot / 64) as u8, ((slot % 64) * 4) as u8];
         let names = Names {
             namespace: format!("{PREFIX}{pid}-{n}"),
@@ -156,6 +172,43 @@ impl Names {
             bail!("interface name {} is too long", names.host_if);
         }
         Ok(names)
+    }
+}
+
+/// The /30 subnets of 10.211.0.0/16 that addresses of this namespace's interfaces fall in.
+fn used_subnets() -> anyhow::Result<std::collections::HashSet<u32>> {
+    let out = run("ip", &["-o", "-4", "addr", "show"])?;
+    Ok(out
+        .split_whitespace()
+        .filter_map(|w| w.split('/').next()?.parse::<Ipv4Addr>().ok())
+        .filter(|a| a.octets()[..2] == [10, 211])
+        .map(|a| u32::from(a.octets()[2]) * 64 + u32::from(a.octets()[3]) / 4)
+        .collect())
+}
+
+/// The first subnet from `start` (wrapping) not in `used`.
+fn free_subnet(start: u32, used: &std::collections::HashSet<u32>) -> Option<u32> {
+    (0..SUBNETS)
+        .map(|i| (start + i) % SUBNETS)
+        .find(|s| !used.contains(s))
+}
+
+/// Held from choosing a namespace's subnet until its address is on an interface: runs on one
+/// host take turns (`flock` on a file in /run, released when the file closes).
+struct AddrLock(#[allow(dead_code)] std::fs::File);
+
+impl AddrLock {
+    fn take() -> anyhow::Result<AddrLock> {
+        let path = "/run/sendpath-topology.lock";
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {path}"))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .with_context(|| format!("locking {path}"))?;
+        Ok(AddrLock(f))
     }
 }
 
@@ -174,6 +227,7 @@ impl Netns {
             return Err(needs_root("netns"));
         }
         remove_stale();
+        let lock = AddrLock::take()?;
         let Names {
             namespace: name,
             host_if: h,
@@ -199,6 +253,7 @@ impl Netns {
         )?;
         let (hs, ps) = (format!("{host}/30"), format!("{peer}/30"));
         run("ip", &["addr", "add", &hs, "dev", &h])?;
+        drop(lock);
         run("ip", &["-n", &name, "addr", "add", &ps, "dev", &p])?;
         if let Some(m) = spec.mtu {
             let m = m.to_string();
@@ -366,6 +421,36 @@ mod tests {
         assert!(parse_rate("10g").unwrap_err().contains("10gbit"));
         assert!(parse_rate("0gbit").unwrap_err().contains("between"));
         assert!(parse_rate("fast").is_err());
+    }
+
+    #[test]
+    fn a_subnet_in_use_is_skipped() {
+        // Two runs whose process ids point at the same /30 (before, both took it).
+        let used = [100, 101].into_iter().collect();
+        assert_eq!(free_subnet(100, &used), Some(102));
+        assert_eq!(free_subnet(SUBNETS - 1, &[SUBNETS - 1].into()), Some(0));
+        assert_eq!(free_subnet(5, &(0..SUBNETS).collect()), None);
+    }
+
+    /// Two namespaces whose process ids point at the same /30 get different ones (before, the
+    /// second took the first's, and its connections went into the first's namespace).
+    #[test]
+    fn concurrent_namespaces_never_share_a_subnet() {
+        if sendpath_host::thread::euid() != 0 || run("ip", &["-V"]).is_err() {
+            return crate::units::skip("needs root and iproute2 (ip netns)");
+        }
+        let a = Netns::create(NetnsSpec::default()).unwrap();
+        let used = used_subnets().unwrap();
+        let IpAddr::V4(ha) = a.info().sender_addr else {
+            unreachable!()
+        };
+        let slot_a = u32::from(ha.octets()[2]) * 64 + u32::from(ha.octets()[3]) / 4;
+        assert!(used.contains(&slot_a), "{ha} is seen as taken");
+        // A second run starting at the same subnet gets the next free one.
+        assert_ne!(free_subnet(slot_a, &used), Some(slot_a));
+        let b = Netns::create(NetnsSpec::default()).unwrap();
+        assert_ne!(a.info().sender_addr, b.info().sender_addr);
+        assert_ne!(a.info().receiver_addr, b.info().receiver_addr);
     }
 
     #[test]
