@@ -325,5 +325,12 @@ pub(crate) fn study(
         "wrote {}/http-results.json, summary.md, report.html",
         dir.display()
     );
+    if r.interrupted {
+        eprintln!(
+            "interrupted: {} window(s) measured and written",
+            r.measurements.len()
+        );
+        return Ok(ExitCode::from(130));
+    }
     Ok(ExitCode::SUCCESS)
 }

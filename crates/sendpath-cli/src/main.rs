@@ -62,7 +62,13 @@ fn main() -> ExitCode {
         )
         .map(|_| ExitCode::SUCCESS),
     };
+    let interrupted = cancel.is_cancelled();
     match result {
+        // After a signal every command exits 130, saying so once.
+        Ok(code) if interrupted && code != ExitCode::from(130) => {
+            eprintln!("interrupted: stopped by a signal (what finished is written)");
+            ExitCode::from(130)
+        }
         Ok(code) => code,
         Err(e) => {
             // An error about a setting names the flag that sets it.
@@ -70,7 +76,7 @@ fn main() -> ExitCode {
                 Some(s) => eprintln!("error: {}: {e:#}", cli::flag(s)),
                 None => eprintln!("error: {e:#}"),
             }
-            ExitCode::from(1)
+            ExitCode::from(if interrupted { 130 } else { 1 })
         }
     }
 }

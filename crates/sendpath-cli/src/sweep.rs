@@ -87,6 +87,7 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     );
     run_windows(&plan, &mut rec, &dir)?;
     rec.print_table();
+    rec.results.interrupted = cancel.is_cancelled();
     let a = rows::write(&dir, &rec.results)?;
     println!(
         "wrote {}/results.json, results.csv, summary.md, report.html",

@@ -127,6 +127,8 @@ fn measure(
         );
     })
     .err();
+    // A signal during a transfer ends it with an error; the run was interrupted either way.
+    results.interrupted |= cancel.is_cancelled();
     Ok((results, err))
 }
 
@@ -135,6 +137,11 @@ fn measure(
 fn finish((r, err): (TransferResults, Option<anyhow::Error>)) -> anyhow::Result<ExitCode> {
     if !r.rows.is_empty() {
         println!("{}", transfer::summary(&r));
+    }
+    if r.interrupted {
+        let made: usize = r.rows.iter().map(|x| x.repeats.len()).sum();
+        eprintln!("interrupted: {made} timed transfer(s) made and written");
+        return Ok(ExitCode::from(130));
     }
     if let Some(e) = err {
         return Err(e.context("the transfer run failed (the transfers before it are written)"));

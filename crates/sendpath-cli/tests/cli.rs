@@ -1074,3 +1074,94 @@ fn a_stalled_receiver_cannot_hold_a_run() {
         drop(held);
     }
 }
+
+/// Runs `args`, sends SIGINT after `after`, and returns its exit code and what it printed on
+/// stderr and stdout; fails if it is still running 5 s after the signal.
+fn interrupt(args: &[&str], after: Duration) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, out) = (dir.path().join("stderr"), dir.path().join("stdout"));
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args(args)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("{args:?}: still running 5 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p| std::fs::read_to_string(p).unwrap();
+    (status.code(), read(&log), read(&out))
+}
+
+/// After Ctrl-C every command exits 130 and says it was interrupted (before: serve, agent and
+/// transfer exited 0, calibrate 1).
+#[test]
+fn every_command_exits_130_after_a_signal_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.json");
+    let (a1, a2, a3) = (
+        common::free_loopback_addr(),
+        common::free_loopback_addr(),
+        common::free_loopback_addr(),
+    );
+    let cases: [&[&str]; 7] = [
+        &["stream", "-t", "30s", "-n", "1", "--warmup", "0"],
+        &["rr", "-t", "30s", "-n", "1", "--warmup", "0"],
+        &["transfer", "-l", "8M", "--cache", "warm", "-n", "1000"],
+        &["calibrate", "-t", "1s", "--out", profile.to_str().unwrap()],
+        &["serve", "--listen", &a1],
+        &["agent", "--listen", &a2],
+        &["sink", "--listen", &a3],
+    ];
+    for args in cases {
+        let (code, err, _) = interrupt(args, Duration::from_millis(1500));
+        assert_eq!(code, Some(130), "{args:?}: {err}");
+        assert!(err.contains("interrupted"), "{args:?}: {err}");
+    }
+    assert!(
+        !profile.exists(),
+        "an interrupted calibration writes no profile"
+    );
+}
+
+/// An interrupted transfer says so in its results and summary, and its table marks each cell
+/// that holds fewer rounds than asked (before: "median of 1000 rounds" over 1-2 transfers).
+#[test]
+fn an_interrupted_transfer_says_so_and_counts_its_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("t.json");
+    let args = [
+        "transfer",
+        "-l",
+        "8M",
+        "--cache",
+        "warm",
+        "-s",
+        "sendfile,read-send",
+        "--chunk",
+        "64K",
+        "-n",
+        "1000",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let (code, err, summary) = interrupt(&args, Duration::from_millis(1500));
+    assert_eq!(code, Some(130), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["interrupted"], true, "{v}");
+    let held = v["rows"][0]["repeats"].as_array().unwrap().len();
+    assert!(held > 0 && held < 1000, "{held}");
+    assert!(summary.contains("**Interrupted.**"), "{summary}");
+    assert!(summary.contains(&format!("n={held}")), "{summary}");
+}

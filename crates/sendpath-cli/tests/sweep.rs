@@ -132,6 +132,18 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
         out.join("report.html").exists(),
         "the report is written for what was measured"
     );
+    // The results and the summary say the run was interrupted, and how much it holds.
+    let json = |d: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("results.json")).unwrap()).unwrap()
+    };
+    assert_eq!(json(&out)["interrupted"], true);
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        md.contains(&format!(
+            "**Interrupted.** The run stopped after a signal: {windows} of 64 windows"
+        )),
+        "{md}"
+    );
     sendpath()
         .arg("sweep")
         .arg("--resume")
@@ -139,6 +151,11 @@ fn interrupted_sweep_keeps_points_and_resume_finishes_it() {
         .timeout(Duration::from_secs(300))
         .assert()
         .success();
+    assert_eq!(
+        json(&out)["interrupted"],
+        false,
+        "a resumed sweep that finished"
+    );
     let after = rows(&out);
     assert_eq!(after.len(), 32);
     for r in &after {

@@ -19,6 +19,10 @@ pub struct Results {
     pub schedule: Schedule,
     /// One row per measured point.
     pub results: Vec<Row>,
+    /// The run stopped after a signal: rows may hold fewer repeats than `schedule.rounds`, and
+    /// points of a sweep may be missing (each row's `repeats` says what it holds).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// The order windows were measured in. Each round measures every point once, in an order

@@ -151,4 +151,3 @@ mod tests {
         assert!(parse_duration("NaN").is_err());
     }
 }
-

@@ -48,6 +48,10 @@ pub fn run(
             (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
         }));
     }
+    if handles.is_empty() && cancel.is_cancelled() {
+        eprintln!("sink: interrupted before a sender connected");
+        return Ok(());
+    }
     if handles.is_empty() {
         return Err(invalid(
             Setting::Timeout,

@@ -73,4 +73,7 @@ pub struct StudyResults {
     pub measurements: Vec<Measurement>,
     /// The http-load against wrk cross-check: ratios of requests/s per paired round.
     pub wrk_check_ratios: Vec<f64>,
+    /// The run stopped after a signal: windows are missing (the summary counts them).
+    #[serde(default)]
+    pub interrupted: bool,
 }

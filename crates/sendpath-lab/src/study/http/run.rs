@@ -117,6 +117,7 @@ pub fn run(
         }),
         measurements: Vec::new(),
         wrk_check_ratios: Vec::new(),
+        interrupted: false,
     };
     let mut study = Study {
         cfg,
@@ -131,6 +132,7 @@ pub fn run(
             .collect(),
     };
     let _finished = study.closed_loop()? && study.open_loop()? && study.wrk_check()?;
+    study.out.interrupted = cancel.is_cancelled();
     Ok(study.out)
 }
 
@@ -427,6 +429,7 @@ mod tests {
                 with_latency("sendpath-uring-zc", 1, 110_000.0, 990.0, 3000.0),
             ],
             wrk_check_ratios: vec![],
+            interrupted: false,
         };
         let s = summary(&r);
         assert!(
@@ -447,6 +450,7 @@ mod tests {
                 m("sendpath-uring", 2, 120.0, 6.0),
             ],
             wrk_check_ratios: vec![1.05],
+            interrupted: false,
         };
         let s = summary(&r);
         assert!(
@@ -480,6 +484,7 @@ mod tests {
             nginx_config: Some("user root;\nworker_processes 2;\n".into()),
             measurements: vec![serve, m("nginx", 1, 100.0, 10.0)],
             wrk_check_ratios: vec![],
+            interrupted: false,
         };
         let s = summary(&r);
         assert!(
@@ -520,6 +525,7 @@ mod tests {
             nginx_config: None,
             measurements: ms,
             wrk_check_ratios: vec![],
+            interrupted: false,
         };
         assert_eq!(
             median_of(&closed_windows(&r, "nginx", 88, 100), |m| Some(

@@ -248,6 +248,13 @@ pub fn summary(r: &StudyResults) -> String {
     }
     let (servers, bodies, conns) = axes(r);
     let _ = writeln!(s, "# HTTP server study\n");
+    if r.interrupted {
+        let _ = writeln!(
+            s,
+            "> **Interrupted.** The run stopped after a signal: {} windows were measured, and the tables below hold only those.\n",
+            r.measurements.len()
+        );
+    }
     let _ = writeln!(s, "Medians over rounds, (min..max) across rounds. Closed loop; CPU is the server's own (all its processes), read from /proc over the measured window.\n");
     let conf = configurations(r);
     if !conf.is_empty() {

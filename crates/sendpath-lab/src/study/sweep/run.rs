@@ -295,6 +295,7 @@ impl Recorder {
                 sweep: None,
                 schedule,
                 results: Vec::new(),
+                interrupted: false,
             },
             json,
             csv,
@@ -407,7 +408,8 @@ impl Recorder {
 
     /// Ends the run: an error if interrupted (after writing what was measured) or if any byte
     /// was corrupted.
-    pub fn finish(self) -> anyhow::Result<std::process::ExitCode> {
+    pub fn finish(mut self) -> anyhow::Result<std::process::ExitCode> {
+        self.results.interrupted = self.cancel.is_cancelled();
         self.write(true)?;
         if self.cancel.is_cancelled() {
             eprintln!(

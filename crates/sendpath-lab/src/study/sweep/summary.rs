@@ -270,8 +270,24 @@ fn hw_line(r: &Results) -> String {
 }
 
 /// `summary.md`.
+/// What an interrupted run holds, for the top of the summary.
+fn interrupted_notice(r: &Results) -> Option<String> {
+    if !r.interrupted {
+        return None;
+    }
+    let made: usize = r.results.iter().map(|x| x.repeats.len()).sum();
+    let points = r.sweep.as_ref().map_or(r.results.len(), |s| s.points_total);
+    Some(format!(
+        "The run stopped after a signal: {made} of {} windows were measured; each row's `repeats` column says how many rounds it holds.",
+        points * r.schedule.rounds as usize
+    ))
+}
+
 pub(crate) fn markdown(r: &Results, a: &Analysis) -> String {
     let mut s = String::from("# sendpath results\n\n");
+    if let Some(n) = interrupted_notice(r) {
+        let _ = writeln!(s, "> **Interrupted.** {n}\n");
+    }
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(s, "> **Read this first.** {n}\n");
     }
@@ -310,6 +326,9 @@ pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
          .notice{background:#fff4d6;border-left:6px solid #e0a800;padding:.8em 1em;font-size:15px}\
          .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}",
     );
+    if let Some(n) = interrupted_notice(r) {
+        let _ = writeln!(s, "<p class=\"notice\"><b>Interrupted.</b> {}</p>", esc(&n));
+    }
     if let Some(n) = &a.copied_notice {
         let _ = writeln!(
             s,

@@ -191,6 +191,10 @@ pub struct TransferResults {
     /// Why system calls are not counted here; null when they are.
     #[serde(default)]
     pub syscalls_unavailable: Option<String>,
+    /// The run stopped after a signal before every transfer was made: rows may hold fewer
+    /// rounds than `settings.rounds` (each row's `repeats` says how many).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 impl TransferResults {
@@ -231,6 +235,7 @@ impl TransferResults {
             },
             rows: Vec::new(),
             syscalls_unavailable: crate::measure::SyscallCount::start().unavailable(),
+            interrupted: false,
         }
     }
 }

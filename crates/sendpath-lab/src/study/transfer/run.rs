@@ -358,6 +358,7 @@ pub fn run(
         };
         for i in round_order(&blocks, cfg.seed, round) {
             if cancel.is_cancelled() {
+                results.interrupted = true;
                 return Ok(());
             }
             let (fi, cache, m) = points[i];

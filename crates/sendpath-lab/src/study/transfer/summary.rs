@@ -53,6 +53,14 @@ pub fn size_label(b: u64) -> String {
 pub fn summary(r: &TransferResults) -> String {
     let axes = Axes::of(r);
     let mut out = String::new();
+    if r.interrupted {
+        let made: usize = r.rows.iter().map(|x| x.repeats.len()).sum();
+        let planned = axes.sizes.len() * axes.caches.len() * axes.methods.len();
+        out += &format!(
+            "\n> **Interrupted.** The run stopped after a signal: {made} of {} timed transfers were made; a cell marked `n=K` holds K rounds.\n",
+            planned * r.settings.rounds as usize
+        );
+    }
     for &cache in &axes.caches {
         out += &time_table(r, &axes, cache);
         out += &cpu_table(r, &axes, cache);
@@ -144,13 +152,22 @@ impl Axes {
     }
 }
 
+/// ` n=K` for a row that holds K < `rounds` rounds (an interrupted run), else nothing.
+fn short(x: &TransferRow, rounds: u32) -> String {
+    match x.repeats.len() {
+        n if n < rounds as usize => format!(" n={n}"),
+        _ => String::new(),
+    }
+}
+
 /// Time per transfer for one cache state, with what sendfile saves and the study's figures.
 fn time_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
     let mut out = format!(
-        "\n### {} file, receiver {}: time per transfer, ms, median (min..max) of {} rounds\n\n",
+        "\n### {} file, receiver {}: time per transfer, ms, median (min..max) of {} rounds{}\n\n",
         cache.name(),
         r.settings.sink,
-        r.settings.rounds
+        r.settings.rounds,
+        if r.interrupted { " (n=K: only K)" } else { "" }
     );
     let compare = axes.methods.contains(&STUDY_BASELINE) && axes.methods.contains(&STUDY_ZEROCOPY);
     let saves = "sendfile saves vs read-send 4KiB (per round)";
@@ -161,7 +178,13 @@ fn time_table(r: &TransferResults, axes: &Axes, cache: Cache) -> String {
         out += &format!("| {} |", size_label(size));
         for m in &axes.methods {
             out += &match r.row(size, cache, m) {
-                Some(x) => format!(" {:.0} ({:.0}..{:.0}) |", x.ms.median, x.ms.min, x.ms.max),
+                Some(x) => format!(
+                    " {:.0} ({:.0}..{:.0}){} |",
+                    x.ms.median,
+                    x.ms.min,
+                    x.ms.max,
+                    short(x, r.settings.rounds)
+                ),
                 None => " null |".into(),
             };
         }
