@@ -246,7 +246,7 @@ fn print_load(r: &LoadReport) {
 
 pub(crate) fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
-    std::fs::write(path, s + "\n").with_context(|| format!("writing {}", path.display()))?;
+    sendpath_lab::export::write_text(path, &(s + "\n"))?;
     say!("wrote {}", path.display());
     Ok(())
 }

@@ -75,7 +75,7 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
     let r = measure(&cfg, cancel)?;
     crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;
     transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;
-    std::fs::write(dir.join("summary.md"), transfer::summary(&r.0))
+    sendpath_lab::export::write_text(&dir.join("summary.md"), &transfer::summary(&r.0))
         .with_context(|| format!("writing {}/summary.md", dir.display()))?;
     println!(
         "wrote {}/transfer-results.json, transfer-results.csv, summary.md",

@@ -1165,3 +1165,66 @@ fn an_interrupted_transfer_says_so_and_counts_its_rounds() {
     assert!(summary.contains("**Interrupted.**"), "{summary}");
     assert!(summary.contains(&format!("n={held}")), "{summary}");
 }
+
+/// A results file that cannot be written fails the run naming it (before: written beside and
+/// renamed over the path, so a full device behind a symlink was replaced and the run exited 0),
+/// and two outputs to one file are refused before anything runs (before: the CSV replaced the
+/// JSON).
+#[test]
+fn results_that_cannot_be_written_fail_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full.json");
+    std::os::unix::fs::symlink("/dev/full", &full).unwrap();
+    let f = full.to_str().unwrap();
+    let runs: [&[&str]; 4] = [
+        &[
+            "stream", "-t", "100ms", "-n", "1", "--warmup", "0", "--json", f,
+        ],
+        &[
+            "stream", "-t", "100ms", "-n", "1", "--warmup", "0", "--csv", f,
+        ],
+        &["rr", "-t", "100ms", "-n", "1", "--warmup", "0", "--json", f],
+        &[
+            "calibrate",
+            "-l",
+            "4K",
+            "-n",
+            "1",
+            "--tiebreak-rounds",
+            "0",
+            "-t",
+            "100ms",
+            "--warmup",
+            "0",
+            "--out",
+        ],
+    ];
+    let profile = dir.path().join("p.json");
+    for args in runs {
+        let mut cmd = sendpath();
+        cmd.args(args);
+        if args[0] == "calibrate" {
+            cmd.arg(&profile).args(["--json", f]);
+        }
+        let a = cmd.timeout(Duration::from_secs(60)).assert().failure();
+        let e = stderr_of(&a);
+        assert!(
+            e.contains(&format!("cannot write {f}")) && e.contains("No space left"),
+            "{args:?}: {e}"
+        );
+        assert!(full.is_symlink(), "{args:?}: the symlink was replaced");
+    }
+    let same = dir.path().join("r.json");
+    let s = same.to_str().unwrap();
+    let dotted = format!("{}/./r.json", dir.path().display());
+    fails_with(
+        &["stream", "--json", s, "--csv", &dotted],
+        &["--json and --csv both write", "give each its own file"],
+    );
+    fails_with(
+        &["calibrate", "--out", s, "--json", s],
+        &["--out and --json both write"],
+    );
+    fails_with(&["stream", "--json", "-", "--csv", "-"], &["both write -"]);
+    assert!(!same.exists(), "nothing ran");
+}

@@ -77,41 +77,81 @@ pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyho
     write_text(path, &e.render(doc)?)
 }
 
-/// Writes `text` to `path` (`-` for stdout). A file is written beside and renamed, so an
-/// interrupted write never leaves a torn file.
+/// Writes `text` to `path` (`-` for stdout), every byte checked: the write, the flush and,
+/// for a file, its `fsync`, each failure an error naming `path`. A regular file is written
+/// beside and renamed, so an interrupted write never leaves a torn file; a device or FIFO
+/// that exists (`/dev/stdout`, say) is written in place, never renamed over.
 pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let shown = path.display();
     if path == Path::new("-") {
-        print!("{text}");
-        return Ok(());
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("cannot write to standard output");
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot write {shown}"))?;
+        return f
+            .write_all(text.as_bytes())
+            .and_then(|()| f.flush())
+            .with_context(|| format!("cannot write {shown}"));
+    }
+    let tmp = partial(path);
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {shown}"));
+    }
     Ok(())
 }
 
+/// `PATH.partial`, what [`write_text`] writes a file to before renaming it.
+fn partial(path: &Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    tmp.into()
+}
+
 /// Checks, before anything is measured, that [`write_text`] will be able to write `path`:
-/// creates and removes the file it writes first (`PATH.partial`). `-` (standard output) is
-/// always writable.
+/// opens a device or FIFO for writing, or creates and removes the file it writes first
+/// (`PATH.partial`). `-` (standard output) is always writable.
 pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     if path == Path::new("-") {
         return Ok(());
     }
-    if path.is_dir() {
-        anyhow::bail!("cannot write {}: it is a directory", path.display());
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => anyhow::bail!("cannot write {shown}: it is a directory"),
+        Ok(m) if !m.is_file() => {
+            // A FIFO with no reader would block the open: ask without waiting.
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .with_context(|| format!("cannot write {shown}"))?;
+            return Ok(());
+        }
+        _ => {}
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = partial(path);
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(&tmp)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    std::fs::remove_file(&tmp).with_context(|| format!("cannot write {}", path.display()))?;
+        .with_context(|| format!("cannot write {shown}"))?;
+    std::fs::remove_file(&tmp).with_context(|| format!("cannot write {shown}"))?;
     Ok(())
 }
 

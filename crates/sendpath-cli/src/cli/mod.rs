@@ -335,13 +335,35 @@ pub(crate) fn check_target(flag: &str, addr: SocketAddr, allow_remote: bool) -> 
 pub(crate) fn check_outputs<'a>(
     outputs: impl IntoIterator<Item = (&'a str, Option<&'a std::path::Path>)>,
 ) -> anyhow::Result<()> {
+    let mut seen: Vec<(&str, std::path::PathBuf)> = Vec::new();
     for (flag, path) in outputs {
-        if let Some(p) = path {
-            sendpath_lab::export::check_writable(p)
-                .with_context(|| format!("{flag} {}", p.display()))?;
+        let Some(p) = path else { continue };
+        sendpath_lab::export::check_writable(p)
+            .with_context(|| format!("{flag} {}", p.display()))?;
+        let here = same_file_key(p);
+        if let Some((other, _)) = seen.iter().find(|(_, k)| *k == here) {
+            anyhow::bail!(
+                "{other} and {flag} both write {}: one would overwrite the other; give each its own file",
+                p.display()
+            );
         }
+        seen.push((flag, here));
     }
     Ok(())
+}
+
+/// What two output paths that name one file have in common: the file itself with symlinks
+/// resolved, or its resolved directory and name when it does not exist yet (`-` is stdout).
+fn same_file_key(p: &std::path::Path) -> std::path::PathBuf {
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    dir.join(p.file_name().unwrap_or(p.as_os_str()))
 }
 
 /// The flag that sets a setting the lab reports an error about.

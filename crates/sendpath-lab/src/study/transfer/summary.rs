@@ -304,8 +304,7 @@ fn pair_table(
 /// One CSV line per transfer: the timed rounds (`counted` false, system calls empty), then the
 /// transfer that counted system calls (`counted` true; its time is not a round's).
 pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<()> {
-    let mut w =
-        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         "file_bytes",
         "cache",
@@ -368,6 +367,9 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
             ])?;
         }
     }
-    w.flush()?;
-    Ok(())
+    let bytes = w.into_inner().context("rendering the CSV")?;
+    crate::export::write_text(
+        path,
+        &String::from_utf8(bytes).context("rendering the CSV")?,
+    )
 }
