@@ -56,6 +56,9 @@ pub(crate) enum Refusal {
     /// The request has a body (`Content-Length` above 0 or `Transfer-Encoding`): this server
     /// serves static bytes only (400).
     Body,
+    /// The client pipelined more than the server holds for it while its responses drain (it
+    /// sends and does not read) (503).
+    Overflow,
 }
 
 impl Refusal {
@@ -65,6 +68,7 @@ impl Refusal {
             Refusal::Malformed | Refusal::Body => (400, "Bad Request"),
             Refusal::TooLarge => (431, "Request Header Fields Too Large"),
             Refusal::Method => (405, "Method Not Allowed"),
+            Refusal::Overflow => (503, "Service Unavailable"),
         }
     }
 
@@ -75,6 +79,7 @@ impl Refusal {
             Refusal::TooLarge => "too_large",
             Refusal::Method => "method",
             Refusal::Body => "body",
+            Refusal::Overflow => "pipeline_overflow",
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::worker::{Activity, Base, Counts, Gauge, Responses, WorkerResult, MAX_OWED};
 use super::ServeConfig;
 use crate::cancel::Cancel;
-use crate::http::{parse_request, Heads, Parsed};
+use crate::http::{parse_request, Heads, Parsed, Refusal};
 use rustix::event::epoll;
 use rustix::io::Errno;
 use std::collections::VecDeque;
@@ -276,6 +276,7 @@ fn epoll_parse(cl: &mut EClient, data: &[u8], r: &Responses, c: &mut Counts) -> 
                 }
                 if cl.out.len() > MAX_OWED {
                     c.pipeline_overflows += 1;
+                    c.refuse(Refusal::Overflow);
                     return true;
                 }
                 if close {

@@ -141,7 +141,7 @@ pub struct ServeReport {
     pub requests: u64,
     /// Response bytes handed to the kernel (heads and bodies).
     pub response_bytes: u64,
-    /// Requests refused (400, 405, 431), by reason.
+    /// Requests refused (400, 405, 431; 503 for pipelining past what is held), by reason.
     pub refused: BTreeMap<String, u64>,
     /// Connections accepted.
     pub accepted: u64,

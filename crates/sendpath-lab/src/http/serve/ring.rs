@@ -6,7 +6,7 @@
 use super::worker::{Activity, Base, Counts, Gauge, Responses, WorkerResult, MAX_OWED};
 use super::{SendMode, ServeConfig};
 use crate::cancel::Cancel;
-use crate::http::{parse_request, Heads, Parsed, Refusal, MAX_HEAD};
+use crate::http::{parse_request, Heads, Parsed, Refusal};
 use sendpath::{
     ConnId, DriverConfig, Event, Options, RecvBuf, RecvConfig, Socket, Strategy, UringDriver,
 };
@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 struct Client {
     /// The connection (its generation tells it from a later one at the same index).
     id: ConnId,
-    /// The start of a request not yet whole.
+    /// What arrived and is not parsed yet: the start of a request not yet whole, or, while
+    /// `parked`, every byte after the last request parsed (at most [`MAX_HELD`]).
     partial: Vec<u8>,
+    /// [`MAX_OWED`] responses are owed: what arrives is held, not parsed, until they drain.
+    parked: bool,
     /// Requests parsed and not yet answered, in order (`true`: HEAD).
     owed: VecDeque<bool>,
     /// A refusal to send after the owed responses, then close.
@@ -41,6 +44,7 @@ impl Client {
         Client {
             id,
             partial: Vec::new(),
+            parked: false,
             owed: VecDeque::new(),
             refusal: None,
             close_when_flushed: false,
@@ -252,16 +256,18 @@ impl<'a> Ring<'a> {
             // Already refused or closing: ignore what else comes.
             Some(cl) if cl.refusal.is_none() && !cl.close_when_flushed => {
                 let data = d.received(&buf);
-                let rest: &[u8] = if cl.partial.is_empty() {
-                    data
+                if cl.partial.is_empty() && !cl.parked {
+                    parse_requests(cl, &mut base.c, data, *now);
+                } else if cl.partial.len() + data.len() > MAX_HELD {
+                    overflow(cl, &mut base.c);
                 } else {
-                    cl.partial
-                        .extend_from_slice(&data[..data.len().min(MAX_HEAD + 1)]);
-                    scratch.clear();
-                    scratch.append(&mut cl.partial);
-                    scratch
-                };
-                parse_requests(cl, &mut base.c, rest, *now);
+                    cl.partial.extend_from_slice(data);
+                    if !cl.parked {
+                        scratch.clear();
+                        scratch.append(&mut cl.partial);
+                        parse_requests(cl, &mut base.c, scratch, *now);
+                    }
+                }
             }
             _ => {}
         }
@@ -285,6 +291,13 @@ impl<'a> Ring<'a> {
         let Some(cl) = client(clients, conn) else {
             return;
         };
+        if cl.parked && cl.owed.len() <= MAX_OWED / 2 {
+            // Half the owed responses are out: parse what was held meanwhile.
+            cl.parked = false;
+            scratch.clear();
+            scratch.append(&mut cl.partial);
+            parse_requests(cl, &mut base.c, scratch, self.now);
+        }
         let mut s = Serving {
             d,
             cl,
@@ -362,11 +375,30 @@ fn client(clients: &mut [Option<Client>], id: ConnId) -> Option<&mut Client> {
     clients.get_mut(id.index())?.as_mut().filter(|c| c.id == id)
 }
 
+/// Unparsed bytes a connection may hold while its owed responses drain: a client that
+/// pipelines past this without reading them is refused (`pipeline_overflow`, 503).
+const MAX_HELD: usize = 4 << 20;
+
+/// Refuses `cl` for pipelining past what is held for it, counted.
+fn overflow(cl: &mut Client, c: &mut Counts) {
+    c.pipeline_overflows += 1;
+    c.refuse(Refusal::Overflow);
+    cl.refusal = Some(Refusal::Overflow);
+    cl.partial = Vec::new();
+    cl.parked = false;
+}
+
 /// Parses `rest` on `cl`: a response owed per whole request, the start of the next kept, a
-/// refusal noted.
+/// refusal noted. With [`MAX_OWED`] responses owed, the rest is held unparsed (`parked`)
+/// until they drain.
 fn parse_requests(cl: &mut Client, c: &mut Counts, rest: &[u8], now: Instant) {
     let mut at = 0;
     while at < rest.len() {
+        if cl.owed.len() >= MAX_OWED {
+            cl.parked = true;
+            cl.partial.extend_from_slice(&rest[at..]);
+            return;
+        }
         match parse_request(&rest[at..]) {
             Parsed::Request {
                 len,
@@ -378,12 +410,6 @@ fn parse_requests(cl: &mut Client, c: &mut Counts, rest: &[u8], now: Instant) {
                 cl.owed.push_back(head_only);
                 if close {
                     cl.close_when_flushed = true;
-                    break;
-                }
-                if cl.owed.len() > MAX_OWED {
-                    c.pipeline_overflows += 1;
-                    cl.refusal = Some(Refusal::TooLarge);
-                    cl.owed.clear();
                     break;
                 }
             }
