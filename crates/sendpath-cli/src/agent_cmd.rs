@@ -21,6 +21,9 @@ pub(crate) fn run(a: &AgentArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
         idle: a.max_receive + Duration::from_secs(30),
         hello_timeout: a.hello_timeout,
     };
+    if let Some(done) = crate::cli::dry_run(format!("agent on {}", a.listen)) {
+        return Ok(done);
+    }
     agent::serve(&cfg, cancel, a.duration)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -18,7 +18,8 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
     };
     let out_flag = out_flag_name(a);
     // The profile's directory is made as saving it would (~/.config/sendpath, say).
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let parent = out.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = parent.filter(|d| !crate::cli::is_dry_run() || d.exists()) {
         std::fs::create_dir_all(dir).with_context(|| {
             format!(
                 "{out_flag} {}: cannot create {}",
@@ -31,10 +32,20 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         (out_flag, Some(out.as_path())),
         ("--json", a.json.as_deref()),
     ])?;
+    check_sizes(a)?;
+    let what = format!(
+        "calibrate: {} size(s), {} round(s), the profile to {}",
+        sizes(a).len(),
+        a.repeat,
+        out.display()
+    );
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     let route = route(a)?;
     let seed = a.seed.unwrap_or_else(fresh_seed);
     let cal = Calibration {
-        sizes: a.sizes.clone(),
+        sizes: sizes(a),
         rounds: a.repeat,
         tiebreak_rounds: a.tiebreak_rounds,
         seed,
@@ -45,11 +56,11 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         },
         command_line: std::env::args().collect(),
     };
-    let windows = a.sizes.len() as u32 * Profile::TIER_PATHS.len() as u32 * a.repeat;
+    let windows = sizes(a).len() as u32 * Profile::TIER_PATHS.len() as u32 * a.repeat;
     eprintln!(
         "calibrate: {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
         Profile::TIER_PATHS.map(|s| s.name()).join(", "),
-        a.sizes.len(),
+        sizes(a).len(),
         a.repeat,
         seed,
         windows,
@@ -148,22 +159,43 @@ fn print_profile(profile: &Profile) {
 
 /// The route the flags name (`--proto`, `--topology`, `--fixed-buffers`), its namespace made.
 fn route(a: &CalibrateArgs) -> anyhow::Result<calibrate::Route> {
-    use sendpath_lab::traffic::datagram::Protocol;
-    let udp = a.proto == Protocol::Udp;
-    let fits =
-        sendpath_lab::traffic::datagram::HEADER..=sendpath_lab::traffic::datagram::MAX_PAYLOAD;
-    if let Some(s) = a.sizes.iter().find(|s| udp && !fits.contains(s)) {
-        bail!(
-            "--sizes {s}: a UDP datagram here carries {}..{} bytes",
-            fits.start(),
-            fits.end()
-        );
-    }
+    let udp = a.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
     Ok(calibrate::Route {
         proto: a.proto,
         netns: a.topology.create(false, udp)?,
         fixed_buffers: a.fixed_buffers,
     })
+}
+
+/// Refuses a size a UDP datagram cannot carry.
+fn check_sizes(a: &CalibrateArgs) -> anyhow::Result<()> {
+    use sendpath_lab::traffic::datagram::{Protocol, HEADER, MAX_PAYLOAD};
+    let fits = HEADER..=MAX_PAYLOAD;
+    match sizes(a).into_iter().find(|s| !fits.contains(s)) {
+        Some(s) if a.proto == Protocol::Udp => {
+            bail!("--sizes {s}: a UDP datagram here carries {HEADER}..{MAX_PAYLOAD} bytes")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The sizes to calibrate: `--sizes`, or the defaults of the protocol (a UDP datagram
+/// carries at most 65507 bytes, so 64000 stands for 64 KiB there).
+fn sizes(a: &CalibrateArgs) -> Vec<usize> {
+    use sendpath_lab::traffic::datagram::Protocol;
+    match (&a.sizes, a.proto) {
+        (Some(s), _) => s.clone(),
+        (None, Protocol::Udp) => vec![256, 1 << 10, 4 << 10, 16 << 10, 64_000],
+        (None, _) => vec![
+            256,
+            1 << 10,
+            4 << 10,
+            16 << 10,
+            64 << 10,
+            256 << 10,
+            1 << 20,
+        ],
+    }
 }
 
 /// What the profile's path is called in errors: the flag that gave it, or what it is.

@@ -68,6 +68,10 @@ pub(crate) fn serve_cmd(a: &ServeArgs, cancel: &Cancel) -> anyhow::Result<ExitCo
         },
     };
     crate::cli::check_outputs([("--json", a.json.as_deref())])?;
+    let what = format!("serve on {} with {workers} worker(s)", a.listen);
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     let listeners = serve::bind_listeners(a.listen, workers)
         .with_context(|| format!("listening on {}", a.listen))?;
     let at = listeners
@@ -162,6 +166,10 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
         timeout: a.timeout,
     };
     let agent = a.remote.target()?;
+    let what = format!("http-load against {}", a.target);
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     if agent.is_none() {
         // Fail early and clearly when nothing listens there.
         std::net::TcpStream::connect_timeout(&a.target, a.timeout)
@@ -287,6 +295,10 @@ pub(crate) fn study(
         eprintln!("note: {n}");
     }
     let cfg = plan.config;
+    let what = format!("sweep http-server: about {} windows", cfg.windows());
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     raise_nofile(cfg.open_files())?;
     let windows = cfg.windows();
     eprintln!(

@@ -25,6 +25,7 @@ static ALLOC: sendpath_host::heap::CountingAlloc = sendpath_host::heap::Counting
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    cli::set_dry_run(args.dry_run);
     // Ctrl-C or SIGTERM cancels the run: the current window is dropped, finished ones are
     // written (after every window). Whatever the run is waiting for, the process exits within
     // a second, removing the namespaces and stopping the servers it started; a second signal
@@ -52,15 +53,18 @@ fn main() -> ExitCode {
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
         cli::Command::Transfer(a) => transfer_cmd::run(a, &cancel),
         cli::Command::Agent(a) => agent_cmd::run(a, &cancel),
-        cli::Command::Sink(a) => sendpath_lab::workload::sink::run(
-            a.listen,
-            a.recv,
-            a.connections,
-            a.timeout,
-            a.recv_size,
-            &cancel,
-        )
-        .map(|_| ExitCode::SUCCESS),
+        cli::Command::Sink(a) => match cli::dry_run(format!("sink on {}", a.listen)) {
+            Some(done) => Ok(done),
+            None => sendpath_lab::workload::sink::run(
+                a.listen,
+                a.recv,
+                a.connections,
+                a.timeout,
+                a.recv_size,
+                &cancel,
+            )
+            .map(|_| ExitCode::SUCCESS),
+        },
     };
     let interrupted = cancel.is_cancelled();
     match result {

@@ -94,6 +94,9 @@ fn profile_lines(a: &ActiveProfile) -> Vec<String> {
 }
 
 pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(done) = crate::cli::dry_run("probe") {
+        return Ok(done);
+    }
     let mut r = sendpath_lab::probe::run();
     if let Some(name) = &a.iface {
         only_interface(&mut r.offloads, name)?;

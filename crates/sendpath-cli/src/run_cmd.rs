@@ -32,18 +32,31 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         None => a.sizes(),
     };
     check_stream(a, &largest)?;
+    let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
+    let agent = a.remote.target()?;
+    let r = &a.run;
+    let what = format!(
+        "stream: {} path(s) x {} size(s) x {} thread count(s) x {} runtime(s), {} round(s) of {:?}",
+        r.strategy.len(),
+        sizes.len(),
+        a.threads.len(),
+        a.runtime.len(),
+        r.repeat,
+        r.duration
+    );
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     let verify = a.run.recv == RecvMode::Verify;
     let file = if a.run.strategy.iter().any(|s| s.source() == Source::File) {
         Some(source_file(&largest, a.file_size, verify, a.cold)?)
     } else {
         None
     };
-    let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
     let netns = a.topology.create(
         a.connect.is_some() || a.remote.agent.is_some(),
         a.proto == Protocol::Udp,
     )?;
-    let agent = a.remote.target()?;
     let mut points = Vec::new();
     for &runtime in &a.runtime {
         // tokio-write is tokio's own writes: one row per size, a copying send.
@@ -110,6 +123,10 @@ fn check_stream(a: &StreamArgs, largest: &[usize]) -> anyhow::Result<()> {
     check_msg_latency(a)?;
     check_congestion(a)?;
     check_runtime(a)?;
+    crate::cli::check_outputs([
+        ("--json", a.run.json.as_deref()),
+        ("--csv", a.run.csv.as_deref()),
+    ])?;
     if a.connect.is_some() && a.run.recv != RecvMode::Copy {
         eprintln!("note: --recv applies to sendpath's own receiver; with --connect the remote end decides");
     }
@@ -382,6 +399,20 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
     let agent = a.remote.target()?;
     crate::cli::check_congestion(a.congestion.as_deref(), agent.is_none())?;
+    crate::cli::check_outputs([
+        ("--json", a.run.json.as_deref()),
+        ("--csv", a.run.csv.as_deref()),
+    ])?;
+    let what = format!(
+        "rr: {} path(s) x {} response size(s) x {} concurrency level(s), {} round(s)",
+        a.run.strategy.len(),
+        responses.len(),
+        a.concurrency.len(),
+        a.run.repeat
+    );
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     let mut points = Vec::new();
     for &strategy in &a.run.strategy {
         if strategy.source() == Source::File {

@@ -67,10 +67,23 @@ pub(crate) fn sweep(a: &SweepArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> 
     }
     if let Some(Study::Transfer) = study {
         crate::transfer_cmd::check_sweep_args(a)?;
+        if let Some(done) = crate::cli::dry_run(format!("sweep {}", a.preset)) {
+            return Ok(done);
+        }
         let dir = out_dir(a.out.as_deref(), &a.preset)?;
         return crate::transfer_cmd::preset(a, &dir, cancel);
     }
     let (dir, mut rec, mut plan, receiver) = open_plan(a)?;
+    let what = format!(
+        "sweep {}: {} points x {} rounds, results in {}",
+        plan.preset.name,
+        plan.points.len(),
+        plan.schedule.rounds,
+        dir.display()
+    );
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     crate::cli::check_outputs([("--out", Some(dir.join("results.json").as_path()))])?;
     rec.cancel = cancel.clone();
     attach_receiver(a, &mut rec, &mut plan, receiver)?;
@@ -118,7 +131,7 @@ impl Receiver {
 /// The sweep to run: resumed from `--resume DIR`'s results, or new from the preset; its
 /// directory (made only once the profile and agent flags are known to be good), the recorder
 /// that writes there, and the receiver.
-fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPlan, Receiver)> {
+fn open_plan(a: &SweepArgs) -> anyhow::Result<(OutDir, Recorder, rows::SweepPlan, Receiver)> {
     if let Some(dir) = &a.resume {
         let path = dir.join("results.json");
         let results = rows::load(&path)
@@ -128,7 +141,7 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(PathBuf, Recorder, rows::SweepPla
             .with_context(|| format!("cannot resume from {}", path.display()))?;
         let receiver = Receiver::of(a, &plan)?;
         let rec = Recorder::with_results(results, Some(path), Some(dir.join("results.csv")));
-        return Ok((dir.clone(), rec, plan, receiver));
+        return Ok((OutDir::existing(dir), rec, plan, receiver));
     }
     let overrides = Overrides {
         duration: a.duration,
@@ -296,30 +309,73 @@ fn print_recommendation(a: &analysis::Analysis) {
 }
 
 /// The sweep's directory: `--out`, or a new timestamped one under `sendpath-results/` (with a
-/// `latest` link). Refuses a directory that already holds results.
-pub(crate) fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<PathBuf> {
-    let dir = match out {
-        Some(d) => d.to_path_buf(),
+/// `latest` link). Refuses a directory that already holds results. A directory this made is
+/// removed again when the sweep leaves it empty (a refusal after it was made), and with
+/// `--dry-run` none is made.
+pub(crate) fn out_dir(out: Option<&Path>, preset: &str) -> anyhow::Result<OutDir> {
+    let (path, latest) = match out {
+        Some(d) => (d.to_path_buf(), None),
         None => {
             let base = PathBuf::from("sendpath-results");
             let d = base.join(format!("{preset}-{}", timestamp()));
-            std::fs::create_dir_all(&d)
-                .with_context(|| format!("cannot create {}", d.display()))?;
-            let latest = base.join("latest");
-            let _ = std::fs::remove_file(&latest);
-            let _ = std::os::unix::fs::symlink(d.file_name().expect("dir name"), &latest);
-            d
+            (d, Some(base.join("latest")))
         }
     };
-    if dir.join("results.json").exists() {
+    if path.join("results.json").exists() {
         bail!(
             "{} already holds results; continue it with --resume {} or choose another --out",
-            dir.display(),
-            dir.display()
+            path.display(),
+            path.display()
         );
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
+    let made = !path.exists() && !crate::cli::is_dry_run();
+    if made {
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+    }
+    if let (Some(l), true) = (&latest, made) {
+        let _ = std::fs::remove_file(l);
+        let _ = std::os::unix::fs::symlink(path.file_name().expect("dir name"), l);
+    }
+    Ok(OutDir { path, made, latest })
+}
+
+/// A sweep's output directory (see [`out_dir`]).
+pub(crate) struct OutDir {
+    path: PathBuf,
+    /// This run made it.
+    made: bool,
+    /// The `latest` link made to it.
+    latest: Option<PathBuf>,
+}
+
+impl OutDir {
+    /// A directory that is there already (a resumed sweep's), never removed.
+    fn existing(path: &Path) -> OutDir {
+        OutDir {
+            path: path.to_path_buf(),
+            made: false,
+            latest: None,
+        }
+    }
+}
+
+impl std::ops::Deref for OutDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for OutDir {
+    /// Removes the directory this run made if nothing was written to it (and its `latest`).
+    fn drop(&mut self) {
+        if self.made && std::fs::remove_dir(&self.path).is_ok() {
+            if let Some(l) = &self.latest {
+                let _ = std::fs::remove_file(l);
+            }
+        }
+    }
 }
 
 pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
@@ -328,11 +384,17 @@ pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .unwrap_or_else(|| a.results.parent().unwrap_or(Path::new(".")));
     if let Some(h) = http_study::load_http(&a.results)? {
+        if let Some(done) = crate::cli::dry_run(format!("report into {}", out.display())) {
+            return Ok(done);
+        }
         http_study::write_http(out, &h)?;
         println!("wrote {}/summary.md and report.html", out.display());
         return Ok(ExitCode::SUCCESS);
     }
     let r = rows::load(&a.results)?;
+    if let Some(done) = crate::cli::dry_run(format!("report into {}", out.display())) {
+        return Ok(done);
+    }
     rows::write(out, &r)?;
     println!("wrote {}/summary.md and report.html", out.display());
     Ok(ExitCode::SUCCESS)

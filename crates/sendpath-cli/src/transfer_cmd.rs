@@ -24,9 +24,21 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
     };
     // Before the namespace is made: a name the kernel lacks leaves nothing behind.
     crate::cli::check_congestion(a.congestion.as_deref(), a.remote.agent.is_none())?;
+    crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
+    let methods = Method::list(&a.strategy, &a.chunk)?;
+    let agent = a.remote.target()?;
+    let what = format!(
+        "transfer: {} method(s) x {} cache state(s), {} round(s)",
+        methods.len(),
+        a.cache.len(),
+        a.repeat
+    );
+    if let Some(done) = crate::cli::dry_run(what) {
+        return Ok(done);
+    }
     let cfg = TransferConfig {
         sizes: a.sizes.clone().unwrap_or_else(|| STUDY_SIZES.to_vec()),
-        methods: Method::list(&a.strategy, &a.chunk)?,
+        methods,
         caches: a.cache.clone(),
         sink,
         recv_size: a.recv_size,
@@ -34,11 +46,10 @@ pub(crate) fn run(a: &TransferArgs, cancel: &Cancel) -> anyhow::Result<ExitCode>
         seed: a.seed.unwrap_or_else(fresh_seed),
         cpus: a.cpu,
         timeout: a.timeout,
-        agent: a.remote.target()?,
+        agent,
         netns: a.topology.create(a.remote.agent.is_some(), false)?,
         congestion: a.congestion.clone(),
     };
-    crate::cli::check_outputs([("--json", a.json.as_deref()), ("--csv", a.csv.as_deref())])?;
     let r = measure(&cfg, cancel)?;
     if let Some(p) = &a.json {
         crate::http_cmd::write_json(p, &r.0)?;

@@ -110,3 +110,10 @@ mod test_support {
         println!("skipped: {reason}");
     }
 }
+
+/// The Rust in README.md and docs/usage.md, compiled as doctests so it cannot drift from the
+/// API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/usage.md")]
+struct DocsCompile;

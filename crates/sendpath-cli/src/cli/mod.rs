@@ -24,6 +24,32 @@ use std::time::Duration;
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Check the flags and settings (sizes against the protocol, outputs, profiles, tokens,
+    /// memory) and say what would run, measuring nothing: no namespace, server or file is
+    /// made.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
+}
+
+/// `--dry-run`, set once from the flags.
+static DRY_RUN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn set_dry_run(on: bool) {
+    DRY_RUN.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `--dry-run` was given.
+pub(crate) fn is_dry_run() -> bool {
+    DRY_RUN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// With `--dry-run`, the point where a command's checks end: says what would run and ends
+/// the command (`Some(success)`); else `None`, and the command goes on.
+pub(crate) fn dry_run(what: impl std::fmt::Display) -> Option<std::process::ExitCode> {
+    DRY_RUN.load(std::sync::atomic::Ordering::Relaxed).then(|| {
+        println!("dry run: the checks passed; would run {what}");
+        std::process::ExitCode::SUCCESS
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,9 +201,10 @@ pub(crate) struct TransferArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct CalibrateArgs {
-    /// Message sizes to measure, comma-separated.
-    #[arg(long, short = 'l', default_value = "256,1K,4K,16K,64K,256K,1M", value_parser = message_sizes)]
-    pub sizes: std::vec::Vec<usize>,
+    /// Message sizes to measure, comma-separated (default: 256,1K,4K,16K,64K,256K,1M over TCP;
+    /// 256,1K,4K,16K,64000 over UDP, whose datagrams carry at most 65507 bytes).
+    #[arg(long, short = 'l', value_parser = message_sizes)]
+    pub sizes: Option<std::vec::Vec<usize>>,
     /// Rounds: each measures every size with every path, in a shuffled order.
     #[arg(long, short = 'n', default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
@@ -338,8 +365,14 @@ pub(crate) fn check_outputs<'a>(
     let mut seen: Vec<(&str, std::path::PathBuf)> = Vec::new();
     for (flag, path) in outputs {
         let Some(p) = path else { continue };
-        sendpath_lab::export::check_writable(p)
-            .with_context(|| format!("{flag} {}", p.display()))?;
+        // A dry run makes no directory, so a file in one still to be made is not checked.
+        let unmade = p
+            .parent()
+            .is_some_and(|d| !d.as_os_str().is_empty() && !d.exists());
+        if !(is_dry_run() && unmade) {
+            sendpath_lab::export::check_writable(p)
+                .with_context(|| format!("{flag} {}", p.display()))?;
+        }
         let here = same_file_key(p);
         if let Some((other, _)) = seen.iter().find(|(_, k)| *k == here) {
             anyhow::bail!(
