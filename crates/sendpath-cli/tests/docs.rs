@@ -95,7 +95,11 @@ fn fixtures(dir: &Path) {
     std::fs::copy(sweep.join("results.json"), dir.join("results.json")).unwrap();
     std::fs::create_dir(dir.join("DIR")).unwrap();
     let http = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/previous-main");
-    std::fs::copy(http.join("http-results.json"), dir.join("DIR/http-results.json")).unwrap();
+    std::fs::copy(
+        http.join("http-results.json"),
+        dir.join("DIR/http-results.json"),
+    )
+    .unwrap();
 }
 
 #[test]

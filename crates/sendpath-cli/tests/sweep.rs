@@ -505,3 +505,33 @@ fn resume_refuses_flags_that_would_change_the_sweep() {
         fails_with(&args, &["cannot be used with", long]);
     }
 }
+
+/// A sweep refused after its directory was chosen (here: a normal user asking for the
+/// black-hole preset, which needs root) leaves no directory behind (before: an empty one).
+#[test]
+fn a_refused_sweep_leaves_no_directory() {
+    if sendpath_host::thread::euid() != 0
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        return common::skip("needs root and setpriv, to run the sweep as a normal user");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut perm = std::fs::metadata(dir.path()).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o777);
+    std::fs::set_permissions(dir.path(), perm).unwrap();
+    let out = dir.path().join("udp");
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args(["sweep", "-p", "udp-zerocopy", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("needs root"), "{e}");
+    assert!(!out.exists(), "the refused sweep left {}", out.display());
+}
