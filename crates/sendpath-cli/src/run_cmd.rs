@@ -275,8 +275,24 @@ fn check_udp(a: &StreamArgs) -> anyhow::Result<()> {
         if last < HEADER {
             bail!("--size {size} with datagrams of {seg} bytes leaves a datagram of {last} bytes: each must hold its {HEADER}-byte sequence number");
         }
+        check_segments(size, a.gso)?;
     }
     Ok(())
+}
+
+/// Refuses a `--gso` send cut into more datagrams than the kernel takes in one send.
+fn check_segments(size: usize, gso: Option<u16>) -> anyhow::Result<()> {
+    let Some(seg) = gso.map(usize::from) else {
+        return Ok(());
+    };
+    let n = size.div_ceil(seg);
+    match sendpath_lab::traffic::datagram::max_gso_segments() {
+        Some(most) if n > most => bail!(
+            "--gso {seg} with --size {size}: {n} datagrams per send, and this kernel cuts one send into at most {most} (UDP_MAX_SEGMENTS): give --gso {} or more, or a smaller --size",
+            size.div_ceil(most)
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses `--connections` above 1 with what cannot share a ring (a size mix, fresh buffers,

@@ -487,3 +487,20 @@ fn probe_shows_which_routes_copy_zero_copy_sends() {
         "{routes:?}"
     );
 }
+
+/// A `--gso` send cut into more datagrams than the kernel takes in one send is refused before
+/// anything runs, with the smallest segment that fits (before: passed, then the first send
+/// failed with a bare "Invalid argument (os error 22)").
+#[test]
+fn too_many_gso_segments_are_refused_up_front() {
+    common::fails_with(
+        &[
+            "stream", "--proto", "udp", "--gso", "8", "-l", "64000", "-t", "200ms",
+        ],
+        &[
+            "--gso 8 with --size 64000: 8000 datagrams per send",
+            "UDP_MAX_SEGMENTS",
+            "give --gso",
+        ],
+    );
+}

@@ -54,6 +54,25 @@ pub fn segments(len: usize, seg: usize) -> u64 {
     len.div_ceil(seg.max(1)) as u64
 }
 
+/// The most datagrams this kernel cuts one `UDP_SEGMENT` send into (`UDP_MAX_SEGMENTS`: 64
+/// on older kernels, 128 on newer), found by sending 64, 128 and 256 small segments to a
+/// socket of this process on loopback; `None` when that cannot be done here.
+pub fn max_gso_segments() -> Option<usize> {
+    use std::os::fd::AsFd;
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+    tx.connect(rx.local_addr().ok()?).ok()?;
+    sendpath_host::socket::set_udp_segment(tx.as_fd(), HEADER as u16).ok()?;
+    let mut most = None;
+    for n in [64, 128, 256] {
+        if tx.send(&vec![0u8; n * HEADER]).is_err() {
+            break;
+        }
+        most = Some(n);
+    }
+    most
+}
+
 /// Writes the sequence numbers of the datagrams `buf` is cut into (`seg` bytes each), from
 /// `first`; with `fill`, the pattern after each header. Returns the number of datagrams.
 /// Segments shorter than the header get the header's first bytes only (plans refuse them).
