@@ -1017,11 +1017,11 @@ fn the_first_interrupt_stops_a_run_stuck_on_a_stalled_receiver() {
 }
 
 /// Without a signal too: a run whose receiver stops reading ends by itself a few seconds after
-/// its window, the repeat recorded as cut short with the reason, for a blocking path (its send
-/// timeout) and for io_uring (its connections shut down).
+/// its window, the repeat recorded as cut short with the reason in one vocabulary, for blocking
+/// paths (their send timeout), io_uring and MSG_ZEROCOPY (their connections shut down).
 #[test]
 fn a_stalled_receiver_cannot_hold_a_run() {
-    for path in ["copy", "uring"] {
+    for path in ["copy", "sendfile", "uring", "msg-zerocopy"] {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let held = std::thread::spawn(move || {
@@ -1059,18 +1059,20 @@ fn a_stalled_receiver_cannot_hold_a_run() {
             Some(137),
             "{path}: killed by the timeout: {e}"
         );
-        // The window was measured and the run ends normally. io_uring's sends take no send
-        // timeout: its repeat is cut short, with the reason. A blocking send's timeout may
-        // find the kernel took a last part of the message (a short send), and end cleanly.
+        // The window was measured and the run ends normally, its repeat cut short and told
+        // alike for every path, from TCP's own counters (before: a blocking path whose send
+        // timeout found a short send said nothing, and every row said the bytes arrived).
         let o = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{path}: {o}\n{e}");
         let all = format!("{o}{e}");
-        if path == "uring" || all.contains("cut short") {
-            assert!(
-                all.contains("cut short") && all.contains("no progress"),
-                "{path}: {all}"
-            );
-        }
+        assert!(
+            all.contains("1 window(s) cut short: no progress for ")
+                && all.contains(
+                    ": the receiver stopped taking bytes (it advertised a TCP receive window of 0"
+                ),
+            "{path}: {all}"
+        );
+        assert!(!all.contains("arrived"), "{path}: {all}");
         drop(held);
     }
 }

@@ -300,11 +300,53 @@ fn a_link_too_slow_for_the_window_ends_the_repeat_cut_short_with_the_reason() {
     let o = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{o}\n{e}");
     let all = format!("{o}{e}");
+    // Told as what TCP saw: a receiver whose window stayed open behind a slow link (before:
+    // "the receiver stopped taking bytes", as for a receiver that stopped reading).
     assert!(
-        all.contains("cut short") && (all.contains("no progress") || all.contains("still reading")),
+        all.contains("cut short: no progress for ")
+            && all.contains(": the link carries less than one message in the window (the senders had bytes to send and the receiver's TCP window was open)"),
         "{all}"
     );
     assert!(!namespaces().contains(&ours), "{}", namespaces());
+}
+
+/// UDP over a link far slower than the sender: the datagrams the link's queue dropped are told
+/// as lost on the way, since the receiving socket dropped none (before: "the receiver did not
+/// keep up", with 0 socket drops).
+#[test]
+fn datagrams_a_slow_link_drops_are_not_blamed_on_the_receiver() {
+    if let Err(reason) = can_create_netns() {
+        common::skip(&reason);
+        return;
+    }
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60"])
+        .arg(assert_cmd::cargo::cargo_bin("sendpath"))
+        .args([
+            "stream",
+            "--proto",
+            "udp",
+            "-l",
+            "1400",
+            "--topology",
+            "netns",
+        ])
+        .args(["--rate", "8kbit", "-t", "1s", "-n", "1", "--warmup", "0"])
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains(
+            "datagrams were lost (none dropped by the receiving socket: they were lost on the way"
+        ),
+        "{all}"
+    );
+    assert!(!all.contains("keep up"), "{all}");
 }
 
 /// With more connections than the open-files limit leaves room to duplicate (so the run has

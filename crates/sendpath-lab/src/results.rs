@@ -321,6 +321,10 @@ pub struct TcpWindow {
     /// (`tcpi_rwnd_limited`, what `ss -ti` prints as `rwnd_limited`).
     #[serde(default)]
     pub rwnd_limited_us: u64,
+    /// Connections whose receiver advertised a receive window of 0 at the window's end
+    /// (`tcpi_snd_wnd` of `TCP_INFO`): receivers that stopped reading. Null when not read.
+    #[serde(default)]
+    pub zero_window_connections: Option<u64>,
 }
 
 impl TcpWindow {
@@ -1070,11 +1074,17 @@ impl Row {
             return out;
         };
         if let Some(lost) = d.lost.filter(|l| *l * 100 > d.sent) {
+            // Where they were lost, as far as the receiving socket's drop counter tells it.
+            let where_ = match d.receiver_drops {
+                Some(0) => "none dropped by the receiving socket: they were lost on the way (the link's rate or a queue before the receiver)".to_string(),
+                Some(n) if n >= lost => format!("{n} dropped by the receiving socket: the receiver did not keep up"),
+                Some(n) => format!("{n} dropped by the receiving socket (the receiver did not keep up), the rest lost on the way"),
+                None => "the receiving socket's drops were not read: lost on the way or by a receiver that did not keep up".into(),
+            };
             out.push(format!(
-                "{:.1}% of {} datagrams were lost ({} dropped by the receiving socket): the receiver did not keep up, and the throughput counts only what arrived",
+                "{:.1}% of {} datagrams were lost ({where_}); the throughput counts only what arrived",
                 lost as f64 * 100.0 / d.sent as f64,
                 d.sent,
-                d.receiver_drops.map_or("?".into(), |x| x.to_string())
             ));
         }
         out
@@ -1133,11 +1143,11 @@ impl Row {
         let short = self
             .repeats
             .iter()
-            .filter(|r| r.bytes < self.size_bytes as u64)
+            .filter(|r| r.bytes < self.size_bytes as u64 && r.cut_short.is_none())
             .count();
         if short > 0 && self.workload == Workload::Stream && self.size_mix.is_none() {
             out.push(format!(
-                "{short} window(s) moved less than one {} message, so their throughput reads near 0 though the bytes arrived: raise --duration",
+                "{short} window(s) moved less than one {} message, so their throughput is coarse (a message counts only once whole): raise --duration",
                 crate::units::fmt_size(self.size_bytes)
             ));
         }
@@ -1236,6 +1246,7 @@ mod tests {
             connection_retrans_segs: retrans,
             busy_us: 100_000,
             rwnd_limited_us: rwnd_ms * 1000,
+            zero_window_connections: Some(0),
         };
         let mut r = Row {
             threads: 1,
@@ -1447,5 +1458,57 @@ mod tests {
             "{:?}",
             r.warnings
         );
+        // A window cut short is told once, as a stall; the other is short of a message, and
+        // neither claims the bytes arrived (before: "though the bytes arrived" on every one).
+        let all = r.warnings.join("\n");
+        assert!(
+            all.contains("1 window(s) moved less than one 1GiB"),
+            "{all}"
+        );
+        assert!(!all.contains("arrived"), "{all}");
+    }
+
+    #[test]
+    fn lost_datagrams_are_placed_where_the_receivers_drops_put_them() {
+        let told = |drops: Option<u64>| {
+            let mut r = Row::default();
+            r.repeats.push(Repeat {
+                datagrams: Some(Datagrams {
+                    sent: 1000,
+                    received: Some(400),
+                    lost: Some(600),
+                    reordered: Some(0),
+                    receiver_drops: drops,
+                }),
+                ..Default::default()
+            });
+            r.summarise();
+            r.warnings
+                .into_iter()
+                .find(|w| w.contains("datagrams were lost"))
+                .unwrap_or_default()
+        };
+        // None dropped by the socket: not the receiver (before: "did not keep up" with 0).
+        let w = told(Some(0));
+        assert!(
+            w.starts_with("60.0% of 1000 datagrams were lost (none dropped"),
+            "{w}"
+        );
+        assert!(
+            w.contains("lost on the way") && !w.contains("keep up"),
+            "{w}"
+        );
+        let w = told(Some(600));
+        assert!(
+            w.contains("600 dropped by the receiving socket: the receiver did not keep up"),
+            "{w}"
+        );
+        let w = told(Some(100));
+        assert!(
+            w.contains("100 dropped") && w.contains("the rest lost on the way"),
+            "{w}"
+        );
+        let w = told(None);
+        assert!(w.contains("not read"), "{w}");
     }
 }

@@ -322,8 +322,8 @@ impl TopologyArgs {
             i.receiver_addr,
             i.sender_addr,
             i.rate_bits_per_s.map_or(String::new(), |r| format!(
-                ", rate {:.3} Gbit/s (htb, burst {} B)",
-                r as f64 / 1e9,
+                ", rate {} (htb, burst {} B)",
+                tc_rate(r),
                 i.burst_bytes.unwrap_or(0)
             )),
             i.mtu.map_or(String::new(), |m| format!(", MTU {m}"))
@@ -409,4 +409,26 @@ pub(crate) struct SinkArgs {
     /// Bytes asked for per read.
     #[arg(long, default_value = "128K", value_parser = recv_size)]
     pub recv_size: usize,
+}
+
+/// A rate in bits per second as tc(8) writes one: 8kbit, 1.5Mbit, 10Gbit.
+fn tc_rate(bits_per_s: u64) -> String {
+    let (v, unit) = match bits_per_s {
+        r if r >= 1_000_000_000 => (r as f64 / 1e9, "Gbit"),
+        r if r >= 1_000_000 => (r as f64 / 1e6, "Mbit"),
+        r if r >= 1_000 => (r as f64 / 1e3, "kbit"),
+        r => (r as f64, "bit"),
+    };
+    format!("{}{unit}", (v * 1000.0).round() / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rates_are_written_as_tc_writes_them() {
+        assert_eq!(super::tc_rate(8_000), "8kbit");
+        assert_eq!(super::tc_rate(1_500_000), "1.5Mbit");
+        assert_eq!(super::tc_rate(10_000_000_000), "10Gbit");
+        assert_eq!(super::tc_rate(999), "999bit");
+    }
 }

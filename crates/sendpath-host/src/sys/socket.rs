@@ -34,6 +34,12 @@ pub fn set_udp_segment(fd: BorrowedFd<'_>, seg: u16) -> io::Result<()> {
 /// `getsockopt(fd, level, name)` into a `T` (a plain C struct or array that any bytes are a
 /// valid value of); the bytes the kernel did not write stay zero. See getsockopt(2).
 fn get_opt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<T> {
+    get_opt_len(fd, level, name).map(|(v, _)| v)
+}
+
+/// [`get_opt`], and how many bytes of the value the kernel wrote (an older kernel writes a
+/// shorter `tcp_info`).
+fn get_opt_len<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<(T, usize)> {
     // SAFETY: `T` is only instantiated below with C structs and integer arrays, for which the
     // all-zero value is valid; the kernel writes at most `len` bytes into it.
     let mut v: T = unsafe { std::mem::zeroed() };
@@ -48,7 +54,7 @@ fn get_opt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<T> 
             &mut len,
         )
     };
-    cvt(ret).map(|_| v)
+    cvt(ret).map(|_| (v, len as usize))
 }
 
 /// Counters of a TCP socket since it was opened, from `TCP_INFO` (what `ss -ti` prints).
@@ -60,14 +66,20 @@ pub struct TcpCounters {
     pub busy_us: u64,
     /// Microseconds of those held back by the peer's receive window (`tcpi_rwnd_limited`).
     pub rwnd_limited_us: u64,
+    /// Sockets whose peer advertises a receive window of 0 now (`tcpi_snd_wnd`): a receiver
+    /// that stopped reading. `None` when the kernel does not report it (before Linux 5.4).
+    pub zero_window: Option<u64>,
 }
 
 /// This TCP socket's [`TcpCounters`]. See tcp(7).
 pub fn tcp_counters(fd: BorrowedFd<'_>) -> io::Result<TcpCounters> {
-    get_opt::<libc::tcp_info>(fd, libc::IPPROTO_TCP, libc::TCP_INFO).map(|i| TcpCounters {
+    let (i, len) = get_opt_len::<libc::tcp_info>(fd, libc::IPPROTO_TCP, libc::TCP_INFO)?;
+    let has_snd_wnd = len >= std::mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + 4;
+    Ok(TcpCounters {
         retrans_segs: u64::from(i.tcpi_total_retrans),
         busy_us: i.tcpi_busy_time,
         rwnd_limited_us: i.tcpi_rwnd_limited,
+        zero_window: has_snd_wnd.then_some(u64::from(i.tcpi_snd_wnd == 0)),
     })
 }
 

@@ -2,6 +2,7 @@
 //! the receivers that cannot drain in time have their reads ended, and what arrived is checked
 //! against what was sent.
 
+use super::stall::Stall;
 use super::{Peer, Shared, GRACE};
 use crate::results::Integrity;
 use anyhow::bail;
@@ -10,22 +11,20 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Why the senders stalled after the window, when they did: the run shut their connections
-/// down (`abandoned`), or a sender's send timeout ran out (that error is taken out of
-/// `first_err`: the window was measured, and the repeat goes on as cut short).
+/// How the senders stalled after the window, when they did: the run shut their connections
+/// down (`abandoned`), or a sender's send timeout (`limit`) ran out (that error is taken out
+/// of `first_err`: the window was measured, and the repeat goes on as cut short).
 pub(super) fn stalled_senders(
     abandoned: bool,
+    limit: Duration,
     first_err: &mut Option<anyhow::Error>,
-) -> Option<String> {
+) -> Option<Stall> {
     if abandoned {
         first_err.take();
-        return Some(format!(
-            "no progress {:?} after the window: the receiver stopped taking bytes, and the senders' connections were shut down",
-            2 * GRACE
-        ));
+        return Some(Stall::AfterWindow(2 * GRACE));
     }
-    let e = first_err.take_if(|e| crate::setting::timed_out(e))?;
-    Some(format!("{e:#}"))
+    first_err.take_if(|e| crate::setting::timed_out(e))?;
+    Some(Stall::Timeout(limit))
 }
 
 /// Whether every thread of `handles` ended within `d`.

@@ -2,6 +2,7 @@
 
 mod ending;
 mod sender;
+pub(crate) mod stall;
 mod tcp;
 mod tokio;
 pub mod udp;
@@ -20,6 +21,7 @@ use sender::{Finished, Sender};
 use sendpath::SendStats;
 use sendpath::{Options, Strategy};
 use sendpath_host::pattern::Verifier;
+use stall::Stall;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -272,6 +274,38 @@ struct Window {
     remote: Option<(RemoteSample, RemoteSample)>,
     /// TCP's counters over it, when every connection's were read.
     tcp: Option<TcpWindow>,
+    /// How long its end had gone without a byte moving (sampled every [`PROGRESS_SAMPLE`]).
+    idle_tail: Duration,
+}
+
+/// How often the window samples the bytes moved, to see a stall inside it.
+const PROGRESS_SAMPLE: Duration = Duration::from_millis(100);
+
+/// Sleeps out the window (until `pt.duration`, every sender finished, or Ctrl-C), sampling
+/// the bytes moved; whether it was not cancelled, and how long its end went without progress.
+fn sleep_window(
+    pt: &StreamPoint,
+    shared: &Shared,
+    ours: bool,
+    cancel: &Cancel,
+) -> (bool, Duration) {
+    let t0 = std::time::Instant::now();
+    let end = t0 + pt.duration;
+    let all_done = || shared.finished.count() == pt.threads;
+    let (mut last, mut moved_at) = (shared.bytes_now(ours), t0);
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end || all_done() {
+            return (true, now - moved_at);
+        }
+        if !cancel.sleep_unless((end - now).min(PROGRESS_SAMPLE), all_done) {
+            return (false, Duration::ZERO);
+        }
+        let b = shared.bytes_now(ours);
+        if b != last {
+            (last, moved_at) = (b, std::time::Instant::now());
+        }
+    }
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
@@ -440,8 +474,7 @@ fn measure_window(
         shared.per_conn_now(),
     );
     shared.measuring.store(true, Ordering::Relaxed);
-    let all_done = || shared.finished.count() == pt.threads;
-    let completed = cancel.sleep_unless(pt.duration, all_done);
+    let (completed, idle_tail) = sleep_window(pt, shared, ours, cancel);
     shared.measuring.store(false, Ordering::Relaxed);
     let (s1, b1, c1) = (
         Snapshot::take(hw, roles),
@@ -469,6 +502,7 @@ fn measure_window(
         fairness,
         remote,
         tcp,
+        idle_tail,
     };
     Ok((window, completed))
 }
@@ -480,9 +514,11 @@ struct Ended {
     integrity: Integrity,
     /// The senders' retransmissions over the connections' lifetime.
     lifetime_retrans: Option<u64>,
-    /// Why the repeat ended before every byte arrived (senders that stalled after the window,
-    /// receivers stopped), if it did.
-    cut_short: Option<String>,
+    /// How the senders stalled, if they did (a send's timeout, or still sending after the
+    /// window).
+    stall: Option<Stall>,
+    /// Why the receivers' reads were ended before every byte arrived, if they were.
+    drained: Option<String>,
     /// The window's messages' latencies, ns, merged over receivers (`--msg-latency`).
     latency: Option<hdrhistogram::Histogram<u64>>,
 }
@@ -501,7 +537,7 @@ fn join(
     // A send that stalled after the window (its timeout ran out, or the run shut its
     // connection down) leaves the window measured: the repeat is recorded as cut short, and
     // what the receivers then report (a reset, a short stream) follows from it.
-    let stalled = stalled_senders(abandoned, &mut first_err);
+    let stalled = stalled_senders(abandoned, stall_limit(pt), &mut first_err);
     let lifetime_retrans = TcpCounts::read(&threads.tx_dups, &[], false)
         .senders
         .map(|c| c.retrans_segs);
@@ -546,16 +582,28 @@ fn join(
     if let Some(e) = first_err {
         return Err(e);
     }
-    let cut_short = stalled.or(drained);
-    check_arrival(peer, shared, &mut integrity, cut_short.is_some())?;
+    let cut_short = stalled.is_some() || drained.is_some();
+    check_arrival(peer, shared, &mut integrity, cut_short)?;
     Ok(Ended {
         stats,
         note,
         integrity,
         lifetime_retrans,
-        cut_short,
+        stall: stalled,
+        drained,
         latency,
     })
+}
+
+/// Why a repeat ended before every byte arrived, told alike for every path: a window that
+/// moved no byte first (what the window measured), then a sender that stalled after it, then
+/// receivers whose reads were ended.
+fn cut_short(pt: &StreamPoint, w: &Window, ended: &Ended, repeat: &Repeat) -> Option<String> {
+    let stall = stall::in_window(pt.duration, w.bytes, w.idle_tail).or(ended.stall);
+    match stall {
+        Some(s) => Some(stall::told(s, repeat.tcp.as_ref())),
+        None => ended.drained.clone(),
+    }
 }
 
 /// The repeat a finished window records.
@@ -582,7 +630,7 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     repeat.file_resident_fraction = w.resident;
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.integrity = ended.integrity;
-    repeat.cut_short = ended.cut_short;
+    repeat.cut_short = cut_short(pt, &w, &ended, &repeat);
     if let Some(h) = &ended.latency {
         repeat.set_latency(h);
     }

@@ -453,8 +453,9 @@ fn stalled(e: anyhow::Error, limit: Duration) -> anyhow::Error {
     if !crate::setting::timed_out(&e) {
         return e;
     }
-    e.context(format!(
-        "no progress for {limit:?}: the receiver stopped taking bytes, or the link carries less than one message in the window; the window was abandoned"
+    e.context(super::stall::told(
+        super::stall::Stall::Timeout(limit),
+        None,
     ))
 }
 

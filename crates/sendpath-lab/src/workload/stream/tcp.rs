@@ -28,14 +28,21 @@ impl TcpCounts {
         let senders = tx
             .iter()
             .map(|s| sendpath_host::socket::tcp_counters(s.as_fd()).ok())
-            .try_fold(sendpath_host::socket::TcpCounters::default(), |a, c| {
-                let c = c?;
-                Some(sendpath_host::socket::TcpCounters {
-                    retrans_segs: a.retrans_segs + c.retrans_segs,
-                    busy_us: a.busy_us + c.busy_us,
-                    rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
-                })
-            });
+            .try_fold(
+                sendpath_host::socket::TcpCounters {
+                    zero_window: Some(0),
+                    ..Default::default()
+                },
+                |a, c| {
+                    let c = c?;
+                    Some(sendpath_host::socket::TcpCounters {
+                        retrans_segs: a.retrans_segs + c.retrans_segs,
+                        busy_us: a.busy_us + c.busy_us,
+                        rwnd_limited_us: a.rwnd_limited_us + c.rwnd_limited_us,
+                        zero_window: a.zero_window.zip(c.zero_window).map(|(a, c)| a + c),
+                    })
+                },
+            );
         let drops = if ours && !rx.is_empty() {
             rx.iter()
                 .map(|s| {
@@ -63,6 +70,8 @@ impl TcpCounts {
             connection_retrans_segs: retrans_segs,
             busy_us: a.busy_us.saturating_sub(b.busy_us),
             rwnd_limited_us: a.rwnd_limited_us.saturating_sub(b.rwnd_limited_us),
+            // A state at the window's end, not a count over it.
+            zero_window_connections: a.zero_window,
         })
     }
 }

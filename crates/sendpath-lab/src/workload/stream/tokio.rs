@@ -38,8 +38,9 @@ async fn bounded<T>(
 ) -> anyhow::Result<T> {
     match tokio::time::timeout(limit, fut).await {
         Ok(r) => r,
-        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
-            .context("no progress within the stall limit"),
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::WouldBlock)).context(
+            super::stall::told(super::stall::Stall::Timeout(limit), None),
+        ),
     }
 }
 
