@@ -11,23 +11,48 @@ use sendpath_lab::study::sweep::{fresh_seed, Recorder};
 use sendpath_lab::units::fmt_size;
 use std::process::ExitCode;
 
-pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+/// Where the profile goes, its directory made as saving it would (~/.config/sendpath, say;
+/// not under --dry-run).
+fn profile_path(a: &CalibrateArgs) -> anyhow::Result<std::path::PathBuf> {
     let out = match a.out.clone().or_else(Profile::active_path) {
         Some(p) => p,
         None => bail!("no place for the profile: give --out FILE, or set SENDPATH_PROFILE or HOME"),
     };
-    let out_flag = out_flag_name(a);
-    // The profile's directory is made as saving it would (~/.config/sendpath, say).
     let parent = out.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = parent.filter(|d| !crate::cli::is_dry_run() || d.exists()) {
         std::fs::create_dir_all(dir).with_context(|| {
             format!(
-                "{out_flag} {}: cannot create {}",
+                "{} {}: cannot create {}",
+                out_flag_name(a),
                 out.display(),
                 dir.display()
             )
         })?;
     }
+    Ok(out)
+}
+
+/// Says what the calibration will measure, and how long it should take.
+fn announce(a: &CalibrateArgs, seed: u64) {
+    let windows = sizes(a).len() as u32 * Profile::TIER_PATHS.len() as u32 * a.repeat;
+    eprintln!(
+        "calibrate: {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
+        Profile::TIER_PATHS.map(|s| s.name()).join(", "),
+        sizes(a).len(),
+        a.repeat,
+        seed,
+        windows,
+        a.duration.as_secs_f64(),
+        f64::from(windows) * (a.duration + a.warmup).as_secs_f64() + f64::from(windows) * 0.05
+    );
+    if a.repeat < 5 {
+        eprintln!("note: fewer than 5 rounds: the tiers rest on very few paired windows");
+    }
+}
+
+pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode> {
+    let out = profile_path(a)?;
+    let out_flag = out_flag_name(a);
     crate::cli::check_outputs([
         (out_flag, Some(out.as_path())),
         ("--json", a.json.as_deref()),
@@ -56,20 +81,7 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         },
         command_line: std::env::args().collect(),
     };
-    let windows = sizes(a).len() as u32 * Profile::TIER_PATHS.len() as u32 * a.repeat;
-    eprintln!(
-        "calibrate: {} at {} sizes, {} rounds in a shuffled order (seed {}): {} windows of {:.1} s, about {:.0} s",
-        Profile::TIER_PATHS.map(|s| s.name()).join(", "),
-        sizes(a).len(),
-        a.repeat,
-        seed,
-        windows,
-        a.duration.as_secs_f64(),
-        f64::from(windows) * (a.duration + a.warmup).as_secs_f64() + f64::from(windows) * 0.05
-    );
-    if a.repeat < 5 {
-        eprintln!("note: fewer than 5 rounds: the tiers rest on very few paired windows");
-    }
+    announce(a, seed);
     // The windows are recorded as a run of rounds: the planned ones, then tie-break ones.
     let schedule = Schedule {
         rounds: a.repeat + a.tiebreak_rounds,

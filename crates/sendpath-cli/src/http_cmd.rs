@@ -259,6 +259,24 @@ pub(crate) fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::
     Ok(())
 }
 
+/// Says what the server study will measure, and where its results go.
+fn announce_study(cfg: &sendpath_lab::study::http::StudyConfig, dir: &std::path::Path) {
+    use sendpath_lab::study::http::LoadTool;
+    eprintln!(
+        "sweep http-server: {} servers x {} connection counts x {} bodies x {} rounds, closed loop with {} and {} open-loop rates: about {} windows of {:?} + {:?} warmup; results in {}",
+        cfg.servers.len(),
+        cfg.connections.len(),
+        cfg.bodies.len(),
+        cfg.rounds,
+        if cfg.load == LoadTool::Wrk { "wrk" } else { "http-load" },
+        cfg.open_loop.len(),
+        cfg.windows(),
+        cfg.duration,
+        cfg.warmup,
+        dir.display()
+    );
+}
+
 /// `sweep --preset http-server`: the server study, written to `dir` as http-results.json and
 /// summary.md (with the nginx configuration used).
 pub(crate) fn study(
@@ -266,7 +284,7 @@ pub(crate) fn study(
     dir: &std::path::Path,
     cancel: &Cancel,
 ) -> anyhow::Result<ExitCode> {
-    use sendpath_lab::study::http::{self as study, Host, LoadTool, PlanError, StudyRequest};
+    use sendpath_lab::study::http::{self as study, Host, PlanError, StudyRequest};
     crate::cli::check_outputs([("--out", Some(dir.join("http-results.json").as_path()))])?;
     let agent = a.remote.target()?;
     let host = Host::detect(agent.as_ref())?;
@@ -301,19 +319,7 @@ pub(crate) fn study(
     }
     raise_nofile(cfg.open_files())?;
     let windows = cfg.windows();
-    eprintln!(
-        "sweep http-server: {} servers x {} connection counts x {} bodies x {} rounds, closed loop with {} and {} open-loop rates: about {} windows of {:?} + {:?} warmup; results in {}",
-        cfg.servers.len(),
-        cfg.connections.len(),
-        cfg.bodies.len(),
-        cfg.rounds,
-        if cfg.load == LoadTool::Wrk { "wrk" } else { "http-load" },
-        cfg.open_loop.len(),
-        windows,
-        cfg.duration,
-        cfg.warmup,
-        dir.display()
-    );
+    announce_study(&cfg, dir);
     let done = std::cell::Cell::new(0usize);
     let r = study::run(&cfg, cancel, |m| {
         done.set(done.get() + 1);

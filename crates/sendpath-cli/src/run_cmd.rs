@@ -34,17 +34,7 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
     check_stream(a, &largest)?;
     let profile = crate::cli::load_profile(a.run.profile.as_deref(), &a.run.strategy)?;
     let agent = a.remote.target()?;
-    let r = &a.run;
-    let what = format!(
-        "stream: {} path(s) x {} size(s) x {} thread count(s) x {} runtime(s), {} round(s) of {:?}",
-        r.strategy.len(),
-        sizes.len(),
-        a.threads.len(),
-        a.runtime.len(),
-        r.repeat,
-        r.duration
-    );
-    if let Some(done) = crate::cli::dry_run(what) {
+    if let Some(done) = crate::cli::dry_run(stream_plan(a, sizes.len())) {
         return Ok(done);
     }
     let verify = a.run.recv == RecvMode::Verify;
@@ -106,6 +96,19 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
         profile,
         (topology, agent),
         cancel,
+    )
+}
+
+/// What a stream run would measure, in one line (--dry-run).
+fn stream_plan(a: &StreamArgs, sizes: usize) -> String {
+    let r = &a.run;
+    format!(
+        "stream: {} path(s) x {sizes} size(s) x {} thread count(s) x {} runtime(s), {} round(s) of {:?}",
+        r.strategy.len(),
+        a.threads.len(),
+        a.runtime.len(),
+        r.repeat,
+        r.duration
     )
 }
 

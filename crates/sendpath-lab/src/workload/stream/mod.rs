@@ -274,38 +274,8 @@ struct Window {
     remote: Option<(RemoteSample, RemoteSample)>,
     /// TCP's counters over it, when every connection's were read.
     tcp: Option<TcpWindow>,
-    /// How long its end had gone without a byte moving (sampled every [`PROGRESS_SAMPLE`]).
+    /// How long its end had gone without a byte moving (sampled every 100 ms).
     idle_tail: Duration,
-}
-
-/// How often the window samples the bytes moved, to see a stall inside it.
-const PROGRESS_SAMPLE: Duration = Duration::from_millis(100);
-
-/// Sleeps out the window (until `pt.duration`, every sender finished, or Ctrl-C), sampling
-/// the bytes moved; whether it was not cancelled, and how long its end went without progress.
-fn sleep_window(
-    pt: &StreamPoint,
-    shared: &Shared,
-    ours: bool,
-    cancel: &Cancel,
-) -> (bool, Duration) {
-    let t0 = std::time::Instant::now();
-    let end = t0 + pt.duration;
-    let all_done = || shared.finished.count() == pt.threads;
-    let (mut last, mut moved_at) = (shared.bytes_now(ours), t0);
-    loop {
-        let now = std::time::Instant::now();
-        if now >= end || all_done() {
-            return (true, now - moved_at);
-        }
-        if !cancel.sleep_unless((end - now).min(PROGRESS_SAMPLE), all_done) {
-            return (false, Duration::ZERO);
-        }
-        let b = shared.bytes_now(ours);
-        if b != last {
-            (last, moved_at) = (b, std::time::Instant::now());
-        }
-    }
 }
 
 /// Runs one repeat. `Ok(None)` means Ctrl-C cut it short (nothing to record).
@@ -474,7 +444,7 @@ fn measure_window(
         shared.per_conn_now(),
     );
     shared.measuring.store(true, Ordering::Relaxed);
-    let (completed, idle_tail) = sleep_window(pt, shared, ours, cancel);
+    let (completed, idle_tail) = stall::sleep_window(pt, shared, ours, cancel);
     shared.measuring.store(false, Ordering::Relaxed);
     let (s1, b1, c1) = (
         Snapshot::take(hw, roles),
@@ -595,17 +565,6 @@ fn join(
     })
 }
 
-/// Why a repeat ended before every byte arrived, told alike for every path: a window that
-/// moved no byte first (what the window measured), then a sender that stalled after it, then
-/// receivers whose reads were ended.
-fn cut_short(pt: &StreamPoint, w: &Window, ended: &Ended, repeat: &Repeat) -> Option<String> {
-    let stall = stall::in_window(pt.duration, w.bytes, w.idle_tail).or(ended.stall);
-    match stall {
-        Some(s) => Some(stall::told(s, repeat.tcp.as_ref())),
-        None => ended.drained.clone(),
-    }
-}
-
 /// The repeat a finished window records.
 fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> Outcome {
     let conns = pt.threads * pt.connections.max(1);
@@ -630,7 +589,7 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     repeat.file_resident_fraction = w.resident;
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.integrity = ended.integrity;
-    repeat.cut_short = cut_short(pt, &w, &ended, &repeat);
+    repeat.cut_short = stall::cut_short(pt, &w, &ended, &repeat);
     if let Some(h) = &ended.latency {
         repeat.set_latency(h);
     }

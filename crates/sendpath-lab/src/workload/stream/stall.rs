@@ -2,8 +2,10 @@
 //! window that moved no byte, a send that made no progress until its timeout, senders still
 //! sending after the window), why, as far as TCP's own counters tell it, and what the run did.
 
-use crate::results::TcpWindow;
-use std::time::Duration;
+use super::{Ended, Shared, StreamPoint, Window};
+use crate::cancel::Cancel;
+use crate::results::{Repeat, TcpWindow};
+use std::time::{Duration, Instant};
 
 /// How a repeat's senders stopped making progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +17,52 @@ pub(crate) enum Stall {
     /// The senders made no progress for this long after the window: their connections were
     /// shut down.
     AfterWindow(Duration),
+}
+
+/// How often the window samples the bytes moved, to see a stall inside it.
+const PROGRESS_SAMPLE: Duration = Duration::from_millis(100);
+
+/// Sleeps out the window (until `pt.duration`, every sender finished, or Ctrl-C), sampling
+/// the bytes moved; whether it was not cancelled, and how long its end went without progress.
+pub(super) fn sleep_window(
+    pt: &StreamPoint,
+    shared: &Shared,
+    ours: bool,
+    cancel: &Cancel,
+) -> (bool, Duration) {
+    let t0 = Instant::now();
+    let end = t0 + pt.duration;
+    let all_done = || shared.finished.count() == pt.threads;
+    let (mut last, mut moved_at) = (shared.bytes_now(ours), t0);
+    loop {
+        let now = Instant::now();
+        if now >= end || all_done() {
+            return (true, now - moved_at);
+        }
+        if !cancel.sleep_unless((end - now).min(PROGRESS_SAMPLE), all_done) {
+            return (false, Duration::ZERO);
+        }
+        let b = shared.bytes_now(ours);
+        if b != last {
+            (last, moved_at) = (b, Instant::now());
+        }
+    }
+}
+
+/// Why a repeat ended before every byte arrived, told alike for every path: a window that
+/// moved no byte first (what the window measured), then a sender that stalled after it, then
+/// receivers whose reads were ended.
+pub(super) fn cut_short(
+    pt: &StreamPoint,
+    w: &Window,
+    ended: &Ended,
+    repeat: &Repeat,
+) -> Option<String> {
+    let stall = in_window(pt.duration, w.bytes, w.idle_tail).or(ended.stall);
+    match stall {
+        Some(s) => Some(told(s, repeat.tcp.as_ref())),
+        None => ended.drained.clone(),
+    }
 }
 
 /// A stall inside a window of `window` that moved `moved` bytes, its end `idle_tail` without a
