@@ -603,6 +603,10 @@ pub struct Integrity {
     pub bytes_verified: u64,
     /// Bytes that differed.
     pub mismatches: u64,
+    /// Where the first of them was: its offset in its connection's stream (null when none
+    /// differed, or the receiver did not say).
+    #[serde(default)]
+    pub first_mismatch: Option<u64>,
 }
 
 /// The page cache state of a file path's source file.
@@ -1056,8 +1060,11 @@ impl Row {
             }
         }
         if self.integrity.mismatches > 0 {
+            let at = self.integrity.first_mismatch.map_or(String::new(), |o| {
+                format!(", the first at byte {o} of its connection's stream")
+            });
             self.warnings.push(format!(
-                "{} bytes arrived corrupted: this path is broken here",
+                "{} bytes arrived corrupted{at}: this path is broken here",
                 self.integrity.mismatches
             ));
         }
@@ -1202,6 +1209,7 @@ impl Row {
             }
             i.bytes_verified += r.integrity.bytes_verified;
             i.mismatches += r.integrity.mismatches;
+            i.first_mismatch = i.first_mismatch.or(r.integrity.first_mismatch);
         }
         z.copied_fraction = (known && known_completions > 0)
             .then(|| known_copied as f64 / known_completions as f64);
@@ -1466,6 +1474,29 @@ mod tests {
             "{all}"
         );
         assert!(!all.contains("arrived"), "{all}");
+    }
+
+    #[test]
+    fn corrupted_bytes_are_counted_over_repeats_and_the_first_is_placed() {
+        let mut r = Row::default();
+        for (bad, at) in [(0, None), (3, Some(4097)), (1, Some(9))] {
+            let mut rep = Repeat::default();
+            rep.integrity.mismatches = bad;
+            rep.integrity.first_mismatch = at;
+            r.repeats.push(rep);
+        }
+        r.summarise();
+        assert_eq!(
+            (r.integrity.mismatches, r.integrity.first_mismatch),
+            (4, Some(4097))
+        );
+        let all = r.warnings.join("\n");
+        assert!(
+            all.contains(
+                "4 bytes arrived corrupted, the first at byte 4097 of its connection's stream"
+            ),
+            "{all}"
+        );
     }
 
     #[test]

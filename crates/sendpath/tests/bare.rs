@@ -14,6 +14,11 @@ fn bare() -> Result<PathBuf, String> {
 }
 
 fn run(args: &[&str]) -> Option<Output> {
+    run_env(args, None)
+}
+
+/// [`run`] with one more environment variable.
+fn run_env(args: &[&str], env: Option<(&str, &str)>) -> Option<Output> {
     let b = match bare() {
         Ok(b) => b,
         Err(why) => {
@@ -21,7 +26,9 @@ fn run(args: &[&str]) -> Option<Output> {
             return None;
         }
     };
-    Some(Command::new(b).args(args).output().expect("bare runs"))
+    let mut c = Command::new(b);
+    c.args(args).envs(env);
+    Some(c.output().expect("bare runs"))
 }
 
 /// Sends per second from bare's line, after checking it succeeded.
@@ -57,7 +64,7 @@ fn every_path_sends_and_its_receiver_reads_every_byte() {
         "uring-splice",
     ];
     // Plain, and through the library's path in bare's loop (`--lib`): bare checks in both
-    // that its receiver read every byte sent.
+    // that its receiver read every byte sent and (`--verify`) that each is the byte written.
     for p in paths {
         for lib in [None, Some("--lib")] {
             let mut args = vec![
@@ -69,12 +76,40 @@ fn every_path_sends_and_its_receiver_reads_every_byte() {
                 "0.05",
                 "--file-size",
                 "1M",
+                "--verify",
             ];
             args.extend(lib);
             let Some(rate) = sends(&args) else { return };
             assert!(rate > 0.0, "{p} {lib:?} sent nothing");
         }
     }
+}
+
+/// The check above can fail: a receiver told to expect another byte than the one written
+/// ends the run, naming the offset, with a non-zero exit (`SENDPATH_BARE_EXPECT` is the byte
+/// the receiver checks for, a test hook).
+#[test]
+fn a_wrong_byte_fails_the_twins_receiver_naming_its_offset() {
+    let Some(out) = run_env(
+        &[
+            "copy",
+            "16K",
+            "--seconds",
+            "0.1",
+            "--warmup",
+            "0",
+            "--verify",
+        ],
+        Some(("SENDPATH_BARE_EXPECT", "0x5b")),
+    ) else {
+        return;
+    };
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains("the receiver failed: byte 0 of the stream is 0x5a where 0x5b was expected"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -85,6 +85,10 @@ fn every_memory_path_sends_batches_by_send_bufs_in_order() {
 
 #[test]
 fn msg_zerocopy_times_one_zero_copy_send_in_16() {
+    if !probe().msg_zerocopy.supported {
+        common::skip("MSG_ZEROCOPY unavailable");
+        return;
+    }
     let o = common::stream_as(
         Strategy::MsgZerocopy,
         4096,
@@ -96,7 +100,14 @@ fn msg_zerocopy_times_one_zero_copy_send_in_16() {
     );
     report("msg-zerocopy", &o);
     assert_intact(&o);
+    // Most of the 100 sends asked the kernel for zero-copy (before, a run where every one
+    // fell back checked 0 completions against 0).
     let zero_copy = o.stats.sends - o.stats.zerocopy.fallbacks.total();
+    assert!(
+        zero_copy >= 50 && o.stats.zerocopy.attempts == zero_copy,
+        "{zero_copy} zero-copy sends: {:?}",
+        o.stats.zerocopy
+    );
     assert_eq!(
         o.stats.zerocopy.completions, zero_copy,
         "every completion read"
@@ -440,6 +451,14 @@ fn uring_zc_fixed_buffers_are_byte_exact() {
     report("uring-zc fixed", &o);
     assert_intact(&o);
     assert_eq!(o.stats.zerocopy.completions, o.stats.zerocopy.attempts);
+    // Every SEND_ZC went from a registered buffer, and most sends were SEND_ZC (a few may
+    // go by copy under the in-flight cap): before, a run that registered none passed.
+    let z = &o.stats.zerocopy;
+    assert!(z.attempts >= 150, "{z:?}");
+    assert_eq!(
+        z.registered, z.attempts,
+        "every SEND_ZC from a registered buffer"
+    );
 }
 
 #[test]
@@ -565,6 +584,63 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
     let d = o.stats.decisions.unwrap();
     assert_eq!(d.backoffs, 0, "{d:?}");
     assert_eq!(d.zerocopy_sends + d.cap_copies + d.run_copies, 300, "{d:?}");
+}
+
+/// One connection whose adaptive sender moves between io_uring memory sends (SEND and
+/// SEND_ZC on its ring) and sendfile for file messages, back and forth: the stream is the
+/// pattern, byte for byte, in order (file ranges are taken at the stream's own offsets).
+#[test]
+fn adaptive_keeps_byte_order_between_its_ring_and_sendfile() {
+    use sendpath::{Msg, Profile, Tier};
+    use sendpath_host::pattern;
+    if !probe().io_uring.send_zc {
+        common::skip("io_uring SEND_ZC unavailable here");
+        return;
+    }
+    let tiers = [(0, Strategy::Uring), (32_000, Strategy::UringZc)]
+        .map(|(from_bytes, path)| Tier { from_bytes, path })
+        .to_vec();
+    let sizes: Vec<usize> = (0..240)
+        .map(|i| [700, 40_000, 5000, 100_000][i % 4] + i)
+        .collect();
+    let total: usize = sizes.iter().sum();
+    let opts = Options {
+        profile: Some(std::sync::Arc::new(
+            Profile::from_tiers(tiers, true).unwrap(),
+        )),
+        file: Some(common::pattern_file(total)),
+        // Every send decided on its own size (no run to wait for).
+        adaptive: sendpath::AdaptiveConfig {
+            run_min: 0,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    let (addr, rx) = common::receiver(NO_PAUSE);
+    let sock = std::net::TcpStream::connect(addr).unwrap();
+    let mut p = sendpath::open(Strategy::Adaptive, sock, &opts).unwrap();
+    let mut off = 0u64;
+    // Two memory messages, then one from the file, then one memory...: the ring's queued
+    // sends must be out before sendfile writes, and sendfile's bytes before the next send.
+    for (i, &len) in sizes.iter().enumerate() {
+        if i % 3 == 2 {
+            p.send(Msg::File { offset: off, len }).unwrap();
+        } else {
+            let mut b = p.take_buf(len);
+            pattern::fill(b.as_mut_slice(), off);
+            p.send_buf(b).unwrap();
+        }
+        off += len as u64;
+    }
+    p.finish(Duration::from_secs(5)).unwrap();
+    let s = p.stats().summary();
+    drop(p);
+    let v = rx.join().unwrap();
+    assert_eq!(v.bytes_verified(), off, "every byte arrived");
+    assert_eq!(v.first_mismatch, None, "in order");
+    assert_eq!((s.sends, s.bytes), (sizes.len() as u64, off));
+    // Both of the ring's ways were taken, not only the copy tier.
+    assert!(s.zerocopy.attempts > 0, "no SEND_ZC: {:?}", s.decisions);
 }
 
 #[test]

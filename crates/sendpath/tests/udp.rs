@@ -10,53 +10,160 @@ use std::time::Duration;
 
 const DATAGRAMS: usize = 40;
 const SIZE: usize = 1200;
+/// The paths that send a message's fields one system call or request each.
+const SPLIT: [Strategy; 3] = [Strategy::Copy, Strategy::Uring, Strategy::UringZc];
+
+/// Sends `DATAGRAMS` messages of `SIZE` bytes with `strategy` on a connected UDP socket, with
+/// `fields` every other one as three fields; what the receiver read (verified as one stream)
+/// and the datagram sizes, and the path's stats.
+fn send_datagrams(
+    strategy: Strategy,
+    opts: &Options,
+    fields: bool,
+) -> (Verifier, Vec<usize>, sendpath::SendStatsSummary) {
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.connect(rx.local_addr().unwrap()).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Verifier::new();
+        let mut sizes = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        // Until the bytes sent are in, or nothing more comes (a path that cut messages
+        // into more datagrams than sent still shows every byte).
+        while v.bytes_verified() < (DATAGRAMS * SIZE) as u64 {
+            let Ok(n) = rx.recv(&mut buf) else { break };
+            sizes.push(n);
+            v.check(&buf[..n]);
+        }
+        (v, sizes)
+    });
+    let mut p = open(strategy, tx, opts).unwrap();
+    for i in 0..DATAGRAMS {
+        let off = (i * SIZE) as u64;
+        let msg = if i % 2 == 0 || !fields {
+            let mut b = p.take_buf(SIZE);
+            pattern::fill(b.as_mut_slice(), off);
+            Msg::one(b)
+        } else {
+            let third = SIZE / 3;
+            let fields = (0..3)
+                .map(|k| {
+                    let mut b = p.take_buf(third);
+                    pattern::fill(b.as_mut_slice(), off + (k * third) as u64);
+                    b
+                })
+                .collect();
+            Msg::Fields(fields)
+        };
+        p.send(msg).unwrap();
+        // Paced, so that a receiver on a busy host never has its buffer overrun.
+        if i % 8 == 7 {
+            p.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    p.finish(Duration::from_secs(2)).unwrap();
+    let (v, sizes) = reader.join().unwrap();
+    (v, sizes, p.stats().summary())
+}
 
 #[test]
 fn memory_paths_send_datagrams_on_a_connected_udp_socket() {
-    // vmsplice is left out: its splice from a pipe may cut one message into several datagrams.
+    let p = sendpath::probe();
+    if !p.msg_zerocopy.supported || !p.io_uring.send_zc {
+        common::skip("MSG_ZEROCOPY or SEND_ZC unavailable: the zero-copy paths would copy");
+        return;
+    }
+    // adaptive twice: on the copy tier of the defaults, and on a zero-copy tier from the
+    // first byte.
+    let zc_tier = sendpath::Profile::from_tiers(
+        vec![sendpath::Tier {
+            from_bytes: 0,
+            path: Strategy::MsgZerocopy,
+        }],
+        true,
+    )
+    .unwrap();
+    let zc_opts = Options {
+        profile: Some(std::sync::Arc::new(zc_tier)),
+        adaptive: sendpath::AdaptiveConfig {
+            run_min: 0,
+            ..Default::default()
+        },
+        ..Options::default()
+    };
     let memory = Strategy::ALL
         .into_iter()
-        .filter(|s| s.source() == Source::Memory && *s != Strategy::Vmsplice);
-    for strategy in memory {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        tx.connect(rx.local_addr().unwrap()).unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut v = Verifier::new();
-            let mut sizes = Vec::new();
-            let mut buf = vec![0u8; 65536];
-            while sizes.len() < DATAGRAMS {
-                let n = rx.recv(&mut buf).expect("a datagram within 5 s");
-                sizes.push(n);
-                v.check(&buf[..n]);
-            }
-            (v, sizes)
-        });
-        let mut p = open(strategy, tx, &Options::default()).unwrap();
-        for i in 0..DATAGRAMS {
-            let mut b = p.take_buf(SIZE);
-            pattern::fill(b.as_mut_slice(), (i * SIZE) as u64);
-            p.send(Msg::one(b)).unwrap();
-            // Paced, so that a receiver on a busy host never has its buffer overrun.
-            if i % 8 == 7 {
-                p.flush().unwrap();
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        p.finish(Duration::from_secs(2)).unwrap();
-        let (v, sizes) = reader.join().unwrap();
+        .filter(|s| s.source() == Source::Memory && *s != Strategy::Vmsplice)
+        .map(|s| (s, Options::default()))
+        .chain([(Strategy::Adaptive, zc_opts)]);
+    for (strategy, opts) in memory {
+        // The paths that send one datagram per field take messages of one buffer (a message
+        // of several is refused: the next test).
+        let fields = !SPLIT.contains(&strategy);
+        let (v, sizes, s) = send_datagrams(strategy, &opts, fields);
         assert!(
-            sizes.iter().all(|&n| n == SIZE),
-            "{strategy}: each message is one datagram: {sizes:?}"
+            sizes.len() == DATAGRAMS && sizes.iter().all(|&n| n == SIZE),
+            "{strategy}: each message is one datagram, of one field or three: {sizes:?}"
         );
-        assert_eq!(v.mismatches, 0, "{strategy}");
+        assert_eq!(v.first_mismatch, None, "{strategy}");
         assert_eq!(v.bytes_verified(), (DATAGRAMS * SIZE) as u64, "{strategy}");
-        let s = p.stats().summary();
         assert_eq!(s.bytes, (DATAGRAMS * SIZE) as u64, "{strategy}");
         println!(
             "{strategy} over UDP: {DATAGRAMS} datagrams verified; zero-copy attempts {}, completions {}, copied {:?}",
             s.zerocopy.attempts, s.zerocopy.completions, s.copied_fraction
         );
+        // The zero-copy paths asked the kernel for zero-copy on every datagram (adaptive on
+        // its zero-copy tier too): a run that fell back to copy proves nothing of them.
+        let zero_copy = matches!(strategy, Strategy::MsgZerocopy | Strategy::UringZc)
+            || s.decisions.is_some_and(|d| d.zerocopy_sends > 0);
+        if zero_copy {
+            assert_eq!(
+                s.zerocopy.attempts, DATAGRAMS as u64,
+                "{strategy}: {:?}",
+                s.zerocopy
+            );
+            assert_eq!(s.zerocopy.completions, DATAGRAMS as u64, "{strategy}");
+        }
+    }
+}
+
+/// vmsplice on a UDP socket: its splice from a pipe may cut a message into several datagrams,
+/// but every byte arrives, in order.
+#[test]
+fn vmsplice_sends_every_byte_on_a_udp_socket_in_order() {
+    let (v, sizes, s) = send_datagrams(Strategy::Vmsplice, &Options::default(), true);
+    println!("vmsplice over UDP: datagrams of {sizes:?}");
+    assert_eq!(v.first_mismatch, None);
+    assert_eq!(v.bytes_verified(), (DATAGRAMS * SIZE) as u64, "{sizes:?}");
+    assert_eq!(s.bytes, (DATAGRAMS * SIZE) as u64);
+}
+
+/// A message of several fields on a UDP socket, from a path that would send each field as a
+/// datagram of its own, is refused saying what to do (before: it arrived as three datagrams).
+#[test]
+fn a_message_of_fields_a_path_would_cut_into_datagrams_is_refused() {
+    for strategy in SPLIT {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut p = open(strategy, tx, &Options::default()).unwrap();
+        let fields = (0..3).map(|_| p.take_buf(400)).collect();
+        let e = p.send(Msg::Fields(fields)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{strategy}");
+        let said = e.to_string();
+        assert!(
+            said.contains("several fields on a datagram socket") && said.contains("use gather"),
+            "{strategy}: {said}"
+        );
+        // One buffer still goes, as one datagram.
+        let b = p.take_buf(SIZE);
+        p.send(Msg::one(b)).unwrap();
+        p.finish(Duration::from_secs(2)).unwrap();
+        let mut buf = vec![0u8; 65536];
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(rx.recv(&mut buf).unwrap(), SIZE, "{strategy}");
     }
 }

@@ -75,7 +75,7 @@ fn report(
     mode: RecvMode,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let mut bad = 0;
+    let (mut bad, mut first_bad) = (0, None);
     let (mut failed, mut timed_out) = (0, 0);
     for h in handles {
         let (peer, el, bytes, v) = h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
@@ -84,10 +84,15 @@ fn report(
             Ok(v) => {
                 let check = if mode == RecvMode::Verify {
                     bad += v.mismatches;
+                    let at = v.first_mismatch.map(|o| {
+                        first_bad.get_or_insert((peer, o));
+                        format!(", the first at byte {o}")
+                    });
                     format!(
-                        ", verified {} bytes, {} mismatches",
+                        ", verified {} bytes, {} mismatches{}",
                         v.bytes_verified(),
-                        v.mismatches
+                        v.mismatches,
+                        at.unwrap_or_default()
                     )
                 } else {
                     String::new()
@@ -113,8 +118,8 @@ fn report(
     if failed > 0 {
         bail!("{failed} connection(s) ended with an error (see above)");
     }
-    if bad > 0 {
-        bail!("{bad} bytes did not match the pattern");
+    if let Some((peer, at)) = first_bad {
+        bail!("{bad} bytes did not match the pattern, the first at byte {at} of the stream from {peer}: the sender or the path corrupted them");
     }
     Ok(())
 }

@@ -75,7 +75,13 @@ impl LibPath {
                     ranges.clear();
                 } else {
                     for _ in 0..per_batch {
-                        batch.push(p.take_buf(a.size));
+                        let mut b = p.take_buf(a.size);
+                        // What the receiver checks under --verify (a program writes what it
+                        // sends; the speed run sends the pool's bytes as they are).
+                        if a.verify {
+                            b.as_mut_slice().fill(crate::route::BYTE);
+                        }
+                        batch.push(b);
                     }
                     p.send_bufs(&mut batch).map_err(io::Error::other)?;
                 }

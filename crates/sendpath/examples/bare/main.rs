@@ -6,12 +6,13 @@
 //! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
 //!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
 //!     [--fixed] [--fixed-file] [--pool] [--bufs 1] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
-//!     [--pipe-size N] [--gso SEG] [--mtu 65535]
+//!     [--pipe-size N] [--gso SEG] [--mtu 65535] [--verify]
 //! ```
 //!
 //! TCP (the default): a loopback connection whose receiver, a thread of this program (pinned to
 //! R), discards with `recv(MSG_TRUNC)` `--recv-size` bytes at a time, as `stream --recv
-//! discard` does. UDP: a namespace whose veth peer is down, a permanent neighbour; the device
+//! discard` does; with `--verify` it reads every byte out instead and checks it is the 0x5a
+//! every path writes (a wrong byte ends the run naming its offset). UDP: a namespace whose veth peer is down, a permanent neighbour; the device
 //! drops every frame at its queue, so nothing copies zero-copy pages (root). It sends for
 //! `--warmup` unmeasured, as sendpath does before a window, then for `--seconds`, and prints
 //! one line: bytes per second, sends per second, completions and how
@@ -66,7 +67,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -100,6 +101,8 @@ pub(crate) struct Args {
     pub(crate) pipe_size: usize,
     /// TCP congestion control of the sending end (`TCP_CONGESTION`); `None`: the host's.
     pub(crate) congestion: Option<String>,
+    /// `--verify`: the receiver reads every byte out and checks it is the byte written.
+    pub(crate) verify: bool,
 }
 
 /// A size with an optional K/M/G suffix (powers of 1024).
@@ -172,6 +175,7 @@ fn parse() -> Result<Args, String> {
         mtu: 65_535,
         cpu: None,
         recv_size: None,
+        verify: false,
         file_size: 64 << 20,
         pipe_size: 1 << 20,
         congestion: None,
@@ -195,6 +199,7 @@ fn parse() -> Result<Args, String> {
             "--pool" => a.pool = true,
             "--bufs" => a.bufs = num(it.next(), "--bufs")? as usize,
             "--lib" => a.lib = true,
+            "--verify" => a.verify = true,
             "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
             "--file-size" => a.file_size = size(it.next(), "--file-size")?,
@@ -286,15 +291,16 @@ fn main() {
     });
     let secs = t0.elapsed().as_secs_f64();
     let tcp = !a.udp;
-    let received = route.close();
+    // The receiver's failure first: a sender then fails only because the receiver left.
+    let received = route
+        .close()
+        .unwrap_or_else(|e| fail(format!("the receiver failed: {e}")));
     let (warm_bytes, t) = run.unwrap_or_else(|e| fail(format!("{} failed: {e}", a.path)));
-    match received {
-        Err(e) => fail(format!("the receiver failed: {e}")),
-        Ok(n) if tcp && n != warm_bytes + t.bytes => fail(format!(
-            "the receiver read {n} bytes of the {} sent",
+    if tcp && received != warm_bytes + t.bytes {
+        fail(format!(
+            "the receiver read {received} bytes of the {} sent",
             warm_bytes + t.bytes
-        )),
-        Ok(_) => {}
+        ));
     }
     println!(
         "bare {} {} B{}{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",

@@ -33,7 +33,7 @@ impl Pool {
     }
 
     fn grow(&mut self) {
-        self.bufs.push(vec![0x5a; self.size + 4096]);
+        self.bufs.push(vec![crate::route::BYTE; self.size + 4096]);
         self.free.push(self.bufs.len() - 1);
     }
 

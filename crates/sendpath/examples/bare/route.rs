@@ -73,12 +73,15 @@ impl Route {
         }
         // As `stream --recv discard` reads: the message size clamped to 16 KiB..1 MiB.
         let read = a.recv_size.unwrap_or(a.size.clamp(16 << 10, 1 << 20));
-        let cpu = a.cpu.and_then(|c| c.1);
+        let (cpu, verify) = (a.cpu.and_then(|c| c.1), a.verify);
         let receiver = std::thread::spawn(move || {
             if let Some(c) = cpu {
                 sys::pin(c)?;
             }
-            sys::discard(rx.as_raw_fd(), read)
+            match verify {
+                true => sys::verify(rx.as_raw_fd(), read, expected()),
+                false => sys::discard(rx.as_raw_fd(), read),
+            }
         });
         let lib = match a.lib {
             true => Some(LibPath::open(a, &tx, file.as_ref())?),
@@ -150,6 +153,18 @@ impl Route {
     }
 }
 
+/// The byte every path writes into what it sends (and the source file holds).
+pub(crate) const BYTE: u8 = 0x5a;
+
+/// The byte `--verify` expects: [`BYTE`], or `SENDPATH_BARE_EXPECT` (a test hook that shows
+/// the check fails on a byte other than the one expected).
+fn expected() -> u8 {
+    std::env::var("SENDPATH_BARE_EXPECT")
+        .ok()
+        .and_then(|v| u8::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(BYTE)
+}
+
 /// A warm file of `len` bytes in the temp dir, unlinked, written and synced: in the page
 /// cache, clean.
 fn source_file(len: u64) -> io::Result<File> {
@@ -160,7 +175,7 @@ fn source_file(len: u64) -> io::Result<File> {
         .create_new(true)
         .open(&path)?;
     std::fs::remove_file(&path)?;
-    let chunk = vec![0x5au8; 1 << 20];
+    let chunk = vec![BYTE; 1 << 20];
     let mut left = len;
     while left > 0 {
         let n = left.min(chunk.len() as u64) as usize;

@@ -89,8 +89,16 @@ impl UringDriver {
 
     /// Queues a message's buffers on `id` in order, the last one ending the message, waiting
     /// for room whenever the connection's queue is full; `fields` comes back empty.
-    pub(crate) fn push_message(&mut self, id: ConnId, fields: &mut Vec<Buf>) -> Result<()> {
+    pub(crate) fn push_message(
+        &mut self,
+        path: &'static str,
+        id: ConnId,
+        fields: &mut Vec<Buf>,
+    ) -> Result<()> {
         let n = fields.len();
+        if n > 1 && self.conn(id)?.state.datagrams() {
+            return Err(crate::strategy::split_datagram(path));
+        }
         for (i, mut buf) in fields.drain(..).enumerate() {
             loop {
                 match self.push(id, buf, i + 1 == n) {

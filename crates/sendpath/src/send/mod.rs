@@ -128,6 +128,8 @@ pub(crate) struct ConnState {
     unheld: Vec<u32>,
     /// Submit what is queued without waiting for a full batch, until the queue is empty.
     flushing: bool,
+    /// Sends on a datagram socket ([`ConnState::set_datagrams`]).
+    datagrams: bool,
     error: Option<i32>,
     /// Zero-copy sends the ring still allows (its cap over every connection, see
     /// [`ConnState::set_zc_budget`]).
@@ -161,6 +163,7 @@ impl ConnState {
             stats,
             unheld: Vec::new(),
             flushing: false,
+            datagrams: false,
             error: None,
             zc_budget: usize::MAX,
         }
@@ -220,8 +223,14 @@ impl ConnState {
 
     /// Sends on a datagram socket: requests go unlinked (see [`Order::Unlinked`]).
     pub(crate) fn set_datagrams(&mut self) {
+        self.datagrams = true;
         self.cfg.order = Order::Unlinked;
         self.stats.uring_order = Some(Order::Unlinked);
+    }
+
+    /// Whether this connection sends datagrams, each request one.
+    pub(crate) fn datagrams(&self) -> bool {
+        self.datagrams
     }
 
     /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and

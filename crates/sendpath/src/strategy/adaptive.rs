@@ -247,7 +247,7 @@ impl AdaptivePath {
         match self.half(len) {
             Half::Ring => {
                 let r = self.ring.as_mut().expect("a ring half has a ring");
-                r.driver.push_message(r.id, &mut f)?;
+                r.driver.push_message("adaptive", r.id, &mut f)?;
                 r.driver.submit_ready(r.id)?;
                 r.driver.conn_error(r.id)?;
                 self.on_ring = true;

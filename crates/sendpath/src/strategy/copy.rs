@@ -13,11 +13,14 @@ pub(super) struct Copy {
     bufs: BufPool,
     /// Set when this stands in for a zero-copy path the kernel lacks.
     fallback_note: Option<String>,
+    /// The socket sends datagrams: a message must be one buffer.
+    datagrams: bool,
 }
 
 impl Copy {
     pub(super) fn new(sock: Socket) -> Copy {
         Copy {
+            datagrams: crate::sys::socket::is_datagram(sock.as_fd()),
             sock,
             stats: SendStats::default(),
             bufs: BufPool::new(),
@@ -43,6 +46,10 @@ impl SendPath for Copy {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let f = fields(self.name(), msg)?;
+        if self.datagrams && f.len() > 1 {
+            self.bufs.put_fields(f);
+            return Err(super::split_datagram(self.name()));
+        }
         if self.fallback_note.is_some() {
             self.stats.zerocopy.fallbacks.unsupported += 1;
         }

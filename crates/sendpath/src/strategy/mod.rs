@@ -527,6 +527,15 @@ fn fields(path: &'static str, msg: Msg) -> Result<Vec<Buf>> {
     }
 }
 
+/// The error for a message of several fields on a datagram socket, from a path that sends one
+/// datagram per field: the message would arrive cut in pieces.
+pub(crate) fn split_datagram(path: &'static str) -> Error {
+    Error::WrongPayload {
+        path,
+        what: "a message of several fields on a datagram socket (each field would go as a datagram of its own): send one buffer per message, or use gather, serialize or msg-zerocopy, which send the fields as one datagram",
+    }
+}
+
 /// The range of a file message, or the error for a memory message.
 #[inline]
 fn file_range(path: &'static str, msg: Msg) -> Result<(u64, usize)> {

@@ -75,7 +75,7 @@ impl SendPath for UringPath {
 
     fn send(&mut self, msg: Msg) -> Result<()> {
         let mut f = fields(self.name, msg)?;
-        self.driver.push_message(self.id, &mut f)?;
+        self.driver.push_message(self.name, self.id, &mut f)?;
         self.spare = f;
         // A full batch goes in now, without waiting; a partial one waits for more or a flush.
         self.driver.submit_ready(self.id)?;

@@ -24,7 +24,8 @@ pub(crate) struct SendFlags(libc::c_int);
 impl SendFlags {
     /// `MSG_NOSIGNAL`: a closed peer is `EPIPE`, not SIGPIPE.
     pub(crate) const NOSIGNAL: SendFlags = SendFlags(libc::MSG_NOSIGNAL);
-    /// `MSG_DONTWAIT`: `EAGAIN` instead of waiting for socket space.
+    /// `MSG_DONTWAIT`: `EAGAIN` instead of waiting for socket space (the async sender's).
+    #[cfg(feature = "tokio")]
     pub(crate) const DONTWAIT: SendFlags = SendFlags(libc::MSG_DONTWAIT);
     /// `MSG_ZEROCOPY`: completions on the error queue (needs `SO_ZEROCOPY`).
     pub(crate) const ZEROCOPY: SendFlags = SendFlags(libc::MSG_ZEROCOPY);

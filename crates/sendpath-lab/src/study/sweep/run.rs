@@ -418,14 +418,17 @@ impl Recorder {
             );
             return Ok(std::process::ExitCode::from(130));
         }
-        let bad: u64 = self
-            .results
-            .results
-            .iter()
-            .map(|r| r.integrity.mismatches)
-            .sum();
-        if bad > 0 {
-            bail!("{bad} bytes arrived corrupted (see the warnings above)");
+        let rows = &self.results.results;
+        let bad: u64 = rows.iter().map(|r| r.integrity.mismatches).sum();
+        if let Some(r) = rows.iter().find(|r| r.integrity.mismatches > 0) {
+            let at = r.integrity.first_mismatch.map_or(String::new(), |o| {
+                format!(", the first at byte {o} of a connection's stream")
+            });
+            bail!(
+                "{bad} bytes arrived corrupted ({} {} B{at}; see the warnings above): the results are written",
+                r.strategy.name(),
+                r.size_bytes
+            );
         }
         Ok(std::process::ExitCode::SUCCESS)
     }

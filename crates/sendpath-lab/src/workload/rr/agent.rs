@@ -173,6 +173,8 @@ fn agent_repeat(
             0
         },
         mismatches: remote.mismatches,
+        // The agent counts wrong bytes; it does not say where.
+        first_mismatch: None,
     };
     repeat
 }

@@ -239,6 +239,7 @@ pub(crate) fn run_once(
     if pt.recv != RecvMode::Verify {
         integrity.bytes_verified = 0;
         integrity.mismatches = 0;
+        integrity.first_mismatch = None;
     }
     let bytes = transactions * (pt.request + pt.response) as u64;
     let mut repeat = w.repeat(bytes, transactions, pt.concurrency, cpu_mhz);
@@ -306,6 +307,7 @@ fn join_clients(
                 let _ = hist.add(&o.hist);
                 integrity.bytes_verified += o.verifier.bytes_verified();
                 integrity.mismatches += o.verifier.mismatches;
+                integrity.first_mismatch = integrity.first_mismatch.or(o.verifier.first_mismatch);
                 received += o.bytes;
             }
             Err(e) => {

@@ -532,6 +532,7 @@ fn join(
                     for v in vs {
                         integrity.bytes_verified += v.bytes_verified();
                         integrity.mismatches += v.mismatches;
+                        integrity.first_mismatch = integrity.first_mismatch.or(v.first_mismatch);
                     }
                 }
                 if let Some(st) = stamps {

@@ -305,6 +305,8 @@ fn join(
         bytes_received: ours.then_some(tally.bytes),
         bytes_verified: tally.verified,
         mismatches: tally.mismatches,
+        // Datagrams are checked one by one: no stream offset to name.
+        first_mismatch: None,
     };
     Ok(Ended {
         stats,

@@ -275,7 +275,7 @@ pub(crate) fn vmsplice(
         let mut m = Map::anon(size)?;
         // The message is written, as a program writes what it sends (and as sendpath fills
         // its pages): untouched pages would all be the kernel's one zero page.
-        m.slice_mut().fill(0x5a);
+        m.slice_mut().fill(crate::route::BYTE);
         let mut off = 0;
         while off < size {
             let iov = libc::iovec {
