@@ -143,10 +143,13 @@ impl Route {
         drop(self.lib);
         match self.link {
             Link::Tcp { tx, receiver, .. } => {
-                tx.shutdown(Shutdown::Write)?;
-                receiver
+                // A receiver that failed closed its end (this shutdown then fails): its error
+                // is the one to tell.
+                let shut = tx.shutdown(Shutdown::Write);
+                let n = receiver
                     .join()
-                    .map_err(|_| io::Error::other("the receiver thread panicked"))?
+                    .map_err(|_| io::Error::other("the receiver thread panicked"))??;
+                shut.map(|()| n)
             }
             Link::Udp { .. } => Ok(0),
         }
