@@ -398,7 +398,9 @@ fn a_byte_changed_on_the_way_fails_the_sink_naming_its_offset() {
     });
     sendpath()
         .args(["stream", "--connect", &relay_addr, "-s", "copy"])
-        .args(["--recv", "verify", "-t", "0.3", "--warmup", "0.05", "-n", "1"])
+        .args([
+            "--recv", "verify", "-t", "0.3", "--warmup", "0.05", "-n", "1",
+        ])
         .assert()
         .success();
     assert!(

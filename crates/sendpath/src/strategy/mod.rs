@@ -39,7 +39,10 @@ pub enum Source {
 /// One message to send.
 #[derive(Debug)]
 pub enum Msg {
-    /// A message made of fields, sent back to back. Memory paths take this.
+    /// A message made of fields, sent back to back. Memory paths take this. On a datagram
+    /// socket a message is one datagram: `gather`, `serialize`, `msg-zerocopy` and `adaptive` on
+    /// its socket tiers send its fields as one; `copy`, `uring` and `uring-zc` (and `adaptive`
+    /// on a ring tier), which send a field per call or request, refuse more than one there ([`Error::WrongPayload`](crate::Error::WrongPayload)).
     Fields(Vec<Buf>),
     /// `len` bytes of the path's file from `offset`. File paths take this.
     File {
