@@ -552,6 +552,29 @@ pub fn source_file(
 mod tests {
     use super::*;
 
+    /// A run whose receivers found wrong bytes fails, naming the row and the first offset,
+    /// after writing what it measured.
+    #[test]
+    fn a_run_with_corrupted_bytes_fails_naming_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("r.json");
+        let schedule = Schedule { rounds: 1, seed: 1 };
+        let mut rec = Recorder::new(Some(json.clone()), None, schedule);
+        let mut row = Row {
+            size_bytes: 4096,
+            ..Row::default()
+        };
+        row.integrity.mismatches = 3;
+        row.integrity.first_mismatch = Some(70_001);
+        rec.results.results.push(row);
+        let e = rec.finish().unwrap_err().to_string();
+        assert!(
+            e.starts_with("3 bytes arrived corrupted (copy 4096 B, the first at byte 70001 of a connection's stream"),
+            "{e}"
+        );
+        assert!(json.exists(), "the results are written first");
+    }
+
     #[test]
     fn each_round_is_a_permutation_and_rounds_differ() {
         let blocks: Vec<usize> = (0..12).collect();
