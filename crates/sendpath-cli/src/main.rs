@@ -3,6 +3,7 @@
 mod agent_cmd;
 mod calibrate_cmd;
 mod cli;
+mod docs_cmd;
 mod http_cmd;
 mod probe_cmd;
 mod run_cmd;
@@ -53,6 +54,8 @@ fn main() -> ExitCode {
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
         cli::Command::Transfer(a) => transfer_cmd::run(a, &cancel),
         cli::Command::Agent(a) => agent_cmd::run(a, &cancel),
+        cli::Command::Completions(a) => docs_cmd::completions(a),
+        cli::Command::Man(a) => docs_cmd::man(a),
         cli::Command::Sink(a) => match cli::dry_run(format!("sink on {}", a.listen)) {
             Some(done) => Ok(done),
             None => sendpath_lab::workload::sink::run(

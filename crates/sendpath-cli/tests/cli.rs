@@ -1304,3 +1304,74 @@ fn results_that_cannot_be_written_fail_naming_the_file() {
     fails_with(&["stream", "--json", "-", "--csv", "-"], &["both write -"]);
     assert!(!same.exists(), "nothing ran");
 }
+
+/// The man pages and completions come from the flags' own definitions: every long flag that
+/// `--help` shows is on the command's page and in the bash completion, and the completion of
+/// `stream -s` offers every path.
+#[test]
+fn man_pages_and_completions_cover_every_flag() {
+    let bash = String::from_utf8(
+        sendpath()
+            .args(["completions", "bash"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    let paths: Vec<&str> = sendpath::Strategy::ALL.iter().map(|s| s.name()).collect();
+    assert!(
+        bash.contains(&format!("\"{} all\"", paths.join(" "))),
+        "no path list for -s"
+    );
+    let mut pages = 0;
+    for cmd in [
+        "probe",
+        "stream",
+        "rr",
+        "sink",
+        "sweep",
+        "report",
+        "serve",
+        "http-load",
+        "calibrate",
+        "transfer",
+        "agent",
+        "completions",
+        "man",
+    ] {
+        let help = stdout_of(&[cmd, "--help"]);
+        let page = stdout_of(&["man", cmd]);
+        assert!(
+            page.starts_with(".ie")
+                && page.contains(&format!("sendpath\\-{}", cmd.replace('-', "\\-"))),
+            "{cmd}"
+        );
+        let flags: Vec<&str> = help
+            .split_whitespace()
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(|w| w.trim_end_matches([',', '.', ')', ':', ';']))
+            .collect();
+        assert!(!flags.is_empty(), "{cmd}: no flags in its help");
+        for f in flags.iter().filter(|f| {
+            f.chars()
+                .skip(2)
+                .all(|c| c.is_ascii_lowercase() || c == '-')
+        }) {
+            assert!(
+                page.contains(&f.replace('-', "\\-")),
+                "{cmd}: {f} is not on its man page"
+            );
+            assert!(bash.contains(f), "{cmd}: {f} is not in the bash completion");
+        }
+        pages += 1;
+    }
+    assert_eq!(pages, 13);
+}
+
+/// What `sendpath ARGS` printed on standard output, after checking it succeeded.
+fn stdout_of(args: &[&str]) -> String {
+    let out = sendpath().args(args).assert().success();
+    String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}

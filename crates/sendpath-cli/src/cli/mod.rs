@@ -87,6 +87,30 @@ pub(crate) enum Command {
     /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
     /// `http-load --agent`; sends back what it measured and its CPU.
     Agent(AgentArgs),
+    /// Print the shell completion script for SHELL (e.g. `sendpath completions bash >
+    /// ~/.local/share/bash-completion/completions/sendpath`).
+    Completions(CompletionsArgs),
+    /// Print the man page of sendpath or of one command as roff (`sendpath man stream | man
+    /// -l -`), or write every page to --out DIR.
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// The command whose page to print (stream, sweep, ...); none: sendpath's own.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write the pages of sendpath and every command (sendpath.1, sendpath-stream.1, ...)
+    /// to this directory instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -151,7 +175,7 @@ pub(crate) struct TransferArgs {
     #[arg(long, short = 'l', value_name = "LIST", value_parser = transfer_sizes)]
     pub sizes: Option<std::vec::Vec<u64>>,
     /// File paths, comma-separated: read-send, mmap-send, sendfile, splice, uring-splice.
-    #[arg(long, short = 's', default_value = "read-send,mmap-send,sendfile,splice,uring-splice", value_parser = strategy_list)]
+    #[arg(long, short = 's', default_value = "read-send,mmap-send,sendfile,splice,uring-splice", value_parser = Strategies, hide_possible_values = true)]
     pub strategy: std::vec::Vec<sendpath::Strategy>,
     /// read-send: bytes per read() + send(), comma-separated (each is a method of its own).
     #[arg(long, default_value = "4K,64K,1M", value_parser = message_sizes)]

@@ -145,6 +145,39 @@ pub(super) fn count_list(s: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
+/// `-s`/`--strategy`: [`strategy_list`], naming the paths for shell completion.
+#[derive(Clone)]
+pub(super) struct Strategies;
+
+impl clap::builder::TypedValueParser for Strategies {
+    type Value = Vec<sendpath::Strategy>;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let s = clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)?;
+        strategy_list(&s).map_err(|e| {
+            let flag = arg.map_or("--strategy".into(), |a| a.to_string());
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("invalid value '{s}' for '{flag}': {e}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = sendpath::Strategy::ALL.map(|s| s.name());
+        let all = names.into_iter().chain(["all"]);
+        Some(Box::new(all.map(clap::builder::PossibleValue::new)))
+    }
+}
+
 pub(super) fn strategy_list(s: &str) -> Result<Vec<sendpath::Strategy>, String> {
     if s == "all" {
         return Ok(sendpath::Strategy::ALL.to_vec());

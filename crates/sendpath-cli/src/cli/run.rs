@@ -33,7 +33,7 @@ pub(crate) fn check_memory(
 pub(crate) struct RunArgs {
     /// Send paths, comma-separated, or `all`: copy, serialize, gather, msg-zerocopy, uring,
     /// uring-zc, vmsplice, adaptive, read-send, mmap-send, sendfile, splice, uring-splice.
-    #[arg(long, short = 's', default_value = "copy", value_parser = strategy_list)]
+    #[arg(long, short = 's', default_value = "copy", value_parser = Strategies, hide_possible_values = true)]
     pub strategy: std::vec::Vec<sendpath::Strategy>,
     /// Buffers per message for memory paths (serialize copies them into one, gather and
     /// msg-zerocopy send them as iovecs, the others send each in turn). One by default, so that
