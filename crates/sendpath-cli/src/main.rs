@@ -3,6 +3,7 @@
 mod agent_cmd;
 mod calibrate_cmd;
 mod cli;
+mod compare_cmd;
 mod docs_cmd;
 mod http_cmd;
 mod probe_cmd;
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),
         cli::Command::Transfer(a) => transfer_cmd::run(a, &cancel),
         cli::Command::Agent(a) => agent_cmd::run(a, &cancel),
+        cli::Command::Compare(a) => compare_cmd::run(a),
         cli::Command::Completions(a) => docs_cmd::completions(a),
         cli::Command::Man(a) => docs_cmd::man(a),
         cli::Command::Sink(a) => match cli::dry_run(format!("sink on {}", a.listen)) {

@@ -1338,6 +1338,7 @@ fn man_pages_and_completions_cover_every_flag() {
         "calibrate",
         "transfer",
         "agent",
+        "compare",
         "completions",
         "man",
     ] {
@@ -1367,11 +1368,95 @@ fn man_pages_and_completions_cover_every_flag() {
         }
         pages += 1;
     }
-    assert_eq!(pages, 13);
+    assert_eq!(pages, 14);
 }
 
 /// What `sendpath ARGS` printed on standard output, after checking it succeeded.
 fn stdout_of(args: &[&str]) -> String {
     let out = sendpath().args(args).assert().success();
     String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}
+
+/// `compare`: a run against itself is within noise everywhere; a run whose point lost half
+/// its throughput fails under --threshold naming it; other studies, damaged files, runs with
+/// no point in common and a bad threshold are refused saying what to do.
+#[test]
+fn compare_judges_points_and_refuses_what_it_cannot_compare() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/previous-main");
+    let rows = data.join("results.json");
+    let out = sendpath()
+        .arg("compare")
+        .args([&rows, &rows])
+        .args(["--threshold", "5%"])
+        .assert()
+        .success();
+    let md = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(md.contains("Nothing recorded differs"), "{md}");
+    assert!(
+        md.contains("6 point(s): 0 faster, 0 slower, 6 within noise."),
+        "{md}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&rows).unwrap()).unwrap();
+    let first = &mut v["results"][0];
+    let label = format!("stream {} ", first["strategy"].as_str().unwrap());
+    for r in first["repeats"].as_array_mut().unwrap() {
+        let g = r["throughput_gbps"].as_f64().unwrap();
+        r["throughput_gbps"] = (g / 2.0).into();
+    }
+    let half = dir.path().join("half.json");
+    std::fs::write(&half, v.to_string()).unwrap();
+    let out = sendpath()
+        .arg("compare")
+        .args([&rows, &half])
+        .args(["--threshold", "5%"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!("slower: {label}")) && e.contains("1 point(s) slower"),
+        "{e}"
+    );
+    // Nothing in common: every size changed.
+    for r in v["results"].as_array_mut().unwrap() {
+        r["size_bytes"] = 12345.into();
+    }
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, v.to_string()).unwrap();
+    let torn = dir.path().join("torn.json");
+    let text = std::fs::read_to_string(&rows).unwrap();
+    std::fs::write(&torn, &text[..text.len() / 2]).unwrap();
+    let http = data.join("http-results.json");
+    for (b, says) in [
+        (&other, "no point in common"),
+        (&torn, "not valid JSON (truncated or damaged?)"),
+        (&http, "compare two runs of the same study"),
+    ] {
+        let e = stderr_of(
+            &sendpath()
+                .arg("compare")
+                .args([&rows, b])
+                .assert()
+                .failure(),
+        );
+        assert!(e.contains(says), "{}: {e}", b.display());
+    }
+    let e = stderr_of(
+        &sendpath()
+            .arg("compare")
+            .args([&http, &http])
+            .assert()
+            .failure(),
+    );
+    assert!(e.contains("cannot be compared yet"), "{e}");
+    let e = stderr_of(
+        &sendpath()
+            .arg("compare")
+            .args([&rows, &rows])
+            .args(["--threshold", "150%"])
+            .assert()
+            .failure(),
+    );
+    assert!(e.contains("under 100%"), "{e}");
 }

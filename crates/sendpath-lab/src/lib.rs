@@ -19,6 +19,7 @@ pub mod agent;
 pub mod analysis;
 pub mod calibrate;
 pub mod cancel;
+pub mod compare;
 pub mod export;
 pub mod files;
 pub mod http;

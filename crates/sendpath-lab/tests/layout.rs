@@ -12,7 +12,7 @@ const LAYERS: [&[&str]; 7] = [
         "units", "files", "cancel", "topology", "traffic", "limits", "setting", "probe",
     ],
     &["results"],
-    &["measure", "analysis", "export", "render"],
+    &["measure", "analysis", "export", "render", "compare"],
     &["http", "remote"],
     &["workload"],
     &["study", "calibrate"],

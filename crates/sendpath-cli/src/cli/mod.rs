@@ -87,12 +87,46 @@ pub(crate) enum Command {
     /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
     /// `http-load --agent`; sends back what it measured and its CPU.
     Agent(AgentArgs),
+    /// Compare run B with run A (two results.json of stream, rr or sweep, or the directories
+    /// a sweep wrote them to), point by point: B/A with a 95% bootstrap interval over each
+    /// run's repeats, faster, slower or within noise; what differs between the runs first.
+    Compare(CompareArgs),
     /// Print the shell completion script for SHELL (e.g. `sendpath completions bash >
     /// ~/.local/share/bash-completion/completions/sendpath`).
     Completions(CompletionsArgs),
     /// Print the man page of sendpath or of one command as roff (`sendpath man stream | man
     /// -l -`), or write every page to --out DIR.
     Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompareArgs {
+    /// The run to compare with (the baseline): a results.json, or a sweep's directory.
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+    /// The run compared: a results.json, or a sweep's directory.
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+    /// Exit with status 1 when a point is slower than A, with confidence, by more than this
+    /// share (5%, or 0.05), for CI.
+    #[arg(long, value_name = "SHARE", value_parser = share)]
+    pub threshold: Option<f64>,
+    /// Write the comparison (Markdown) to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// A share: `5%` or `0.05`, in 0..1.
+fn share(s: &str) -> Result<f64, String> {
+    let v = match s.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("`{s}` is not a share: give a percentage (5%) or a fraction (0.05)"))?;
+    if !(0.0..1.0).contains(&v) {
+        return Err(format!("{s}: a share is at least 0 and under 100%"));
+    }
+    Ok(v)
 }
 
 #[derive(Debug, Args)]

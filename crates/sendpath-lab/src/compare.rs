@@ -1,0 +1,418 @@
+//! `sendpath compare A B`: run B against run A, point by point, for two results files of the
+//! rows study. The runs were not interleaved, so nothing is paired: each point's B/A ratio of
+//! median throughputs gets a 95% percentile-bootstrap interval over the two runs' repeats,
+//! resampled independently, and a verdict from it. What differs between the two environments
+//! comes first. Pure: the caller loads the files and writes what this renders.
+
+use crate::results::{Results, Row};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Bootstrap resamples per point.
+const RESAMPLES: usize = 4000;
+
+/// What a point's interval says of B against A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The whole interval is above 1.
+    Faster,
+    /// The whole interval is below 1.
+    Slower,
+    /// The interval holds 1 (or a run has a single repeat: no spread is known).
+    WithinNoise,
+}
+
+impl Verdict {
+    fn name(self) -> &'static str {
+        match self {
+            Verdict::Faster => "faster",
+            Verdict::Slower => "slower",
+            Verdict::WithinNoise => "within noise",
+        }
+    }
+}
+
+/// One point measured in both runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointComparison {
+    /// The point: workload, path, size, threads, connections, variant.
+    pub label: String,
+    /// Median throughput over A's and B's repeats, Gbit/s.
+    pub a_gbps: f64,
+    pub b_gbps: f64,
+    /// Repeats behind each.
+    pub a_repeats: usize,
+    pub b_repeats: usize,
+    /// B's median over A's.
+    pub ratio: f64,
+    /// Its 95% bootstrap interval; `None` with fewer than two repeats on a side.
+    pub interval: Option<(f64, f64)>,
+    pub verdict: Verdict,
+}
+
+/// Run B against run A.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// What differs between the runs' environments and settings: (what, A's, B's).
+    pub differences: Vec<(String, String, String)>,
+    /// The points both runs measured, in A's order.
+    pub points: Vec<PointComparison>,
+    /// Points only one run measured.
+    pub only_a: Vec<String>,
+    pub only_b: Vec<String>,
+}
+
+/// A row's point, as the sweep keys it, in words.
+fn point_label(r: &Row) -> String {
+    let mut l = format!(
+        "{} {} {} x{}",
+        r.workload.name(),
+        r.strategy.name(),
+        crate::units::fmt_size(r.size_bytes),
+        r.threads
+    );
+    if r.connections_per_thread > 1 {
+        let _ = write!(l, " c{}", r.connections_per_thread);
+    }
+    if let Some(m) = &r.size_mix {
+        let _ = write!(l, " mix {m}");
+    }
+    if r.alloc != crate::traffic::mix::Alloc::Pool {
+        let _ = write!(l, " {}", r.alloc.name());
+    }
+    let v = r.variant();
+    if !v.is_empty() {
+        let _ = write!(l, " {v}");
+    }
+    l
+}
+
+/// Compares B with A; an error when they share no point.
+pub fn compare(a: &Results, b: &Results) -> Result<Comparison, String> {
+    let b_rows: BTreeMap<String, &Row> = b.results.iter().map(|r| (point_label(r), r)).collect();
+    let a_labels: Vec<String> = a.results.iter().map(point_label).collect();
+    let mut points = Vec::new();
+    let mut only_a = Vec::new();
+    for (label, ra) in a_labels.iter().zip(&a.results) {
+        match b_rows.get(label) {
+            Some(rb) => points.push(point(label, ra, rb)),
+            None => only_a.push(label.clone()),
+        }
+    }
+    if points.is_empty() {
+        return Err("the two runs have no point in common (path, size, threads, connections and variant): compare runs of the same sweep or preset".into());
+    }
+    let only_b = b_rows
+        .keys()
+        .filter(|l| !a_labels.contains(l))
+        .cloned()
+        .collect();
+    Ok(Comparison {
+        differences: differences(a, b),
+        points,
+        only_a,
+        only_b,
+    })
+}
+
+/// One point's comparison from its two rows' repeats.
+fn point(label: &str, a: &Row, b: &Row) -> PointComparison {
+    let xa: Vec<f64> = a.repeats.iter().map(|r| r.throughput_gbps).collect();
+    let xb: Vec<f64> = b.repeats.iter().map(|r| r.throughput_gbps).collect();
+    let (ma, mb) = (median(&xa), median(&xb));
+    let interval = (xa.len() >= 2 && xb.len() >= 2 && ma > 0.0)
+        .then(|| bootstrap(&xa, &xb, seed_of(label)))
+        .flatten();
+    let verdict = match interval {
+        Some((lo, _)) if lo > 1.0 => Verdict::Faster,
+        Some((_, hi)) if hi < 1.0 => Verdict::Slower,
+        _ => Verdict::WithinNoise,
+    };
+    PointComparison {
+        label: label.to_string(),
+        a_gbps: ma,
+        b_gbps: mb,
+        a_repeats: xa.len(),
+        b_repeats: xb.len(),
+        ratio: if ma > 0.0 { mb / ma } else { f64::NAN },
+        interval,
+        verdict,
+    }
+}
+
+fn median(x: &[f64]) -> f64 {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// A seed from the point's label: the same files give the same intervals.
+fn seed_of(label: &str) -> u64 {
+    label.bytes().fold(0xcbf2_9ce4_8422_2325, |h, c| {
+        (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The 2.5th and 97.5th percentiles of median(B*)/median(A*) over resamples of each run's
+/// repeats with replacement; `None` when a resampled median of A is 0.
+fn bootstrap(a: &[f64], b: &[f64], seed: u64) -> Option<(f64, f64)> {
+    let mut s = seed | 1;
+    let mut next = |n: usize| {
+        // xorshift64*
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    };
+    let mut ratios = Vec::with_capacity(RESAMPLES);
+    let (mut ra, mut rb) = (vec![0.0; a.len()], vec![0.0; b.len()]);
+    for _ in 0..RESAMPLES {
+        ra.iter_mut().for_each(|x| *x = a[next(a.len())]);
+        rb.iter_mut().for_each(|x| *x = b[next(b.len())]);
+        let m = median(&ra);
+        if m <= 0.0 {
+            return None;
+        }
+        ratios.push(median(&rb) / m);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| ratios[((RESAMPLES - 1) as f64 * q).round() as usize];
+    Some((at(0.025), at(0.975)))
+}
+
+/// What differs between the runs: host, kernel, sendpath, settings, congestion control.
+fn differences(a: &Results, b: &Results) -> Vec<(String, String, String)> {
+    let (ea, eb) = (&a.environment, &b.environment);
+    let congestion = |r: &Results| {
+        let mut v: Vec<String> = r
+            .results
+            .iter()
+            .filter_map(|x| x.tcp_congestion.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        if v.is_empty() {
+            "not recorded".into()
+        } else {
+            v.join(", ")
+        }
+    };
+    let settings = |r: &Results| match &r.sweep {
+        Some(s) => format!(
+            "preset {}, {} s windows, {} s warmup, {} rounds",
+            s.preset, s.duration_s, s.warmup_s, s.repeat
+        ),
+        None => format!("{} rounds", r.schedule.rounds),
+    };
+    let route = |r: &Results| crate::analysis::route(r);
+    let fields = [
+        ("kernel", ea.kernel.clone(), eb.kernel.clone()),
+        ("CPU", ea.cpu.clone(), eb.cpu.clone()),
+        (
+            "sendpath",
+            ea.sendpath_version.clone(),
+            eb.sendpath_version.clone(),
+        ),
+        ("TCP congestion control", congestion(a), congestion(b)),
+        ("settings", settings(a), settings(b)),
+        ("route", route(a), route(b)),
+        (
+            "command",
+            command(&ea.command_line),
+            command(&eb.command_line),
+        ),
+    ];
+    fields
+        .into_iter()
+        .filter(|(_, x, y)| x != y)
+        .map(|(k, x, y)| (k.to_string(), x, y))
+        .collect()
+}
+
+/// A command line without where it wrote (`--out DIR`, `--json FILE`, `--csv FILE`), which
+/// differs between any two runs.
+fn command(args: &[String]) -> String {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        match a.as_str() {
+            "--out" | "--json" | "--csv" => skip = true,
+            _ if ["--out=", "--json=", "--csv="]
+                .iter()
+                .any(|p| a.starts_with(p)) => {}
+            _ => out.push(a.as_str()),
+        }
+    }
+    out.join(" ")
+}
+
+impl Comparison {
+    /// Points slower by more than `threshold` (0.05: 5%): slower with confidence, and B's
+    /// median below 1 - threshold of A's.
+    pub fn regressions(&self, threshold: f64) -> Vec<&PointComparison> {
+        self.points
+            .iter()
+            .filter(|p| p.verdict == Verdict::Slower && p.ratio < 1.0 - threshold)
+            .collect()
+    }
+
+    /// The comparison as Markdown: differences first, then a table of every shared point.
+    pub fn markdown(&self, a_name: &str, b_name: &str) -> String {
+        let mut s = format!("# sendpath compare\n\nA: `{a_name}`  \nB: `{b_name}`\n\n");
+        s.push_str("## What differs between the runs\n\n");
+        if self.differences.is_empty() {
+            s.push_str("Nothing recorded differs (host, kernel, sendpath, settings, congestion control, route).\n");
+        }
+        for (k, x, y) in &self.differences {
+            let _ = writeln!(s, "- **{k}**: A `{x}`, B `{y}`");
+        }
+        s.push_str("\n## Throughput, B against A\n\nB/A is the ratio of the medians over each run's repeats. The runs were not interleaved, so nothing is paired: the interval is a 95% bootstrap over the repeats of each run, resampled independently. Faster or slower when the whole interval is above or below 1; a host that drifts between runs moves every point alike.\n\n");
+        s.push_str("| point | A Gbit/s | B Gbit/s | B/A | 95% interval | repeats A/B | verdict |\n|---|---|---|---|---|---|---|\n");
+        for p in &self.points {
+            let iv = p
+                .interval
+                .map_or("-".into(), |(lo, hi)| format!("{lo:.3}..{hi:.3}"));
+            let _ = writeln!(
+                s,
+                "| {} | {:.3} | {:.3} | {:.3} | {iv} | {}/{} | {} |",
+                p.label,
+                p.a_gbps,
+                p.b_gbps,
+                p.ratio,
+                p.a_repeats,
+                p.b_repeats,
+                p.verdict.name()
+            );
+        }
+        let count = |v: Verdict| self.points.iter().filter(|p| p.verdict == v).count();
+        let _ = writeln!(
+            s,
+            "\n{} point(s): {} faster, {} slower, {} within noise.",
+            self.points.len(),
+            count(Verdict::Faster),
+            count(Verdict::Slower),
+            count(Verdict::WithinNoise)
+        );
+        for (who, v) in [("A", &self.only_a), ("B", &self.only_b)] {
+            if !v.is_empty() {
+                let _ = writeln!(s, "Only in {who} (not compared): {}.", v.join("; "));
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Repeat;
+
+    fn row(strategy: sendpath::Strategy, gbps: &[f64]) -> Row {
+        Row {
+            strategy,
+            size_bytes: 4096,
+            threads: 1,
+            connections_per_thread: 1,
+            repeats: gbps
+                .iter()
+                .map(|&g| Repeat {
+                    throughput_gbps: g,
+                    ..Repeat::default()
+                })
+                .collect(),
+            ..Row::default()
+        }
+    }
+
+    fn run(rows: Vec<Row>, kernel: &str) -> Results {
+        let mut r: Results =
+            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+        r.environment.kernel = kernel.into();
+        r.results = rows;
+        r
+    }
+
+    #[test]
+    fn points_are_matched_and_judged_by_their_intervals() {
+        use sendpath::Strategy::*;
+        let a = run(
+            vec![
+                row(Copy, &[10.0, 10.2, 9.9, 10.1, 10.0]),
+                row(Uring, &[8.0, 8.1, 7.9, 8.0, 8.2]),
+                row(Sendfile, &[5.0, 5.5, 4.5, 5.2, 4.8]),
+                row(Splice, &[3.0, 3.0, 3.0]),
+            ],
+            "6.18.0",
+        );
+        let b = run(
+            vec![
+                row(Copy, &[12.0, 12.1, 11.9, 12.2, 12.0]),
+                row(Uring, &[6.0, 6.1, 5.9, 6.0, 6.2]),
+                row(Sendfile, &[5.1, 4.6, 5.4, 4.9, 5.0]),
+                row(Gather, &[1.0, 1.0]),
+            ],
+            "6.18.1",
+        );
+        let c = compare(&a, &b).unwrap();
+        let v: Vec<Verdict> = c.points.iter().map(|p| p.verdict).collect();
+        assert_eq!(v, [Verdict::Faster, Verdict::Slower, Verdict::WithinNoise]);
+        let (lo, hi) = c.points[0].interval.unwrap();
+        assert!(lo < 1.2 && 1.2 < hi && lo > 1.0, "{lo}..{hi}");
+        assert_eq!(c.only_a, ["stream splice 4KiB x1"]);
+        assert_eq!(c.only_b, ["stream gather 4KiB x1"]);
+        assert_eq!(
+            c.differences[0],
+            ("kernel".into(), "6.18.0".into(), "6.18.1".into())
+        );
+        // Uring lost 25%: a regression past 5% and past 20%, not past 30%.
+        assert_eq!(c.regressions(0.05).len(), 1);
+        assert_eq!(c.regressions(0.2).len(), 1);
+        assert!(c.regressions(0.3).is_empty());
+        let md = c.markdown("a.json", "b.json");
+        assert!(md.contains("- **kernel**: A `6.18.0`, B `6.18.1`"), "{md}");
+        assert!(
+            md.contains("| stream uring 4KiB x1 | 8.000 | 6.000 | 0.750 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("3 point(s): 1 faster, 1 slower, 1 within noise."),
+            "{md}"
+        );
+        // The same files give the same intervals.
+        assert_eq!(compare(&a, &b).unwrap(), c);
+    }
+
+    #[test]
+    fn where_a_run_wrote_is_no_difference() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            command(&args(&[
+                "sendpath", "sweep", "--out", "a", "-n", "5", "--json=x"
+            ])),
+            "sendpath sweep -n 5"
+        );
+    }
+
+    #[test]
+    fn a_single_repeat_is_within_noise_and_no_common_point_is_an_error() {
+        use sendpath::Strategy::*;
+        let a = run(vec![row(Copy, &[10.0])], "k");
+        let b = run(vec![row(Copy, &[20.0])], "k");
+        let c = compare(&a, &b).unwrap();
+        assert_eq!(
+            (c.points[0].interval, c.points[0].verdict),
+            (None, Verdict::WithinNoise)
+        );
+        assert!(c.differences.is_empty());
+        let other = run(vec![row(Uring, &[1.0, 2.0])], "k");
+        let e = compare(&a, &other).unwrap_err();
+        assert!(e.contains("no point in common"), "{e}");
+    }
+}
