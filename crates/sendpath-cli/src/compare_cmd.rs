@@ -3,17 +3,26 @@
 
 use crate::cli::CompareArgs;
 use anyhow::{bail, Context};
-use sendpath_lab::compare::compare;
+use sendpath_lab::compare::Comparison;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// A results file named directly, or the `results.json` in a sweep's directory.
+/// A results file named directly, or the one in a study's directory (results.json,
+/// http-results.json or transfer-results.json, the first there).
 fn results_file(p: &Path) -> PathBuf {
-    match p.is_dir() {
-        true => p.join("results.json"),
-        false => p.to_path_buf(),
+    if !p.is_dir() {
+        return p.to_path_buf();
     }
+    ["results.json", "http-results.json", "transfer-results.json"]
+        .iter()
+        .map(|f| p.join(f))
+        .find(|f| f.exists())
+        .unwrap_or_else(|| p.join("results.json"))
 }
+
+const ROWS: &str = "the rows study (results.json)";
+const SERVER: &str = "the server study (http-results.json)";
+const TRANSFER: &str = "the transfer study (transfer-results.json)";
 
 /// Which study wrote the file at `p`, from its top-level fields; an error for a file that is
 /// no sendpath results file.
@@ -30,11 +39,46 @@ fn study_of(p: &Path) -> anyhow::Result<&'static str> {
         )
     })?;
     Ok(if v.get("measurements").is_some() {
-        "the server study (http-results.json)"
+        SERVER
     } else if v.get("settings").is_some() && v.get("rows").is_some() {
-        "the transfer study (transfer-results.json)"
+        TRANSFER
     } else {
-        "rows"
+        ROWS
+    })
+}
+
+/// Loads both files as `study` and compares them.
+fn comparison(study: &str, pa: &Path, pb: &Path) -> anyhow::Result<Comparison> {
+    use sendpath_lab::compare as c;
+    let both = |e: String| anyhow::anyhow!("{} and {}: {e}", pa.display(), pb.display());
+    match study {
+        ROWS => {
+            let load = sendpath_lab::study::sweep::load;
+            c::compare(&load(pa)?, &load(pb)?).map_err(both)
+        }
+        SERVER => {
+            let load = |p: &Path| -> anyhow::Result<_> {
+                sendpath_lab::study::http::load_http(p)?
+                    .with_context(|| format!("{} is not an http-results.json", p.display()))
+            };
+            c::compare_http(&load(pa)?, &load(pb)?).map_err(both)
+        }
+        _ => c::compare_transfer(&load_transfer(pa)?, &load_transfer(pb)?).map_err(both),
+    }
+}
+
+/// A transfer-results.json, read bounded.
+fn load_transfer(p: &Path) -> anyhow::Result<sendpath_lab::study::transfer::TransferResults> {
+    let text = sendpath_lab::files::read_bounded(
+        p,
+        sendpath_lab::files::MAX_RESULTS,
+        "sendpath results file",
+    )?;
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} does not have the layout of a transfer-results.json",
+            p.display()
+        )
     })
 }
 
@@ -48,18 +92,12 @@ pub(crate) fn run(a: &CompareArgs) -> anyhow::Result<ExitCode> {
             pb.display()
         );
     }
-    if sa != "rows" {
-        bail!("{} holds {sa}: compare reads the rows study's results.json (stream, rr, sweep presets); server and transfer studies cannot be compared yet", pa.display());
-    }
-    let ra = sendpath_lab::study::sweep::load(&pa)?;
-    let rb = sendpath_lab::study::sweep::load(&pb)?;
+    let c = comparison(sa, &pa, &pb)?;
     if let Some(done) =
         crate::cli::dry_run(format!("compare {} with {}", pb.display(), pa.display()))
     {
         return Ok(done);
     }
-    let c = compare(&ra, &rb)
-        .map_err(|e| anyhow::anyhow!("{} and {}: {e}", pa.display(), pb.display()))?;
     let md = c.markdown(&pa.display().to_string(), &pb.display().to_string());
     if let Some(path) = &a.out {
         sendpath_lab::export::write_text(path, &md)?;

@@ -290,3 +290,34 @@ fn transfer_sets_and_records_its_congestion_control_or_refuses_it() {
         &["--congestion no-such-cc", "available here"],
     );
 }
+
+/// Two transfer runs compare point by point (method, size, cache), in Gbit/s.
+#[test]
+fn two_transfer_runs_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs: Vec<_> = ["a.json", "b.json"]
+        .iter()
+        .map(|f| dir.path().join(f))
+        .collect();
+    for r in &runs {
+        sendpath()
+            .args([
+                "transfer",
+                "-l",
+                "3M",
+                "-s",
+                "sendfile,read-send",
+                "-n",
+                "2",
+            ])
+            .args(["--cache", "warm", "--json"])
+            .arg(r)
+            .assert()
+            .success();
+    }
+    let out = sendpath().arg("compare").args(&runs).assert().success();
+    let md = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(md.contains("## Gbit/s, B against A"), "{md}");
+    assert!(md.contains("| sendfile 3MiB warm |"), "{md}");
+    assert!(md.contains("4 point(s): "), "{md}");
+}

@@ -1,11 +1,12 @@
-//! `sendpath compare A B`: run B against run A, point by point, for two results files of the
-//! rows study. The runs were not interleaved, so nothing is paired: each point's B/A ratio of
+//! `sendpath compare A B`: run B against run A, point by point, for two results files of one
+//! study (rows, server or transfer). The runs were not interleaved, so nothing is paired: each point's B/A ratio of
 //! median throughputs gets a 95% percentile-bootstrap interval over the two runs' repeats,
 //! resampled independently, and a verdict from it. What differs between the two environments
 //! comes first. Pure: the caller loads the files and writes what this renders.
 
-use crate::results::{Results, Row};
-use std::collections::BTreeMap;
+use crate::results::{Environment, Results, Row};
+use crate::study::http::StudyResults;
+use crate::study::transfer::TransferResults;
 use std::fmt::Write;
 
 /// Bootstrap resamples per point.
@@ -37,9 +38,9 @@ impl Verdict {
 pub struct PointComparison {
     /// The point: workload, path, size, threads, connections, variant.
     pub label: String,
-    /// Median throughput over A's and B's repeats, Gbit/s.
-    pub a_gbps: f64,
-    pub b_gbps: f64,
+    /// Median over A's and B's repeats, in the comparison's unit.
+    pub a_median: f64,
+    pub b_median: f64,
     /// Repeats behind each.
     pub a_repeats: usize,
     pub b_repeats: usize,
@@ -53,6 +54,8 @@ pub struct PointComparison {
 /// Run B against run A.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
+    /// What is compared, higher is better: `Gbit/s` or `requests/s`.
+    pub unit: &'static str,
     /// What differs between the runs' environments and settings: (what, A's, B's).
     pub differences: Vec<(String, String, String)>,
     /// The points both runs measured, in A's order.
@@ -87,27 +90,157 @@ fn point_label(r: &Row) -> String {
     l
 }
 
-/// Compares B with A; an error when they share no point.
+/// One run, as compare reads it: its environment, settings and route in words, and each
+/// point's values over its repeats (higher is better).
+struct Run<'a> {
+    env: &'a Environment,
+    settings: String,
+    route: String,
+    congestion: String,
+    points: Vec<(String, Vec<f64>)>,
+}
+
+/// Compares run B of the rows study with run A; an error when they share no point.
 pub fn compare(a: &Results, b: &Results) -> Result<Comparison, String> {
-    let b_rows: BTreeMap<String, &Row> = b.results.iter().map(|r| (point_label(r), r)).collect();
-    let a_labels: Vec<String> = a.results.iter().map(point_label).collect();
+    compare_runs("Gbit/s", &rows_run(a), &rows_run(b))
+}
+
+/// Compares run B of the server study with run A (requests per second).
+pub fn compare_http(a: &StudyResults, b: &StudyResults) -> Result<Comparison, String> {
+    compare_runs("requests/s", &http_run(a), &http_run(b))
+}
+
+/// Compares run B of the transfer study with run A (Gbit/s of each whole-file transfer).
+pub fn compare_transfer(a: &TransferResults, b: &TransferResults) -> Result<Comparison, String> {
+    compare_runs("Gbit/s", &transfer_run(a), &transfer_run(b))
+}
+
+/// The congestion controls named, joined; "not recorded" for none.
+fn named(mut v: Vec<String>) -> String {
+    v.sort();
+    v.dedup();
+    if v.is_empty() {
+        "not recorded".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn rows_run(r: &Results) -> Run<'_> {
+    Run {
+        env: &r.environment,
+        settings: match &r.sweep {
+            Some(s) => format!(
+                "preset {}, {} s windows, {} s warmup, {} rounds",
+                s.preset, s.duration_s, s.warmup_s, s.repeat
+            ),
+            None => format!("{} rounds", r.schedule.rounds),
+        },
+        route: crate::analysis::route(r),
+        congestion: named(
+            r.results
+                .iter()
+                .filter_map(|x| x.tcp_congestion.clone())
+                .collect(),
+        ),
+        points: r
+            .results
+            .iter()
+            .map(|row| {
+                (
+                    point_label(row),
+                    row.repeats.iter().map(|x| x.throughput_gbps).collect(),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn http_run(r: &StudyResults) -> Run<'_> {
+    let mut points: Vec<(String, Vec<f64>)> = Vec::new();
+    for m in &r.measurements {
+        let rate = m
+            .rate_per_s
+            .map_or(String::new(), |x| format!(" at {x:.0}/s"));
+        let label = format!(
+            "{} {} B {} conns {}{rate}",
+            m.server, m.body_bytes, m.connections, m.load
+        );
+        match points.iter_mut().find(|(l, _)| *l == label) {
+            Some((_, v)) => v.push(m.requests_per_s),
+            None => points.push((label, vec![m.requests_per_s])),
+        }
+    }
+    Run {
+        env: &r.environment,
+        settings: String::new(),
+        route: r
+            .environment
+            .agent
+            .clone()
+            .unwrap_or_else(|| "loopback".into()),
+        congestion: "not recorded".into(),
+        points,
+    }
+}
+
+fn transfer_run(r: &TransferResults) -> Run<'_> {
+    let s = &r.settings;
+    Run {
+        env: &r.environment,
+        settings: format!(
+            "{} rounds, sink {}, filesystem {}",
+            s.rounds, s.sink, s.filesystem
+        ),
+        route: r
+            .environment
+            .agent
+            .clone()
+            .unwrap_or_else(|| "loopback".into()),
+        congestion: named(s.tcp_congestion.iter().cloned().collect()),
+        points: r
+            .rows
+            .iter()
+            .map(|row| {
+                let label = format!(
+                    "{} {} {}",
+                    row.label,
+                    crate::units::fmt_size(row.file_bytes as usize),
+                    row.cache.name()
+                );
+                (
+                    label,
+                    row.repeats.iter().map(|x| x.throughput_gbps).collect(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Compares B with A point by point; an error when they share no point.
+fn compare_runs(unit: &'static str, a: &Run<'_>, b: &Run<'_>) -> Result<Comparison, String> {
     let mut points = Vec::new();
     let mut only_a = Vec::new();
-    for (label, ra) in a_labels.iter().zip(&a.results) {
-        match b_rows.get(label) {
-            Some(rb) => points.push(point(label, ra, rb)),
+    for (label, xa) in &a.points {
+        match b.points.iter().find(|(l, _)| l == label) {
+            Some((_, xb)) => points.push(point(label, xa, xb)),
             None => only_a.push(label.clone()),
         }
     }
     if points.is_empty() {
-        return Err("the two runs have no point in common (path, size, threads, connections and variant): compare runs of the same sweep or preset".into());
+        return Err(
+            "the two runs have no point in common: compare runs of the same sweep, preset or study"
+                .into(),
+        );
     }
-    let only_b = b_rows
-        .keys()
-        .filter(|l| !a_labels.contains(l))
-        .cloned()
+    let only_b = b
+        .points
+        .iter()
+        .filter(|(l, _)| !a.points.iter().any(|(x, _)| x == l))
+        .map(|(l, _)| l.clone())
         .collect();
     Ok(Comparison {
+        unit,
         differences: differences(a, b),
         points,
         only_a,
@@ -115,13 +248,11 @@ pub fn compare(a: &Results, b: &Results) -> Result<Comparison, String> {
     })
 }
 
-/// One point's comparison from its two rows' repeats.
-fn point(label: &str, a: &Row, b: &Row) -> PointComparison {
-    let xa: Vec<f64> = a.repeats.iter().map(|r| r.throughput_gbps).collect();
-    let xb: Vec<f64> = b.repeats.iter().map(|r| r.throughput_gbps).collect();
-    let (ma, mb) = (median(&xa), median(&xb));
+/// One point's comparison from its values over the two runs' repeats.
+fn point(label: &str, xa: &[f64], xb: &[f64]) -> PointComparison {
+    let (ma, mb) = (median(xa), median(xb));
     let interval = (xa.len() >= 2 && xb.len() >= 2 && ma > 0.0)
-        .then(|| bootstrap(&xa, &xb, seed_of(label)))
+        .then(|| bootstrap(xa, xb, seed_of(label)))
         .flatten();
     let verdict = match interval {
         Some((lo, _)) if lo > 1.0 => Verdict::Faster,
@@ -130,8 +261,8 @@ fn point(label: &str, a: &Row, b: &Row) -> PointComparison {
     };
     PointComparison {
         label: label.to_string(),
-        a_gbps: ma,
-        b_gbps: mb,
+        a_median: ma,
+        b_median: mb,
         a_repeats: xa.len(),
         b_repeats: xb.len(),
         ratio: if ma > 0.0 { mb / ma } else { f64::NAN },
@@ -185,30 +316,8 @@ fn bootstrap(a: &[f64], b: &[f64], seed: u64) -> Option<(f64, f64)> {
 }
 
 /// What differs between the runs: host, kernel, sendpath, settings, congestion control.
-fn differences(a: &Results, b: &Results) -> Vec<(String, String, String)> {
-    let (ea, eb) = (&a.environment, &b.environment);
-    let congestion = |r: &Results| {
-        let mut v: Vec<String> = r
-            .results
-            .iter()
-            .filter_map(|x| x.tcp_congestion.clone())
-            .collect();
-        v.sort();
-        v.dedup();
-        if v.is_empty() {
-            "not recorded".into()
-        } else {
-            v.join(", ")
-        }
-    };
-    let settings = |r: &Results| match &r.sweep {
-        Some(s) => format!(
-            "preset {}, {} s windows, {} s warmup, {} rounds",
-            s.preset, s.duration_s, s.warmup_s, s.repeat
-        ),
-        None => format!("{} rounds", r.schedule.rounds),
-    };
-    let route = |r: &Results| crate::analysis::route(r);
+fn differences(a: &Run<'_>, b: &Run<'_>) -> Vec<(String, String, String)> {
+    let (ea, eb) = (a.env, b.env);
     let fields = [
         ("kernel", ea.kernel.clone(), eb.kernel.clone()),
         ("CPU", ea.cpu.clone(), eb.cpu.clone()),
@@ -217,9 +326,13 @@ fn differences(a: &Results, b: &Results) -> Vec<(String, String, String)> {
             ea.sendpath_version.clone(),
             eb.sendpath_version.clone(),
         ),
-        ("TCP congestion control", congestion(a), congestion(b)),
-        ("settings", settings(a), settings(b)),
-        ("route", route(a), route(b)),
+        (
+            "TCP congestion control",
+            a.congestion.clone(),
+            b.congestion.clone(),
+        ),
+        ("settings", a.settings.clone(), b.settings.clone()),
+        ("route", a.route.clone(), b.route.clone()),
         (
             "command",
             command(&ea.command_line),
@@ -273,8 +386,13 @@ impl Comparison {
         for (k, x, y) in &self.differences {
             let _ = writeln!(s, "- **{k}**: A `{x}`, B `{y}`");
         }
-        s.push_str("\n## Throughput, B against A\n\nB/A is the ratio of the medians over each run's repeats. The runs were not interleaved, so nothing is paired: the interval is a 95% bootstrap over the repeats of each run, resampled independently. Faster or slower when the whole interval is above or below 1; a host that drifts between runs moves every point alike.\n\n");
-        s.push_str("| point | A Gbit/s | B Gbit/s | B/A | 95% interval | repeats A/B | verdict |\n|---|---|---|---|---|---|---|\n");
+        let _ = write!(s, "\n## {}, B against A\n\n", self.unit);
+        s.push_str("B/A is the ratio of the medians over each run's repeats. The runs were not interleaved, so nothing is paired: the interval is a 95% bootstrap over the repeats of each run, resampled independently. Faster or slower when the whole interval is above or below 1; a host that drifts between runs moves every point alike.\n\n");
+        let _ = writeln!(
+            s,
+            "| point | A {u} | B {u} | B/A | 95% interval | repeats A/B | verdict |\n|---|---|---|---|---|---|---|",
+            u = self.unit
+        );
         for p in &self.points {
             let iv = p
                 .interval
@@ -283,8 +401,8 @@ impl Comparison {
                 s,
                 "| {} | {:.3} | {:.3} | {:.3} | {iv} | {}/{} | {} |",
                 p.label,
-                p.a_gbps,
-                p.b_gbps,
+                p.a_median,
+                p.b_median,
                 p.ratio,
                 p.a_repeats,
                 p.b_repeats,

@@ -12,10 +12,10 @@ const LAYERS: [&[&str]; 7] = [
         "units", "files", "cancel", "topology", "traffic", "limits", "setting", "probe",
     ],
     &["results"],
-    &["measure", "analysis", "export", "render", "compare"],
+    &["measure", "analysis", "export", "render"],
     &["http", "remote"],
     &["workload"],
-    &["study", "calibrate"],
+    &["study", "calibrate", "compare"],
     &["agent"],
 ];
 

@@ -87,9 +87,10 @@ pub(crate) enum Command {
     /// `stream`/`sweep`/`transfer --agent`, the clients of `rr --agent`, the load of
     /// `http-load --agent`; sends back what it measured and its CPU.
     Agent(AgentArgs),
-    /// Compare run B with run A (two results.json of stream, rr or sweep, or the directories
-    /// a sweep wrote them to), point by point: B/A with a 95% bootstrap interval over each
-    /// run's repeats, faster, slower or within noise; what differs between the runs first.
+    /// Compare run B with run A (two results of one study: results.json of stream, rr or a
+    /// sweep, http-results.json, transfer-results.json, or their directories), point by
+    /// point: B/A with a 95% bootstrap interval over each run's repeats, faster, slower or
+    /// within noise; what differs between the runs first.
     Compare(CompareArgs),
     /// Print the shell completion script for SHELL (e.g. `sendpath completions bash >
     /// ~/.local/share/bash-completion/completions/sendpath`).
