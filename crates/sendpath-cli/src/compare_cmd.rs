@@ -83,6 +83,7 @@ fn load_transfer(p: &Path) -> anyhow::Result<sendpath_lab::study::transfer::Tran
 }
 
 pub(crate) fn run(a: &CompareArgs) -> anyhow::Result<ExitCode> {
+    crate::cli::check_outputs([("--out", a.out.as_deref()), ("--html", a.html.as_deref())])?;
     let (pa, pb) = (results_file(&a.a), results_file(&a.b));
     let (sa, sb) = (study_of(&pa)?, study_of(&pb)?);
     if sa != sb {
@@ -98,7 +99,12 @@ pub(crate) fn run(a: &CompareArgs) -> anyhow::Result<ExitCode> {
     {
         return Ok(done);
     }
-    let md = c.markdown(&pa.display().to_string(), &pb.display().to_string());
+    let (na, nb) = (pa.display().to_string(), pb.display().to_string());
+    if let Some(path) = &a.html {
+        sendpath_lab::export::write_text(path, &c.html(&na, &nb)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let md = c.markdown(&na, &nb);
     if let Some(path) = &a.out {
         sendpath_lab::export::write_text(path, &md)?;
         eprintln!("wrote {}", path.display());

@@ -1397,6 +1397,19 @@ fn compare_judges_points_and_refuses_what_it_cannot_compare() {
         "{md}"
     );
     let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("compare.html");
+    sendpath()
+        .arg("compare")
+        .args([&rows, &rows])
+        .arg("--html")
+        .arg(&page)
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 1 && html.contains("<table>"),
+        "{html}"
+    );
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&rows).unwrap()).unwrap();
     let first = &mut v["results"][0];
     let label = format!("stream {} ", first["strategy"].as_str().unwrap());

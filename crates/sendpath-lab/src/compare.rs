@@ -4,6 +4,8 @@
 //! resampled independently, and a verdict from it. What differs between the two environments
 //! comes first. Pure: the caller loads the files and writes what this renders.
 
+use crate::render::plot::{line_chart, Series, XAxis};
+use crate::render::{esc, Table};
 use crate::results::{Environment, Results, Row};
 use crate::study::http::StudyResults;
 use crate::study::transfer::TransferResults;
@@ -49,6 +51,25 @@ pub struct PointComparison {
     /// Its 95% bootstrap interval; `None` with fewer than two repeats on a side.
     pub interval: Option<(f64, f64)>,
     pub verdict: Verdict,
+    /// Where the HTML report charts it: (chart, line, x), for the rows study's points.
+    pub chart: Option<(String, String, f64)>,
+}
+
+/// A point of one run: its label, its values over repeats, where it is charted.
+struct Sample {
+    label: String,
+    values: Vec<f64>,
+    chart: Option<(String, String, f64)>,
+}
+
+impl Sample {
+    fn new(label: String, values: Vec<f64>) -> Sample {
+        Sample {
+            label,
+            values,
+            chart: None,
+        }
+    }
 }
 
 /// Run B against run A.
@@ -97,7 +118,7 @@ struct Run<'a> {
     settings: String,
     route: String,
     congestion: String,
-    points: Vec<(String, Vec<f64>)>,
+    points: Vec<Sample>,
 }
 
 /// Compares run B of the rows study with run A; an error when they share no point.
@@ -143,21 +164,29 @@ fn rows_run(r: &Results) -> Run<'_> {
                 .filter_map(|x| x.tcp_congestion.clone())
                 .collect(),
         ),
-        points: r
-            .results
-            .iter()
-            .map(|row| {
-                (
-                    point_label(row),
-                    row.repeats.iter().map(|x| x.throughput_gbps).collect(),
-                )
-            })
-            .collect(),
+        points: r.results.iter().map(row_sample).collect(),
     }
 }
 
+/// A row's point, charted by path over size in its group (workload, threads, variant).
+fn row_sample(row: &Row) -> Sample {
+    let values = row.repeats.iter().map(|x| x.throughput_gbps).collect();
+    let mut p = Sample::new(point_label(row), values);
+    let label = point_label(row);
+    let size = crate::units::fmt_size(row.size_bytes);
+    let group = label.replacen(&format!(" {} {size}", row.strategy.name()), "", 1);
+    p.chart = row.size_mix.is_none().then(|| {
+        (
+            group,
+            row.strategy.name().to_string(),
+            row.size_bytes as f64,
+        )
+    });
+    p
+}
+
 fn http_run(r: &StudyResults) -> Run<'_> {
-    let mut points: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut points: Vec<Sample> = Vec::new();
     for m in &r.measurements {
         let rate = m
             .rate_per_s
@@ -166,9 +195,9 @@ fn http_run(r: &StudyResults) -> Run<'_> {
             "{} {} B {} conns {}{rate}",
             m.server, m.body_bytes, m.connections, m.load
         );
-        match points.iter_mut().find(|(l, _)| *l == label) {
-            Some((_, v)) => v.push(m.requests_per_s),
-            None => points.push((label, vec![m.requests_per_s])),
+        match points.iter_mut().find(|p| p.label == label) {
+            Some(p) => p.values.push(m.requests_per_s),
+            None => points.push(Sample::new(label, vec![m.requests_per_s])),
         }
     }
     Run {
@@ -208,7 +237,7 @@ fn transfer_run(r: &TransferResults) -> Run<'_> {
                     crate::units::fmt_size(row.file_bytes as usize),
                     row.cache.name()
                 );
-                (
+                Sample::new(
                     label,
                     row.repeats.iter().map(|x| x.throughput_gbps).collect(),
                 )
@@ -221,10 +250,13 @@ fn transfer_run(r: &TransferResults) -> Run<'_> {
 fn compare_runs(unit: &'static str, a: &Run<'_>, b: &Run<'_>) -> Result<Comparison, String> {
     let mut points = Vec::new();
     let mut only_a = Vec::new();
-    for (label, xa) in &a.points {
-        match b.points.iter().find(|(l, _)| l == label) {
-            Some((_, xb)) => points.push(point(label, xa, xb)),
-            None => only_a.push(label.clone()),
+    for pa in &a.points {
+        match b.points.iter().find(|p| p.label == pa.label) {
+            Some(pb) => points.push(PointComparison {
+                chart: pa.chart.clone(),
+                ..point(&pa.label, &pa.values, &pb.values)
+            }),
+            None => only_a.push(pa.label.clone()),
         }
     }
     if points.is_empty() {
@@ -236,8 +268,8 @@ fn compare_runs(unit: &'static str, a: &Run<'_>, b: &Run<'_>) -> Result<Comparis
     let only_b = b
         .points
         .iter()
-        .filter(|(l, _)| !a.points.iter().any(|(x, _)| x == l))
-        .map(|(l, _)| l.clone())
+        .filter(|p| !a.points.iter().any(|x| x.label == p.label))
+        .map(|p| p.label.clone())
         .collect();
     Ok(Comparison {
         unit,
@@ -268,6 +300,7 @@ fn point(label: &str, xa: &[f64], xb: &[f64]) -> PointComparison {
         ratio: if ma > 0.0 { mb / ma } else { f64::NAN },
         interval,
         verdict,
+        chart: None,
     }
 }
 
@@ -376,54 +409,162 @@ impl Comparison {
             .collect()
     }
 
-    /// The comparison as Markdown: differences first, then a table of every shared point.
-    pub fn markdown(&self, a_name: &str, b_name: &str) -> String {
-        let mut s = format!("# sendpath compare\n\nA: `{a_name}`  \nB: `{b_name}`\n\n");
-        s.push_str("## What differs between the runs\n\n");
-        if self.differences.is_empty() {
-            s.push_str("Nothing recorded differs (host, kernel, sendpath, settings, congestion control, route).\n");
-        }
-        for (k, x, y) in &self.differences {
-            let _ = writeln!(s, "- **{k}**: A `{x}`, B `{y}`");
-        }
-        let _ = write!(s, "\n## {}, B against A\n\n", self.unit);
-        s.push_str("B/A is the ratio of the medians over each run's repeats. The runs were not interleaved, so nothing is paired: the interval is a 95% bootstrap over the repeats of each run, resampled independently. Faster or slower when the whole interval is above or below 1; a host that drifts between runs moves every point alike.\n\n");
-        let _ = writeln!(
-            s,
-            "| point | A {u} | B {u} | B/A | 95% interval | repeats A/B | verdict |\n|---|---|---|---|---|---|---|",
-            u = self.unit
-        );
+    /// What the B/A figures are, in words.
+    const METHOD: &'static str = "B/A is the ratio of the medians over each run's repeats. The runs were not interleaved, so nothing is paired: the interval is a 95% bootstrap over the repeats of each run, resampled independently. Faster or slower when the whole interval is above or below 1; a host that drifts between runs moves every point alike.";
+
+    /// Every shared point, as a table both renderings share.
+    fn table(&self) -> Table {
+        let (a, b) = (format!("A {}", self.unit), format!("B {}", self.unit));
+        let headers = [
+            "point",
+            &a,
+            &b,
+            "B/A",
+            "95% interval",
+            "repeats A/B",
+            "verdict",
+        ];
+        let mut t = Table::new(&format!("{}, B against A", self.unit), &headers);
         for p in &self.points {
             let iv = p
                 .interval
                 .map_or("-".into(), |(lo, hi)| format!("{lo:.3}..{hi:.3}"));
-            let _ = writeln!(
-                s,
-                "| {} | {:.3} | {:.3} | {:.3} | {iv} | {}/{} | {} |",
-                p.label,
-                p.a_median,
-                p.b_median,
-                p.ratio,
-                p.a_repeats,
-                p.b_repeats,
-                p.verdict.name()
-            );
+            t.rows.push(vec![
+                p.label.clone(),
+                format!("{:.3}", p.a_median),
+                format!("{:.3}", p.b_median),
+                format!("{:.3}", p.ratio),
+                iv,
+                format!("{}/{}", p.a_repeats, p.b_repeats),
+                p.verdict.name().into(),
+            ]);
         }
+        t
+    }
+
+    /// How many points went which way, and those only one run has.
+    fn tally(&self) -> Vec<String> {
         let count = |v: Verdict| self.points.iter().filter(|p| p.verdict == v).count();
-        let _ = writeln!(
-            s,
-            "\n{} point(s): {} faster, {} slower, {} within noise.",
+        let mut out = vec![format!(
+            "{} point(s): {} faster, {} slower, {} within noise.",
             self.points.len(),
             count(Verdict::Faster),
             count(Verdict::Slower),
             count(Verdict::WithinNoise)
-        );
+        )];
         for (who, v) in [("A", &self.only_a), ("B", &self.only_b)] {
             if !v.is_empty() {
-                let _ = writeln!(s, "Only in {who} (not compared): {}.", v.join("; "));
+                out.push(format!("Only in {who} (not compared): {}.", v.join("; ")));
             }
         }
+        out
+    }
+
+    /// The differences between the runs, as lines.
+    fn differing(&self) -> Vec<String> {
+        if self.differences.is_empty() {
+            return vec!["Nothing recorded differs (host, kernel, sendpath, settings, congestion control, route).".into()];
+        }
+        self.differences
+            .iter()
+            .map(|(k, x, y)| format!("{k}: A `{x}`, B `{y}`"))
+            .collect()
+    }
+
+    /// The comparison as Markdown: differences first, then a table of every shared point.
+    pub fn markdown(&self, a_name: &str, b_name: &str) -> String {
+        let mut s = format!("# sendpath compare\n\nA: `{a_name}`  \nB: `{b_name}`\n\n");
+        s.push_str("## What differs between the runs\n\n");
+        for d in self.differing() {
+            let _ = writeln!(s, "- {d}");
+        }
+        let _ = write!(s, "\n{}\n\n{}", Self::METHOD, self.table().md());
+        s.push_str(&self.tally().join("\n"));
+        s.push('\n');
         s
+    }
+
+    /// The comparison as a self-contained HTML page: differences, then per group of the rows
+    /// study a chart of each path's B/A over size with its interval, then the table.
+    pub fn html(&self, a_name: &str, b_name: &str) -> anyhow::Result<String> {
+        let mut s = crate::render::html_head(
+            "sendpath compare",
+            "body{font-family:sans-serif;margin:2em;max-width:1500px;color:#222}\
+             table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+             th{background:#f0f0f0}td:first-child,td:last-child{text-align:left}\
+             .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-size:13px;color:#555}",
+        );
+        let _ = writeln!(
+            s,
+            "<p>A: <code>{}</code><br>B: <code>{}</code></p>",
+            esc(a_name),
+            esc(b_name)
+        );
+        s.push_str("<h2>What differs between the runs</h2>\n<ul>\n");
+        for (k, x, y) in &self.differences {
+            let (k, x, y) = (esc(k), esc(x), esc(y));
+            let _ = writeln!(s, "<li>{k}: A <code>{x}</code>, B <code>{y}</code></li>");
+        }
+        if self.differences.is_empty() {
+            let _ = writeln!(s, "<li>{}</li>", esc(&self.differing()[0]));
+        }
+        let _ = writeln!(
+            s,
+            "</ul>\n<p>{}</p>\n<div class=\"plots\">",
+            esc(Self::METHOD)
+        );
+        for (group, series) in self.charts() {
+            let svg = line_chart(
+                &format!("{group}: B/A {}", self.unit),
+                "message size (bytes, log scale)",
+                "B / A (bars: 95% interval)",
+                XAxis::LogBytes,
+                false,
+                &series,
+            )?;
+            let _ = writeln!(s, "<figure>{svg}<figcaption>Above 1: B faster; a bar across 1: within noise.</figcaption></figure>");
+        }
+        s.push_str("</div>\n");
+        s.push_str(&self.table().html());
+        for line in self.tally() {
+            let _ = writeln!(s, "<p>{}</p>", esc(&line));
+        }
+        s.push_str("</body></html>\n");
+        Ok(s)
+    }
+
+    /// The rows study's points charted: per group, a line per path of B/A over size.
+    fn charts(&self) -> Vec<(String, Vec<Series>)> {
+        let mut groups: Vec<(String, Vec<Series>)> = Vec::new();
+        for p in &self.points {
+            let Some((group, line, x)) = &p.chart else {
+                continue;
+            };
+            let at = match groups.iter().position(|(g, _)| g == group) {
+                Some(i) => i,
+                None => {
+                    groups.push((group.clone(), Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            let series = &mut groups[at].1;
+            let i = match series.iter().position(|l| l.name == *line) {
+                Some(i) => i,
+                None => {
+                    series.push(Series {
+                        name: line.clone(),
+                        points: Vec::new(),
+                        spread: Vec::new(),
+                    });
+                    series.len() - 1
+                }
+            };
+            series[i].points.push((*x, p.ratio));
+            series[i]
+                .spread
+                .push(p.interval.unwrap_or((p.ratio, p.ratio)));
+        }
+        groups
     }
 }
 
@@ -494,7 +635,19 @@ mod tests {
         assert_eq!(c.regressions(0.2).len(), 1);
         assert!(c.regressions(0.3).is_empty());
         let md = c.markdown("a.json", "b.json");
-        assert!(md.contains("- **kernel**: A `6.18.0`, B `6.18.1`"), "{md}");
+        assert!(md.contains("- kernel: A `6.18.0`, B `6.18.1`"), "{md}");
+        // The HTML page charts B/A per path over size, with the same table.
+        let html = c.html("a.json", "b.json").unwrap();
+        assert!(
+            html.contains("<svg") && html.contains("stream x1: B/A Gbit/s"),
+            "charts"
+        );
+        assert!(
+            html.contains(
+                "<td>stream uring 4KiB x1</td><td>8.000</td><td>6.000</td><td>0.750</td>"
+            ),
+            "{html}"
+        );
         assert!(
             md.contains("| stream uring 4KiB x1 | 8.000 | 6.000 | 0.750 |"),
             "{md}"

@@ -115,6 +115,9 @@ pub(crate) struct CompareArgs {
     /// Write the comparison (Markdown) to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Also write it as an HTML page, with a chart of each path's B/A over size (rows study).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// A share: `5%` or `0.05`, in 0..1.
