@@ -591,30 +591,20 @@ fn adaptive_is_byte_exact_and_backs_off_where_the_kernel_copies() {
 /// pattern, byte for byte, in order (file ranges are taken at the stream's own offsets).
 #[test]
 fn adaptive_keeps_byte_order_between_its_ring_and_sendfile() {
-    use sendpath::{Msg, Profile, Tier};
+    use sendpath::Msg;
     use sendpath_host::pattern;
     if !probe().io_uring.send_zc {
         common::skip("io_uring SEND_ZC unavailable here");
         return;
     }
-    let tiers = [(0, Strategy::Uring), (32_000, Strategy::UringZc)]
-        .map(|(from_bytes, path)| Tier { from_bytes, path })
-        .to_vec();
     let sizes: Vec<usize> = (0..240)
         .map(|i| [700, 40_000, 5000, 100_000][i % 4] + i)
         .collect();
     let total: usize = sizes.iter().sum();
+    // Every send decided on its own size (no run to wait for).
     let opts = Options {
-        profile: Some(std::sync::Arc::new(
-            Profile::from_tiers(tiers, true).unwrap(),
-        )),
         file: Some(common::pattern_file(total)),
-        // Every send decided on its own size (no run to wait for).
-        adaptive: sendpath::AdaptiveConfig {
-            run_min: 0,
-            ..Default::default()
-        },
-        ..Options::default()
+        ..common::tiered(&[(0, Strategy::Uring), (32_000, Strategy::UringZc)], 0)
     };
     let (addr, rx) = common::receiver(NO_PAUSE);
     let sock = std::net::TcpStream::connect(addr).unwrap();
@@ -646,7 +636,6 @@ fn adaptive_keeps_byte_order_between_its_ring_and_sendfile() {
 #[test]
 fn adaptive_keeps_byte_order_across_all_four_paths() {
     use sendpath::Msg;
-    use sendpath::{Profile, Tier};
     use sendpath_host::pattern;
     if !probe().io_uring.send_zc {
         common::skip("io_uring SEND_ZC unavailable here");
@@ -659,18 +648,8 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
         (1000, Strategy::Uring),
         (16_000, Strategy::MsgZerocopy),
         (100_000, Strategy::UringZc),
-    ]
-    .map(|(from_bytes, path)| Tier { from_bytes, path })
-    .to_vec();
-    let profile = Profile::from_tiers(tiers, true).unwrap();
-    let opts = Options {
-        profile: Some(std::sync::Arc::new(profile)),
-        adaptive: sendpath::AdaptiveConfig {
-            run_min: 8,
-            ..Default::default()
-        },
-        ..Options::default()
-    };
+    ];
+    let opts = common::tiered(&tiers, 8);
     let (addr, rx) = common::receiver(NO_PAUSE);
     let sock = std::net::TcpStream::connect(addr).unwrap();
     let mut p = sendpath::open(Strategy::Adaptive, sock, &opts).unwrap();

@@ -78,22 +78,7 @@ fn memory_paths_send_datagrams_on_a_connected_udp_socket() {
     }
     // adaptive twice: on the copy tier of the defaults, and on a zero-copy tier from the
     // first byte.
-    let zc_tier = sendpath::Profile::from_tiers(
-        vec![sendpath::Tier {
-            from_bytes: 0,
-            path: Strategy::MsgZerocopy,
-        }],
-        true,
-    )
-    .unwrap();
-    let zc_opts = Options {
-        profile: Some(std::sync::Arc::new(zc_tier)),
-        adaptive: sendpath::AdaptiveConfig {
-            run_min: 0,
-            ..Default::default()
-        },
-        ..Options::default()
-    };
+    let zc_opts = common::tiered(&[(0, Strategy::MsgZerocopy)], 0);
     let memory = Strategy::ALL
         .into_iter()
         .filter(|s| s.source() == Source::Memory && *s != Strategy::Vmsplice)

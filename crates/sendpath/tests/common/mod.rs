@@ -280,3 +280,22 @@ fn walk(dir: &std::path::Path) -> Vec<std::time::SystemTime> {
     }
     out
 }
+
+/// Options for the adaptive sender deciding from `tiers` (from this many bytes, this path),
+/// using a zero-copy tier only after `run_min` sends in a row of it.
+pub(crate) fn tiered(tiers: &[(usize, sendpath::Strategy)], run_min: u64) -> sendpath::Options {
+    let tiers = tiers
+        .iter()
+        .map(|&(from_bytes, path)| sendpath::Tier { from_bytes, path })
+        .collect();
+    sendpath::Options {
+        profile: Some(Arc::new(
+            sendpath::Profile::from_tiers(tiers, true).unwrap(),
+        )),
+        adaptive: sendpath::AdaptiveConfig {
+            run_min,
+            ..Default::default()
+        },
+        ..sendpath::Options::default()
+    }
+}
