@@ -25,15 +25,16 @@ pub(crate) fn man(a: &ManArgs) -> anyhow::Result<ExitCode> {
     root.build();
     let cmd = match &a.command {
         None => root.clone(),
-        Some(name) => match root.find_subcommand(name) {
-            Some(c) => c
-                .clone()
-                .name(format!("sendpath-{name}"))
-                .version(env!("CARGO_PKG_VERSION")),
+        Some(name) => match root
+            .find_subcommand(name)
+            .filter(|c| c.get_name() != "help")
+        {
+            Some(c) => page_of(c),
             None => bail!(
                 "no command `{name}`: give one of {}",
                 root.get_subcommands()
                     .map(|c| c.get_name().to_string())
+                    .filter(|n| n != "help")
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -46,8 +47,16 @@ pub(crate) fn man(a: &ManArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("--out {}: cannot create it", dir.display()))?;
-            clap_mangen::generate_to(root, dir)
-                .with_context(|| format!("--out {}: writing the man pages", dir.display()))?;
+            // sendpath.1, then sendpath-COMMAND.1 for each command (not clap's `help`).
+            let commands = root.get_subcommands().filter(|c| c.get_name() != "help");
+            let pages = std::iter::once(("sendpath".to_string(), root.clone()))
+                .chain(commands.map(|c| (format!("sendpath-{}", c.get_name()), page_of(c))));
+            for (name, cmd) in pages {
+                let mut out = Vec::new();
+                clap_mangen::Man::new(cmd).render(&mut out)?;
+                let text = String::from_utf8(out).context("a man page is not UTF-8")?;
+                sendpath_lab::export::write_text(&dir.join(format!("{name}.1")), &text)?;
+            }
             println!(
                 "wrote the man pages of sendpath and its commands to {}",
                 dir.display()
@@ -66,4 +75,11 @@ pub(crate) fn man(a: &ManArgs) -> anyhow::Result<ExitCode> {
 fn to_stdout(out: Vec<u8>) -> anyhow::Result<()> {
     let text = String::from_utf8(out).context("generated text is not UTF-8")?;
     sendpath_lab::export::write_text(std::path::Path::new("-"), &text)
+}
+
+/// A command as its own page: named `sendpath-COMMAND`, with sendpath's version.
+fn page_of(c: &clap::Command) -> clap::Command {
+    c.clone()
+        .name(format!("sendpath-{}", c.get_name()))
+        .version(env!("CARGO_PKG_VERSION"))
 }

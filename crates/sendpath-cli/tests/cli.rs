@@ -1369,6 +1369,24 @@ fn man_pages_and_completions_cover_every_flag() {
         pages += 1;
     }
     assert_eq!(pages, 14);
+    // --out writes sendpath.1 and one page per command, nothing for clap's `help`.
+    let dir = tempfile::tempdir().unwrap();
+    sendpath()
+        .args(["man", "--out"])
+        .arg(dir.path())
+        .assert()
+        .success();
+    let mut written: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written.len(), 15, "{written:?}");
+    assert!(
+        written.contains(&"sendpath-stream.1".to_string()),
+        "{written:?}"
+    );
+    assert!(!written.iter().any(|w| w.contains("help")), "{written:?}");
 }
 
 /// What `sendpath ARGS` printed on standard output, after checking it succeeded.
