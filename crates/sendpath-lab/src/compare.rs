@@ -530,7 +530,7 @@ impl Comparison {
             let _ = writeln!(s, "<p>{}</p>", esc(&line));
         }
         s.push_str("</body></html>\n");
-        Ok(s)
+        Ok(crate::render::with_contents(&s))
     }
 
     /// The rows study's points charted: per group, a line per path of B/A over size.

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 /// A table rendered both as Markdown and as HTML.
 pub(crate) struct Table {
     pub(crate) title: String,
+    /// What the table's columns mean, said under its short heading.
+    pub(crate) note: Option<String>,
     pub(crate) headers: Vec<String>,
     pub(crate) rows: Vec<Vec<String>>,
 }
@@ -17,14 +19,25 @@ impl Table {
     pub(crate) fn new(title: &str, headers: &[&str]) -> Table {
         Table {
             title: title.into(),
+            note: None,
             headers: headers.iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
         }
     }
 
+    /// The table with `note` said under its heading.
+    pub(crate) fn noted(mut self, note: &str) -> Table {
+        self.note = Some(note.into());
+        self
+    }
+
     pub(crate) fn md(&self) -> String {
+        let note = self
+            .note
+            .as_ref()
+            .map_or(String::new(), |n| format!("{n}\n\n"));
         let mut s = format!(
-            "## {}\n\n| {} |\n|{}\n",
+            "## {}\n\n{note}| {} |\n|{}\n",
             self.title,
             self.headers.join(" | "),
             "---|".repeat(self.headers.len())
@@ -37,7 +50,11 @@ impl Table {
     }
 
     pub(crate) fn html(&self) -> String {
-        let mut s = format!("<h2>{}</h2>\n<table>\n<tr>", esc(&self.title));
+        let note = self
+            .note
+            .as_ref()
+            .map_or(String::new(), |n| format!("<p>{}</p>\n", esc(n)));
+        let mut s = format!("<h2>{}</h2>\n{note}<table>\n<tr>", esc(&self.title));
         for h in &self.headers {
             let _ = write!(s, "<th>{}</th>", esc(h));
         }
@@ -74,10 +91,13 @@ pub(crate) fn environment_line_of(e: &crate::results::Environment) -> String {
 }
 
 /// What every HTML report's style ends with so it reads on a phone as on a laptop: charts
-/// shrink to the width of the screen (they carry a viewBox), wide tables scroll sideways
-/// instead of running off the page, and the margins narrow on small screens.
+/// shrink to the width of the screen (they carry a viewBox), two to a row on a wide screen
+/// and one on a narrow one, wide tables scroll sideways instead of running off the page, long
+/// words wrap, and the margins narrow on small screens.
 pub(crate) const NARROW_SCREENS_CSS: &str = "svg{max-width:100%;height:auto}\
      table{display:block;overflow-x:auto;max-width:100%}\
+     .plots>figure{flex:1 1 560px;max-width:calc(50% - 6px)}p,li{overflow-wrap:anywhere}\
+     @media (max-width:1100px){.plots>figure{max-width:100%}}\
      @media (max-width:700px){body{margin:.6em}h1{font-size:1.5em}h2{font-size:1.15em}}";
 
 /// The head of an HTML report: its title, a viewport for phones, and its style.
@@ -87,4 +107,45 @@ pub(crate) fn html_head(title: &str, css: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title}</title>\n<style>{css}{NARROW_SCREENS_CSS}</style></head><body>\n<h1>{title}</h1>\n"
     )
+}
+
+/// `html` with a list of its sections after the page's title: every `<h2>` gets an id and a
+/// link in a "Contents" list.
+pub(crate) fn with_contents(html: &str) -> String {
+    let mut out = String::with_capacity(html.len() + 1024);
+    let mut links = String::new();
+    let mut rest = html;
+    let mut n = 0;
+    while let Some(at) = rest.find("<h2>") {
+        let end = rest[at..].find("</h2>").map_or(rest.len(), |e| at + e);
+        n += 1;
+        let title = &rest[at + 4..end];
+        let _ = writeln!(links, "<li><a href=\"#s{n}\">{title}</a></li>");
+        out.push_str(&rest[..at]);
+        let _ = write!(out, "<h2 id=\"s{n}\">");
+        rest = &rest[at + 4..];
+    }
+    out.push_str(rest);
+    let contents = format!("<nav><b>Contents</b><ul>\n{links}</ul></nav>\n");
+    match out.find("</h1>") {
+        Some(i) if n > 1 => format!("{}{contents}{}", &out[..i + 5], &out[i + 5..]),
+        _ => out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn contents_link_every_section_after_the_title() {
+        let page = super::with_contents("<h1>t</h1>\n<h2>A &amp; B</h2>x<h2>C</h2>y");
+        assert_eq!(
+            page,
+            "<h1>t</h1><nav><b>Contents</b><ul>\n<li><a href=\"#s1\">A &amp; B</a></li>\n<li><a href=\"#s2\">C</a></li>\n</ul></nav>\n\n<h2 id=\"s1\">A &amp; B</h2>x<h2 id=\"s2\">C</h2>y"
+        );
+        // One section: no list.
+        assert_eq!(
+            super::with_contents("<h1>t</h1><h2>A</h2>"),
+            "<h1>t</h1><h2 id=\"s1\">A</h2>"
+        );
+    }
 }

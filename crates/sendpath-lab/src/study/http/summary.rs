@@ -86,7 +86,7 @@ pub(crate) fn http_html(r: &StudyResults, summary: &str) -> anyhow::Result<Strin
         "<h2>Tables</h2>\n<pre>{}</pre>\n</body></html>",
         esc(summary)
     );
-    Ok(s)
+    Ok(crate::render::with_contents(&s))
 }
 
 /// Writes `summary.md` and `report.html` into `dir`. Both are rendered before anything is

@@ -50,7 +50,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
             format!("{} .. {}", fmt_size(c.sizes.0), fmt_size(c.sizes.1)),
         ]);
     }
-    out.push(cx);
+    out.push(cx.noted(CROSSOVER_NOTE));
     if let Some(t) = zerocopy_paper_table(r) {
         out.push(t);
     }
@@ -157,6 +157,12 @@ const PAPER: [(usize, u32, u32); 5] = [
     (1 << 20, 8, 61),
 ];
 
+/// What the CPU table's columns are.
+pub(crate) const CPU_NOTE: &str = "\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied; \"per notification\" = sends completed per error-queue notification, which the paper's kernel coalesces into one range while TCP acknowledges in order (it saw 75 sends share one ubuf_info, then capped one at 512 KB); \"send to read\" = from the send to the reading of its completion, p50/p99 us, the notification latency that bounds the working set.";
+
+/// What a crossover is, and what "never" does not say.
+pub(crate) const CROSSOVER_NOTE: &str = "A path's crossover is the smallest measured size from which it beats the baseline at every larger measured size. \"never\" means no such size: the path may still beat the baseline at some sizes, as the recommendation above says where it does.";
+
 /// copy vs msg-zerocopy CPU per byte, as the MSG_ZEROCOPY paper laid out its table (the paper
 /// gives Mcycles of a fixed transfer; here it is ns per byte, same ratio). The paper's
 /// "process" column is the sending process: here the sender threads. Its "system" column is
@@ -178,7 +184,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
         .map(|x| x.size_bytes)
         .collect();
     let mut t = Table::new(
-        "copy vs msg-zerocopy CPU ns per byte, 1 connection (\"process\" = the paper's process column: sender threads; \"system\" = the paper's system column: all CPUs, /proc/stat busy; \"paper %\" = zero-copy's cycles as a percentage of copy's in the MSG_ZEROCOPY paper's Figure 3, netperf TCP over a 10 Gbit/s NIC, where nothing was copied; \"per notification\" = sends completed per error-queue notification, which the paper's kernel coalesces into one range while TCP acknowledges in order (it saw 75 sends share one ubuf_info, then capped one at 512 KB); \"send to read\" = from the send to the reading of its completion, p50/p99 us, the notification latency that bounds the working set)",
+        "copy vs msg-zerocopy CPU ns per byte, 1 connection",
         &[
             "size",
             "process copy",
@@ -195,7 +201,8 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
             "per notification",
             "send to read",
         ],
-    );
+    )
+    .noted(CPU_NOTE);
     for s in sizes {
         let (Some(c), Some(z)) = (find(Strategy::Copy, s), find(Strategy::MsgZerocopy, s)) else {
             continue;
@@ -366,7 +373,7 @@ pub(crate) fn html(r: &Results, a: &Analysis) -> anyhow::Result<String> {
          const drawn=figs.filter(f=>f.getBBox().width>0&&f.querySelectorAll('polyline,path,line').length>0);\n\
          document.body.dataset.plots=String(drawn.length);\n</script>\n</body></html>\n",
     );
-    Ok(s)
+    Ok(crate::render::with_contents(&s))
 }
 
 pub fn write(dir: &Path, r: &Results) -> anyhow::Result<Analysis> {
