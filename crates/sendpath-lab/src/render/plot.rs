@@ -90,16 +90,54 @@ pub(crate) fn line_chart(
             ),
         }
     };
+    // What hovering a point shows: its line, and its x and y as measured.
+    let hover = move |name: &str, x: f64, y: f64| {
+        let x = match axis {
+            XAxis::Linear => number(x),
+            XAxis::LogBytes => size_label(2f64.powf(x)),
+            XAxis::LogCount => format!("{:.0}", 2f64.powf(x)),
+        };
+        let y = if y_log { 10f64.powf(y) } else { y };
+        // Three significant digits or more: 1234, 12.5, 0.875.
+        let digits = match y.abs() {
+            a if a >= 100.0 => 0,
+            a if a >= 10.0 => 1,
+            a if a >= 1.0 => 2,
+            _ => 3,
+        };
+        format!("{name}: {x}, {y:.digits$}")
+    };
     let mut svg = String::new();
-    {
+    let spots = {
         let root = SVGBackend::with_string(&mut svg, (660, 400)).into_drawing_area();
         root.fill(&WHITE)?;
         let text = [title, x_desc, y_desc];
         let b = Bounds::of(&series, y_log);
-        draw(&root, text, b, [&label, &y_label], &series)?;
+        let spots = draw(&root, text, b, [&label, &y_label], &series, &hover)?;
         root.present()?;
+        spots
+    };
+    Ok(with_hover(svg, &spots))
+}
+
+/// `svg` with an invisible target over each point whose title (shown on hover) says its
+/// values.
+fn with_hover(svg: String, spots: &[((i32, i32), String)]) -> String {
+    let Some(end) = svg.rfind("</svg>") else {
+        return svg;
+    };
+    let mut out = svg[..end].to_string();
+    for ((x, y), text) in spots {
+        let _ = std::fmt::Write::write_fmt(
+            &mut out,
+            format_args!(
+                "<circle cx=\"{x}\" cy=\"{y}\" r=\"7\" fill=\"transparent\"><title>{}</title></circle>\n",
+                super::esc(text)
+            ),
+        );
     }
-    Ok(svg)
+    out.push_str(&svg[end..]);
+    out
 }
 
 /// A linear axis' tick: as many decimals as its size needs.
@@ -224,14 +262,16 @@ fn legend_corner(series: &[Series], x: &std::ops::Range<f64>) -> SeriesLabelPosi
 }
 
 /// Draws `series` on `root`: the title and axis descriptions of `text`, the mesh, a line with
-/// points per series in its path's colour, and the legend.
+/// points per series in its path's colour, and the legend. Where each point landed, with what
+/// `hover` says of it.
 fn draw(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     [title, x_desc, y_desc]: [&str; 3],
     b: Bounds,
     [x_label, y_label]: [&dyn Fn(&f64) -> String; 2],
     series: &[Series],
-) -> anyhow::Result<()> {
+    hover: &dyn Fn(&str, f64, f64) -> String,
+) -> anyhow::Result<Vec<((i32, i32), String)>> {
     let corner = legend_corner(series, &b.x);
     let mut c = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 18))
@@ -270,12 +310,44 @@ fn draw(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .draw()?;
-    Ok(())
+    let spots = series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .map(|&(x, y)| (c.backend_coord(&(x, y)), hover(&s.name, x, y)))
+    });
+    Ok(spots.collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hovering_a_point_shows_its_values() {
+        let s = Series {
+            name: "uring".into(),
+            points: vec![(4096.0, 12.5), (65536.0, 30.0)],
+            spread: Vec::new(),
+        };
+        let svg = line_chart(
+            "t",
+            "x",
+            "y",
+            XAxis::LogBytes,
+            false,
+            &[Series {
+                name: s.name.clone(),
+                points: s.points.clone(),
+                spread: Vec::new(),
+            }],
+        )
+        .unwrap();
+        assert!(svg.contains("<title>uring: 4KiB, 12.5</title>"), "{svg}");
+        assert!(svg.contains("<title>uring: 64KiB, 30.0</title>"), "{svg}");
+        let log = line_chart("t", "x", "y", XAxis::LogBytes, true, &[s]).unwrap();
+        assert!(log.contains("<title>uring: 4KiB, 12.5</title>"), "{log}");
+        assert!(log.trim_end().ends_with("</svg>"));
+    }
 
     #[test]
     fn the_legend_sits_over_the_lower_end_of_the_data() {

@@ -536,7 +536,9 @@ mod tests {
         );
         let h = crate::study::http::http_html(&r, &summary(&r)).unwrap();
         assert!(
-            h.contains("<h2>Body 88B</h2>") && h.contains("<h2>Body 64KiB</h2>"),
+            h.contains("<h2 id=\"s1\">Body 88B</h2>")
+                && h.contains("<h2 id=\"s2\">Body 64KiB</h2>")
+                && h.contains("<a href=\"#s2\">Body 64KiB</a>"),
             "{h}"
         );
         // Requests/s, p50, p99, CPU for each body; latency only where measured (nginx).
