@@ -67,9 +67,36 @@ fn size_chart(
         series,
     )?;
     Ok((
-        format!("{what} vs message size, {threads} connection(s)"),
+        format!(
+            "{what} vs message size, {threads} connection(s). {}",
+            reading(what)
+        )
+        .trim_end()
+        .to_string(),
         svg,
     ))
+}
+
+/// What to read from a chart of `what`, in one line (its caption).
+fn reading(what: &str) -> &'static str {
+    const READINGS: [(&str, &str); 12] = [
+        ("Throughput", "Higher is better. A path whose line stays above the baseline's from a size up has its crossover there; where the bars overlap, the rounds cannot tell the paths apart."),
+        ("Sender-thread CPU", "Lower is better: what each byte costs the sending thread. Zero-copy pays per send (pinning, notifications), so its cost per byte falls as messages grow."),
+        ("System-wide CPU", "Lower is better: every CPU's busy time per byte, the receiver and softirq included."),
+        ("LLC misses", "Lower is better: last-level cache misses per byte sent."),
+        ("Zero-copy sends the kernel copied", "At 1 every zero-copy send was copied anyway (a receiver on this host): those rows measure the bookkeeping plus a copy."),
+        ("Completions per notification", "Higher means the kernel reported more sends per error-queue notification (coalescing)."),
+        ("Send to completion read", "Lower is better: how long a buffer stays pinned before the program may reuse it."),
+        ("Sender context switches", "Lower is better: how often the sending thread blocked or was preempted per MiB."),
+        ("Receiver context switches", "Lower is better: how often the receiving thread blocked or was preempted per MiB."),
+        ("Message latency", "Lower is better: from the send call to the message's last byte read."),
+        ("Sender system calls", "Lower is better: the sending thread's system calls per MiB; batching and larger messages lower them."),
+        ("Receiver system calls", "Lower is better: the receiving thread's system calls per MiB."),
+    ];
+    READINGS
+        .iter()
+        .find(|(k, _)| what.starts_with(k))
+        .map_or("", |(_, r)| r)
 }
 
 pub(super) fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
@@ -274,4 +301,29 @@ fn latency_charts(r: &Results, sizes: &BTreeSet<usize>) -> anyhow::Result<Vec<(S
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every chart a report draws says what to read from it.
+    #[test]
+    fn every_chart_says_what_to_read_from_it() {
+        for what in [
+            "Throughput (bars: min..max over rounds)",
+            "Sender-thread CPU per byte (log scale)",
+            "System-wide CPU per byte (log scale)",
+            "LLC misses per byte",
+            "Zero-copy sends the kernel copied",
+            "Completions per notification (log scale)",
+            "Send to completion read, p99 (bars: p50..max)",
+            "Sender context switches per MiB (log scale)",
+            "Receiver context switches per MiB (log scale)",
+            "Sender system calls per MiB (log scale)",
+            "Receiver system calls per MiB (log scale)",
+            "Message latency, send call to last byte read, p99 (bars: p50..max)",
+        ] {
+            assert!(super::reading(what).ends_with('.'), "{what}");
+        }
+        assert_eq!(super::reading("something new"), "");
+    }
 }
