@@ -44,6 +44,20 @@ async fn bounded<T>(
     }
 }
 
+/// Closes `tx` (2 s for the kernel to release its buffers): its stats and note. Buffers the
+/// kernel held past the deadline are counted in the stats, not an error.
+async fn closed(
+    tx: sendpath::AsyncSender,
+) -> anyhow::Result<(sendpath::SendStats, Option<String>)> {
+    let note = tx.note().map(String::from);
+    let stats = match tx.close(Duration::from_secs(2)).await {
+        Ok(s) => s,
+        Err(sendpath::Error::Leaked { stats, .. }) => *stats,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((stats, note))
+}
+
 impl Sender {
     /// Sends on `sock` (a TCP stream) until `stop`, as a tokio task.
     pub(super) fn run_tokio(
@@ -97,14 +111,7 @@ impl Sender {
             total += (n * size) as u64;
             t.sent.store(total, Ordering::Relaxed);
         }
-        let note = tx.note().map(String::from);
-        let stats = match tx.close(Duration::from_secs(2)).await {
-            Ok(s) => s,
-            // Buffers the kernel held past the deadline are counted in the stats.
-            Err(sendpath::Error::Leaked { stats, .. }) => *stats,
-            Err(e) => return Err(e.into()),
-        };
-        Ok((stats, note))
+        closed(tx).await
     }
 
     /// tokio's own `write_all` of each message from a pool of buffers as large as a batch
@@ -202,13 +209,7 @@ impl UdpTask {
                 .await?;
                 t.sent.fetch_add(batch, Ordering::Relaxed);
             }
-            let note = tx.note().map(String::from);
-            let stats = match tx.close(Duration::from_secs(2)).await {
-                Ok(s) => s,
-                Err(sendpath::Error::Leaked { stats, .. }) => *stats,
-                Err(e) => return Err(e.into()),
-            };
-            Ok((stats, note))
+            closed(tx).await
         })
     }
 }
