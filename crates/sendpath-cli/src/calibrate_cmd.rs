@@ -198,15 +198,8 @@ fn sizes(a: &CalibrateArgs) -> Vec<usize> {
     match (&a.sizes, a.proto) {
         (Some(s), _) => s.clone(),
         (None, Protocol::Udp) => vec![256, 1 << 10, 4 << 10, 16 << 10, 64_000],
-        (None, _) => vec![
-            256,
-            1 << 10,
-            4 << 10,
-            16 << 10,
-            64 << 10,
-            256 << 10,
-            1 << 20,
-        ],
+        // The library's own defaults.
+        (None, _) => sendpath::Calibration::new("").sizes,
     }
 }
 

@@ -1,8 +1,8 @@
-//! `sendpath compare A B`: run B against run A (results files of the rows study, or the
-//! directories a sweep wrote them to).
+//! `sendpath compare A B`: run B against run A (two results files of one study, or the
+//! directories holding them).
 
 use crate::cli::CompareArgs;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use sendpath_lab::compare::Comparison;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,80 +20,31 @@ fn results_file(p: &Path) -> PathBuf {
         .unwrap_or_else(|| p.join("results.json"))
 }
 
-const ROWS: &str = "the rows study (results.json)";
-const SERVER: &str = "the server study (http-results.json)";
-const TRANSFER: &str = "the transfer study (transfer-results.json)";
-
-/// Which study wrote the file at `p`, from its top-level fields; an error for a file that is
-/// no sendpath results file.
-fn study_of(p: &Path) -> anyhow::Result<&'static str> {
-    let text = sendpath_lab::files::read_bounded(
-        p,
-        sendpath_lab::files::MAX_RESULTS,
-        "sendpath results file",
-    )?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not valid JSON (truncated or damaged?): give a results.json a run wrote",
-            p.display()
-        )
-    })?;
-    Ok(if v.get("measurements").is_some() {
-        SERVER
-    } else if v.get("settings").is_some() && v.get("rows").is_some() {
-        TRANSFER
-    } else {
-        ROWS
-    })
-}
-
-/// Loads both files as `study` and compares them.
-fn comparison(study: &str, pa: &Path, pb: &Path) -> anyhow::Result<Comparison> {
+/// Compares the two runs, which must be of one study.
+fn comparison(pa: &Path, pb: &Path) -> anyhow::Result<Comparison> {
     use sendpath_lab::compare as c;
+    use sendpath_lab::study::{load_any, StudyFile};
     let both = |e: String| anyhow::anyhow!("{} and {}: {e}", pa.display(), pb.display());
-    match study {
-        ROWS => {
-            let load = sendpath_lab::study::sweep::load;
-            c::compare(&load(pa)?, &load(pb)?).map_err(both)
+    match (load_any(pa)?, load_any(pb)?) {
+        (StudyFile::Rows(a), StudyFile::Rows(b)) => c::compare(&a, &b).map_err(both),
+        (StudyFile::Server(a), StudyFile::Server(b)) => c::compare_http(&a, &b).map_err(both),
+        (StudyFile::Transfer(a), StudyFile::Transfer(b)) => {
+            c::compare_transfer(&a, &b).map_err(both)
         }
-        SERVER => {
-            let load = |p: &Path| -> anyhow::Result<_> {
-                sendpath_lab::study::http::load_http(p)?
-                    .with_context(|| format!("{} is not an http-results.json", p.display()))
-            };
-            c::compare_http(&load(pa)?, &load(pb)?).map_err(both)
-        }
-        _ => c::compare_transfer(&load_transfer(pa)?, &load_transfer(pb)?).map_err(both),
+        (a, b) => bail!(
+            "{} holds {} and {} {}: compare two runs of the same study",
+            pa.display(),
+            a.study(),
+            pb.display(),
+            b.study()
+        ),
     }
-}
-
-/// A transfer-results.json, read bounded.
-fn load_transfer(p: &Path) -> anyhow::Result<sendpath_lab::study::transfer::TransferResults> {
-    let text = sendpath_lab::files::read_bounded(
-        p,
-        sendpath_lab::files::MAX_RESULTS,
-        "sendpath results file",
-    )?;
-    serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} does not have the layout of a transfer-results.json",
-            p.display()
-        )
-    })
 }
 
 pub(crate) fn run(a: &CompareArgs) -> anyhow::Result<ExitCode> {
     crate::cli::check_outputs([("--out", a.out.as_deref()), ("--html", a.html.as_deref())])?;
     let (pa, pb) = (results_file(&a.a), results_file(&a.b));
-    let (sa, sb) = (study_of(&pa)?, study_of(&pb)?);
-    if sa != sb {
-        bail!(
-            "{} holds {sa} and {} {sb}: compare two runs of the same study",
-            pa.display(),
-            pb.display()
-        );
-    }
-    let c = comparison(sa, &pa, &pb)?;
+    let c = comparison(&pa, &pb)?;
     if let Some(done) =
         crate::cli::dry_run(format!("compare {} with {}", pb.display(), pa.display()))
     {

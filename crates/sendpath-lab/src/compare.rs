@@ -170,11 +170,11 @@ fn rows_run(r: &Results) -> Run<'_> {
 
 /// A row's point, charted by path over size in its group (workload, threads, variant).
 fn row_sample(row: &Row) -> Sample {
-    let values = row.repeats.iter().map(|x| x.throughput_gbps).collect();
-    let mut p = Sample::new(point_label(row), values);
     let label = point_label(row);
     let size = crate::units::fmt_size(row.size_bytes);
     let group = label.replacen(&format!(" {} {size}", row.strategy.name()), "", 1);
+    let values = row.repeats.iter().map(|x| x.throughput_gbps).collect();
+    let mut p = Sample::new(label, values);
     p.chart = row.size_mix.is_none().then(|| {
         (
             group,
@@ -304,13 +304,11 @@ fn point(label: &str, xa: &[f64], xb: &[f64]) -> PointComparison {
     }
 }
 
+/// The median of `x`; NaN (not measured) for none.
 fn median(x: &[f64]) -> f64 {
-    let mut v = x.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    match x {
+        [] => f64::NAN,
+        _ => crate::results::Spread::of(x).median,
     }
 }
 

@@ -16,6 +16,11 @@ pub fn load(path: &Path) -> anyhow::Result<Results> {
 pub(crate) fn parse(text: &str, name: &str) -> anyhow::Result<Results> {
     let v: serde_json::Value = serde_json::from_str(text)
         .with_context(|| format!("{name} is not valid JSON (truncated or damaged?)"))?;
+    from_value(v, name)
+}
+
+/// Checks and reads the parsed JSON of a results file called `name` in errors.
+pub(crate) fn from_value(v: serde_json::Value, name: &str) -> anyhow::Result<Results> {
     match v.get("schema_version").and_then(|s| s.as_u64()) {
         None => bail!(
             "{name} is not a sendpath results file (no schema_version); give the results.json that `sendpath sweep` or `sendpath stream --json` wrote"
