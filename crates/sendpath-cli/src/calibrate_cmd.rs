@@ -3,11 +3,11 @@
 use crate::cli::CalibrateArgs;
 use anyhow::{bail, Context};
 use sendpath::{Calibration, Profile};
-use sendpath_lab::calibrate;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
-use sendpath_lab::results::Schedule;
-use sendpath_lab::study::sweep::{fresh_seed, Recorder};
+use sendpath_lab::study::calibrate;
+use sendpath_lab::study::rows::Schedule;
+use sendpath_lab::study::rows::{fresh_seed, Recorder};
 use sendpath_lab::units::fmt_size;
 use std::process::ExitCode;
 

@@ -52,15 +52,15 @@ pub(crate) fn run(a: &CompareArgs) -> anyhow::Result<ExitCode> {
     }
     let (na, nb) = (pa.display().to_string(), pb.display().to_string());
     if let Some(path) = &a.html {
-        sendpath_lab::export::write_text(path, &c.html(&na, &nb)?)?;
+        sendpath_lab::files::write_text(path, &c.html(&na, &nb)?)?;
         eprintln!("wrote {}", path.display());
     }
     let md = c.markdown(&na, &nb);
     if let Some(path) = &a.out {
-        sendpath_lab::export::write_text(path, &md)?;
+        sendpath_lab::files::write_text(path, &md)?;
         eprintln!("wrote {}", path.display());
     } else {
-        sendpath_lab::export::write_text(Path::new("-"), &md)?;
+        sendpath_lab::files::write_text(Path::new("-"), &md)?;
     }
     let Some(t) = a.threshold else {
         return Ok(ExitCode::SUCCESS);

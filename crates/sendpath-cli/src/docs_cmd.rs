@@ -55,7 +55,7 @@ pub(crate) fn man(a: &ManArgs) -> anyhow::Result<ExitCode> {
                 let mut out = Vec::new();
                 clap_mangen::Man::new(cmd).render(&mut out)?;
                 let text = String::from_utf8(out).context("a man page is not UTF-8")?;
-                sendpath_lab::export::write_text(&dir.join(format!("{name}.1")), &text)?;
+                sendpath_lab::files::write_text(&dir.join(format!("{name}.1")), &text)?;
             }
             println!(
                 "wrote the man pages of sendpath and its commands to {}",
@@ -74,7 +74,7 @@ pub(crate) fn man(a: &ManArgs) -> anyhow::Result<ExitCode> {
 /// Writes generated text to standard output, checked.
 fn to_stdout(out: Vec<u8>) -> anyhow::Result<()> {
     let text = String::from_utf8(out).context("generated text is not UTF-8")?;
-    sendpath_lab::export::write_text(std::path::Path::new("-"), &text)
+    sendpath_lab::files::write_text(std::path::Path::new("-"), &text)
 }
 
 /// A command as its own page: named `sendpath-COMMAND`, with sendpath's version.

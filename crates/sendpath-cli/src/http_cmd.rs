@@ -204,7 +204,7 @@ pub(crate) fn http_load_cmd(a: &HttpLoadArgs, cancel: &Cancel) -> anyhow::Result
         write_json(path, &report)?;
     }
     if let Some(path) = &a.csv {
-        sendpath_lab::export::write_text(path, &report.to_csv()?)?;
+        sendpath_lab::files::write_text(path, &report.to_csv()?)?;
         say!("wrote {}", path.display());
     }
     print_load(&report);
@@ -254,7 +254,7 @@ fn print_load(r: &LoadReport) {
 
 pub(crate) fn write_json(path: &std::path::Path, v: &impl Serialize) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(v)?;
-    sendpath_lab::export::write_text(path, &(s + "\n"))?;
+    sendpath_lab::files::write_text(path, &(s + "\n"))?;
     say!("wrote {}", path.display());
     Ok(())
 }
@@ -301,9 +301,7 @@ pub(crate) fn study(
         open_loop: a.http_open_loop.clone(),
         wrk: a.http_load == "wrk",
         dir: dir.to_path_buf(),
-        seed: a
-            .seed
-            .unwrap_or_else(sendpath_lab::study::sweep::fresh_seed),
+        seed: a.seed.unwrap_or_else(sendpath_lab::study::rows::fresh_seed),
         agent,
     };
     let plan = study::plan(req, &host).map_err(|e| match e {

@@ -1,5 +1,7 @@
 //! `sendpath`: measure every Linux send path side by side and tell which one to use.
 
+#![deny(unsafe_code)]
+
 mod agent_cmd;
 mod calibrate_cmd;
 mod cli;
@@ -7,8 +9,8 @@ mod compare_cmd;
 mod docs_cmd;
 mod http_cmd;
 mod probe_cmd;
-mod run_cmd;
-mod sweep;
+mod stream_cmd;
+mod sweep_cmd;
 mod transfer_cmd;
 
 use clap::Parser;
@@ -46,10 +48,10 @@ fn main() -> ExitCode {
     });
     let result = match &args.command {
         cli::Command::Probe(a) => probe_cmd::run(a),
-        cli::Command::Stream(a) => run_cmd::stream(a, &cancel),
-        cli::Command::Rr(a) => run_cmd::rr(a, &cancel),
-        cli::Command::Sweep(a) => sweep::sweep(a, &cancel),
-        cli::Command::Report(a) => sweep::report_cmd(a),
+        cli::Command::Stream(a) => stream_cmd::stream(a, &cancel),
+        cli::Command::Rr(a) => stream_cmd::rr(a, &cancel),
+        cli::Command::Sweep(a) => sweep_cmd::sweep(a, &cancel),
+        cli::Command::Report(a) => sweep_cmd::report_cmd(a),
         cli::Command::Serve(a) => http_cmd::serve_cmd(a, &cancel),
         cli::Command::HttpLoad(a) => http_cmd::http_load_cmd(a, &cancel),
         cli::Command::Calibrate(a) => calibrate_cmd::run(a, &cancel),

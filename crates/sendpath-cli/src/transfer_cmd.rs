@@ -3,7 +3,7 @@
 use crate::cli::{SweepArgs, TransferArgs};
 use anyhow::{bail, Context};
 use sendpath_lab::cancel::Cancel;
-use sendpath_lab::study::sweep::{environment, fresh_seed};
+use sendpath_lab::study::rows::{environment, fresh_seed};
 use sendpath_lab::study::transfer::{
     self, Cache, Method, Sink, TransferConfig, TransferResults, STUDY_SIZES,
 };
@@ -86,7 +86,7 @@ pub(crate) fn preset(a: &SweepArgs, dir: &Path, cancel: &Cancel) -> anyhow::Resu
     let r = measure(&cfg, cancel)?;
     crate::http_cmd::write_json(&dir.join("transfer-results.json"), &r.0)?;
     transfer::write_csv(&r.0, &dir.join("transfer-results.csv"))?;
-    sendpath_lab::export::write_text(&dir.join("summary.md"), &transfer::summary(&r.0))
+    sendpath_lab::files::write_text(&dir.join("summary.md"), &transfer::summary(&r.0))
         .with_context(|| format!("writing {}/summary.md", dir.display()))?;
     println!(
         "wrote {}/transfer-results.json, transfer-results.csv, summary.md",

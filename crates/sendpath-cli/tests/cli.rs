@@ -248,7 +248,7 @@ fn congestion_is_set_on_the_connections_and_recorded_or_refused() {
             "--congestion",
             "no-such-cc",
         ],
-        &["--congestion no-such-cc", "available here", "reno"],
+        &["--congestion: no-such-cc", "available here", "reno"],
     );
     fails_with(
         &["stream", "--proto", "udp", "--congestion", "cubic"],
@@ -286,7 +286,7 @@ fn rr_sets_and_records_its_congestion_control_or_refuses_it() {
     }
     fails_with(
         &["rr", "-t", "0.1", "--congestion", "no-such-cc"],
-        &["--congestion no-such-cc", "available here"],
+        &["--congestion: no-such-cc", "available here"],
     );
 }
 
@@ -692,7 +692,6 @@ fn cold_sendfile_reads_a_file_that_is_not_in_the_page_cache() {
 #[test]
 fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     let addr = common::free_loopback_addr();
     let bin = assert_cmd::cargo::cargo_bin("sendpath");
     let sink = std::process::Command::new(&bin)
@@ -715,21 +714,7 @@ fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
     s.write_all(&[7u8; 1000]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // SO_LINGER with a zero timeout: close() sends a reset instead of a clean FIN.
-    let lg = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid socket and a linger struct of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&lg as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0);
+    rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
     drop(s);
     let out = sink.wait_with_output().unwrap();
     let so = String::from_utf8_lossy(&out.stdout);

@@ -287,7 +287,7 @@ fn transfer_sets_and_records_its_congestion_control_or_refuses_it() {
     assert_eq!(v["settings"]["tcp_congestion"], default.trim());
     fails_with(
         &["transfer", "-l", "1M", "--congestion", "no-such-cc"],
-        &["--congestion no-such-cc", "available here"],
+        &["--congestion: no-such-cc", "available here"],
     );
 }
 
@@ -320,4 +320,17 @@ fn two_transfer_runs_compare() {
     assert!(md.contains("## Gbit/s, B against A"), "{md}");
     assert!(md.contains("| sendfile 3MiB warm |"), "{md}");
     assert!(md.contains("4 point(s): "), "{md}");
+    // `report` redraws a transfer run's summary from its results alone (before: it read the
+    // file as a rows study's and refused it for its schema version).
+    let out = dir.path().join("redrawn");
+    std::fs::create_dir(&out).unwrap();
+    sendpath()
+        .arg("report")
+        .arg(&runs[0])
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("sendfile"), "{summary}");
 }

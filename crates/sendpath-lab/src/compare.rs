@@ -6,9 +6,10 @@
 
 use crate::render::plot::{line_chart, Series, XAxis};
 use crate::render::{esc, Table};
-use crate::results::{Environment, Results, Row};
 use crate::study::http::StudyResults;
+use crate::study::rows::{Results, Row};
 use crate::study::transfer::TransferResults;
+use crate::window::Environment;
 use std::fmt::Write;
 
 /// Bootstrap resamples per point.
@@ -157,7 +158,7 @@ fn rows_run(r: &Results) -> Run<'_> {
             ),
             None => format!("{} rounds", r.schedule.rounds),
         },
-        route: crate::analysis::route(r),
+        route: crate::study::rows::analysis::route(r),
         congestion: named(
             r.results
                 .iter()
@@ -308,7 +309,7 @@ fn point(label: &str, xa: &[f64], xb: &[f64]) -> PointComparison {
 fn median(x: &[f64]) -> f64 {
     match x {
         [] => f64::NAN,
-        _ => crate::results::Spread::of(x).median,
+        _ => crate::window::Spread::of(x).median,
     }
 }
 
@@ -569,7 +570,7 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::Repeat;
+    use crate::window::Repeat;
 
     fn row(strategy: sendpath::Strategy, gbps: &[f64]) -> Row {
         Row {

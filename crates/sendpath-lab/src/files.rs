@@ -1,5 +1,6 @@
 //! Every file the tool reads that a user names (results, resumes, reports, profiles, tokens)
-//! is read here: a regular file only (a FIFO or a device never ends, or never holds what was
+//! is read here, and every file it writes is written here ([`write_text`]: whole or not at all).
+//! Reads take a regular file only (a FIFO or a device never ends, or never holds what was
 //! asked), and no larger than what such a file can be, so a wrong path is refused at once
 //! with bounded memory instead of filling it.
 
@@ -57,6 +58,84 @@ fn describe(kind: &std::fs::FileType) -> &'static str {
         _ if kind.is_socket() => "a socket",
         _ => "not a regular file",
     }
+}
+
+/// Writes `text` to `path` (`-` for stdout), every byte checked: the write, the flush and,
+/// for a file, its `fsync`, each failure an error naming `path`. A regular file is written
+/// beside and renamed, so an interrupted write never leaves a torn file; a device or FIFO
+/// that exists (`/dev/stdout`, say) is written in place, never renamed over.
+pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let shown = path.display();
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("cannot write to standard output");
+    }
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("cannot write {shown}"))?;
+        return f
+            .write_all(text.as_bytes())
+            .and_then(|()| f.flush())
+            .with_context(|| format!("cannot write {shown}"));
+    }
+    let tmp = partial(path);
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {shown}"));
+    }
+    Ok(())
+}
+
+/// `PATH.partial`, what [`write_text`] writes a file to before renaming it.
+fn partial(path: &Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    tmp.into()
+}
+
+/// Checks, before anything is measured, that [`write_text`] will be able to write `path`:
+/// opens a device or FIFO for writing, or creates and removes the file it writes first
+/// (`PATH.partial`). `-` (standard output) is always writable.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        return Ok(());
+    }
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => anyhow::bail!("cannot write {shown}: it is a directory"),
+        Ok(m) if !m.is_file() => {
+            // A FIFO with no reader would block the open: ask without waiting.
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .with_context(|| format!("cannot write {shown}"))?;
+            return Ok(());
+        }
+        _ => {}
+    }
+    let tmp = partial(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {shown}"))?;
+    std::fs::remove_file(&tmp).with_context(|| format!("cannot write {shown}"))?;
+    Ok(())
 }
 
 #[cfg(test)]

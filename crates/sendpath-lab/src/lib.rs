@@ -15,12 +15,11 @@
 //! units, cancel, topology, traffic, limits, probe; results; measure, analysis, export, render;
 //! http, remote; workload; study, calibrate; agent.
 
+#![deny(unsafe_code)]
+
 pub mod agent;
-pub mod analysis;
-pub mod calibrate;
 pub mod cancel;
 pub mod compare;
-pub mod export;
 pub mod files;
 pub mod http;
 pub mod limits;
@@ -28,15 +27,16 @@ pub mod measure;
 pub mod probe;
 pub mod remote;
 pub(crate) mod render;
-pub mod results;
 pub mod setting;
 pub mod study;
 pub mod topology;
 pub mod traffic;
 pub mod units;
+pub mod window;
 pub mod workload;
 
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod sys;

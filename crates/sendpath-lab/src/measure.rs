@@ -1,6 +1,6 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::results::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat, RoleCounts};
+use crate::window::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat, RoleCounts};
 use sendpath_host::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath_host::perf::{HwEvent, PerfCounter};
 use std::time::Instant;

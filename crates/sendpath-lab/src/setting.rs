@@ -29,6 +29,10 @@ pub enum Setting {
     Timeout,
     /// The sweep directory to continue.
     Resume,
+    /// The TCP congestion control the connections ask for.
+    Congestion,
+    /// How a UDP message is cut into datagrams: its size, the GSO segment, the route's MTU.
+    Datagram,
 }
 
 /// What is wrong with a setting, in the lab's terms.

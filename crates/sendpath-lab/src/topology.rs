@@ -216,7 +216,7 @@ impl AddrLock {
 fn needs_root(kind: &str) -> anyhow::Error {
     crate::setting::invalid(
         crate::setting::Setting::Topology,
-        format!("--topology {kind} creates a network namespace and a veth pair, which needs root: run as root, or use --topology loopback"),
+        format!("{kind} creates a network namespace and a veth pair, which needs root: run as root, or choose the loopback topology"),
     )
 }
 

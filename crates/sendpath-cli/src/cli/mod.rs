@@ -2,10 +2,10 @@
 
 mod http;
 mod parse;
-mod run;
+mod stream;
 
 pub(crate) use http::{HttpLoadArgs, ServeArgs};
-pub(crate) use run::{
+pub(crate) use stream::{
     check_memory, load_profile, Metrics, RrArgs, RunArgs, SinkArgs, StreamArgs, TopologyArgs,
 };
 
@@ -66,7 +66,7 @@ pub(crate) enum Command {
     /// Run a preset matrix of strategies x sizes x threads and write results, summary and an
     /// HTML report (the default runs the `quick` preset).
     Sweep(SweepArgs),
-    /// Re-render summary.md and report.html from a results.json.
+    /// Redraw a run's summary.md (and report.html) from its results file, of any study.
     Report(ReportArgs),
     /// An HTTP/1.1 keep-alive server answering every GET with the same body, sending with
     /// io_uring SEND, SEND_ZC, send(2) or epoll + writev; prints what it did on exit.
@@ -368,10 +368,12 @@ pub(crate) struct SweepArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ReportArgs {
-    /// A results.json written by `sendpath sweep` or `sendpath stream --json`, or the
-    /// http-results.json of `sweep --preset http-server`.
+    /// A results file of any study: the results.json of `sweep`, `stream --json` or `rr
+    /// --json`, the http-results.json of `sweep --preset http-server`, or the
+    /// transfer-results.json of `transfer --json` or `sweep --preset file-transfer`.
     pub results: PathBuf,
-    /// Where to write summary.md and report.html (default: beside the results file).
+    /// Where to write summary.md and report.html (a transfer study: summary.md only; default:
+    /// beside the results file).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
@@ -432,7 +434,7 @@ pub(crate) fn check_outputs<'a>(
             .parent()
             .is_some_and(|d| !d.as_os_str().is_empty() && !d.exists());
         if !(is_dry_run() && unmade) {
-            sendpath_lab::export::check_writable(p)
+            sendpath_lab::files::check_writable(p)
                 .with_context(|| format!("{flag} {}", p.display()))?;
         }
         let here = same_file_key(p);
@@ -477,5 +479,7 @@ pub(crate) fn flag(s: sendpath_lab::setting::Setting) -> &'static str {
         Setting::FileSize => "--file-size",
         Setting::Timeout => "--timeout",
         Setting::Resume => "--resume",
+        Setting::Congestion => "--congestion",
+        Setting::Datagram => "--size/--gso/--mtu",
     }
 }

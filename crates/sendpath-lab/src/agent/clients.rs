@@ -86,7 +86,7 @@ pub(super) fn run_rr_clients(
     Ok(Reply {
         transactions: Some(shared.done.load(Ordering::Relaxed)),
         bytes: Some(bytes),
-        latency_hist_ns: Some(crate::results::hist_pairs(&hist)),
+        latency_hist_ns: Some(crate::window::hist_pairs(&hist)),
         cpu_user_ns: Some(c1.user_ns.saturating_sub(c0.user_ns)),
         cpu_system_ns: Some(c1.system_ns.saturating_sub(c0.system_ns)),
         bytes_verified: Some(verified),

@@ -9,7 +9,7 @@
 //! coordinated omission, as in wrk2).
 
 use crate::cancel::Cancel;
-pub(crate) use crate::results::LatencyUs;
+pub(crate) use crate::window::LatencyUs;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;

@@ -62,7 +62,13 @@ impl Table {
         for r in &self.rows {
             s.push_str("<tr>");
             for c in r {
-                let _ = write!(s, "<td>{}</td>", esc(c));
+                // A sentence keeps a readable width on a phone; the table scrolls instead.
+                let class = if c.len() > LONG_CELL {
+                    " class=\"text\""
+                } else {
+                    ""
+                };
+                let _ = write!(s, "<td{class}>{}</td>", esc(c));
             }
             s.push_str("</tr>\n");
         }
@@ -70,6 +76,9 @@ impl Table {
         s
     }
 }
+
+/// Cells longer than this many bytes are sentences (a recommendation's reason, a note).
+const LONG_CELL: usize = 60;
 
 pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -79,7 +88,7 @@ pub(crate) fn esc(s: &str) -> String {
 }
 
 /// The host and command of a run: kernel, CPUs, version, command line.
-pub(crate) fn environment_line_of(e: &crate::results::Environment) -> String {
+pub(crate) fn environment_line_of(e: &crate::window::Environment) -> String {
     format!(
         "kernel {}, {} x {}, sendpath {}, command: `{}`",
         e.kernel,
@@ -92,10 +101,11 @@ pub(crate) fn environment_line_of(e: &crate::results::Environment) -> String {
 
 /// What every HTML report's style ends with so it reads on a phone as on a laptop: charts
 /// shrink to the width of the screen (they carry a viewBox), two to a row on a wide screen
-/// and one on a narrow one, wide tables scroll sideways instead of running off the page, long
+/// and one on a narrow one, wide tables scroll sideways instead of running off the page (a
+/// cell holding a sentence keeps 18em, so its words are not stacked one to a line), long
 /// words wrap, and the margins narrow on small screens.
 pub(crate) const NARROW_SCREENS_CSS: &str = "svg{max-width:100%;height:auto}\
-     table{display:block;overflow-x:auto;max-width:100%}\
+     table{display:block;overflow-x:auto;max-width:100%}td.text{min-width:18em}\
      .plots>figure{flex:1 1 560px;max-width:calc(50% - 6px)}p,li{overflow-wrap:anywhere}\
      @media (max-width:1100px){.plots>figure{max-width:100%}}\
      @media (max-width:700px){body{margin:.6em}h1{font-size:1.5em}h2{font-size:1.15em}}";
@@ -135,6 +145,20 @@ pub(crate) fn with_contents(html: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sentence_in_a_cell_keeps_a_readable_width() {
+        let mut t = super::Table::new("T", &["use", "why"]);
+        let why = "at 4KiB: no path beat copy (closest: uring, faster in 4/5 rounds)";
+        t.rows.push(vec!["copy".into(), why.into()]);
+        let html = t.html();
+        assert!(html.contains("<td>copy</td>"), "{html}");
+        assert!(
+            html.contains(&format!("<td class=\"text\">{why}</td>")),
+            "{html}"
+        );
+        assert!(super::NARROW_SCREENS_CSS.contains("td.text{min-width:18em}"));
+    }
+
     #[test]
     fn contents_link_every_section_after_the_title() {
         let page = super::with_contents("<h1>t</h1>\n<h2>A &amp; B</h2>x<h2>C</h2>y");

@@ -3,15 +3,16 @@
 //! (Markdown and HTML, read from results only). [`presets`] is the one table of every study
 //! `sweep --preset` can run.
 
+pub mod calibrate;
 pub mod http;
 pub mod presets;
-pub mod sweep;
+pub mod rows;
 pub mod transfer;
 
 /// A results file of any study, read and parsed once.
 pub enum StudyFile {
     /// `results.json` of stream, rr or a sweep preset (the rows study).
-    Rows(crate::results::Results),
+    Rows(crate::study::rows::Results),
     /// `http-results.json` of the server study.
     Server(http::StudyResults),
     /// `transfer-results.json` of the file-transfer study.
@@ -51,5 +52,5 @@ pub fn load_any(path: &std::path::Path) -> anyhow::Result<StudyFile> {
                 format!("{name} does not have the layout of a transfer-results.json")
             });
     }
-    sweep::from_value(v, &name).map(StudyFile::Rows)
+    rows::from_value(v, &name).map(StudyFile::Rows)
 }

@@ -215,12 +215,23 @@ pub(crate) fn find(name: &str) -> Result<Preset, String> {
 /// Which study a preset runs.
 #[derive(Debug, Clone)]
 pub enum Study {
-    /// Rows of stream or rr points ([`crate::study::sweep`]).
+    /// Rows of stream or rr points ([`crate::study::rows`]).
     Rows(Box<Preset>),
     /// The server study ([`crate::study::http`]).
     Http,
     /// The file-transfer study ([`crate::study::transfer`]).
     Transfer,
+}
+
+impl Study {
+    /// The study's name: its folder under `study/` (`rows`, `http`, `transfer`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Study::Rows(_) => "rows",
+            Study::Http => "http",
+            Study::Transfer => "transfer",
+        }
+    }
 }
 
 /// One line of the preset table.
@@ -243,7 +254,7 @@ pub fn table() -> Vec<Entry> {
         .map(|p| Entry {
             name: p.name,
             about: p.about,
-            points: crate::study::sweep::points(&p).len(),
+            points: crate::study::rows::points(&p).len(),
             study: Study::Rows(Box::new(p)),
         })
         .collect();

@@ -5,6 +5,7 @@
 //! allows, and that rate differs from one connection to the next. `cubic` and `reno` send as
 //! fast as the window lets them.
 
+use crate::setting::{invalid, Setting};
 use anyhow::Context;
 use std::os::fd::AsFd;
 
@@ -35,10 +36,12 @@ pub fn set(sock: impl AsFd, name: &str) -> anyhow::Result<()> {
     rustix::net::sockopt::set_tcp_congestion(&sock, name).map_err(|e| unavailable(name, e))?;
     let got = rustix::net::sockopt::tcp_congestion(&sock)
         .context("getsockopt(TCP_CONGESTION) after setting it")?;
-    anyhow::ensure!(
-        got == name,
-        "--congestion {name}: the kernel gave the connection `{got}` instead"
-    );
+    if got != name {
+        return Err(invalid(
+            Setting::Congestion,
+            format!("{name}: the kernel gave the connection `{got}` instead"),
+        ));
+    }
     Ok(())
 }
 
@@ -52,15 +55,18 @@ pub fn apply(sock: impl AsFd, name: Option<&str>) -> anyhow::Result<()> {
 pub fn check(name: &str) -> anyhow::Result<()> {
     use rustix::net::{socket, AddressFamily, SocketType};
     let sock = socket(AddressFamily::INET, SocketType::STREAM, None)
-        .context("a TCP socket to check --congestion on")?;
+        .context("a TCP socket to check the congestion control on")?;
     set(&sock, name)
 }
 
 fn unavailable(name: &str, e: rustix::io::Errno) -> anyhow::Error {
     let have = read(AVAILABLE).unwrap_or_else(|| "(unknown)".into());
-    anyhow::anyhow!(
-        "--congestion {name}: this kernel cannot set it on a connection ({e}); available here: \
-         {have} (net.ipv4.tcp_available_congestion_control; `modprobe tcp_{name}` may add it)"
+    invalid(
+        Setting::Congestion,
+        format!(
+            "{name}: this kernel cannot set it on a connection ({e}); available here: {have} \
+             (net.ipv4.tcp_available_congestion_control; `modprobe tcp_{name}` may add it)"
+        ),
     )
 }
 
@@ -77,8 +83,10 @@ mod tests {
     #[test]
     fn reno_is_always_there_and_a_made_up_name_is_refused_with_the_list() {
         check("reno").expect("reno is built into every kernel");
-        let e = check("no-such-cc").unwrap_err().to_string();
-        assert!(e.contains("--congestion no-such-cc"), "{e}");
+        let e = check("no-such-cc").unwrap_err();
+        assert_eq!(crate::setting::of(&e), Some(Setting::Congestion));
+        let e = e.to_string();
+        assert!(e.starts_with("no-such-cc: "), "{e}");
         assert!(e.contains("available here:") && e.contains("reno"), "{e}");
     }
 

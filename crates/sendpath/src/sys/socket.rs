@@ -47,7 +47,7 @@ pub(crate) fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// `send(fd, buf, len, flags)`. See send(2). Made through rustix, which issues the system call
 /// inline: no libc wrapper (a cancellation point that toggles the thread's cancel state around
 /// every call), and one return less to mispredict after the kernel has run (see
-/// docs/results.md, "What 50 ns per send cost at 4 KiB").
+/// docs/history/results-log.md, "What 50 ns per send cost at 4 KiB").
 #[inline]
 pub(crate) fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: SendFlags) -> io::Result<usize> {
     rustix::net::send(fd, buf, flags.rustix()).map_err(io::Error::from)

@@ -1,31 +1,9 @@
 //! The server study's results file, `http-results.json`.
 
-use crate::files::{read_bounded, MAX_RESULTS};
 use crate::http::load::LatencyUs;
 use crate::http::serve::ServeReport;
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
-
-/// An HTTP server study's `http-results.json`, or `None` when `path` holds something else
-/// (a results.json is read by [`load`](crate::study::sweep::load)).
-pub fn load_http(path: &Path) -> anyhow::Result<Option<StudyResults>> {
-    let text = read_bounded(path, MAX_RESULTS, "sendpath results file")?;
-    let v: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(_) => return Ok(None),
-    };
-    if v.get("schema_version").is_some() || v.get("measurements").is_none() {
-        return Ok(None);
-    }
-    serde_json::from_value(v).map(Some).with_context(|| {
-        format!(
-            "{} does not have the layout of an http-results.json",
-            path.display()
-        )
-    })
-}
 
 /// One measured window.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,7 +43,7 @@ pub struct Measurement {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StudyResults {
     /// The host.
-    pub environment: crate::results::Environment,
+    pub environment: crate::window::Environment,
     /// The nginx configuration for the largest connection count and the first body, when
     /// nginx ran (each window's port differs; the last one written is `nginx.conf`).
     pub nginx_config: Option<String>,

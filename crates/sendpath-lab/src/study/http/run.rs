@@ -100,7 +100,7 @@ pub fn run(
     progress: impl FnMut(&Measurement),
 ) -> anyhow::Result<StudyResults> {
     std::fs::create_dir_all(&cfg.dir)?;
-    let mut environment = crate::study::sweep::environment();
+    let mut environment = crate::study::rows::environment();
     environment.agent = cfg.agent.as_ref().map(|t| t.addr.to_string());
     let out = StudyResults {
         environment,
@@ -422,7 +422,7 @@ mod tests {
             ..m(srv, round, rps, 8.0)
         };
         let r = StudyResults {
-            environment: crate::study::sweep::environment(),
+            environment: crate::study::rows::environment(),
             nginx_config: None,
             measurements: vec![
                 with_latency("sendpath-uring", 1, 100_000.0, 900.0, 2000.0),
@@ -441,7 +441,7 @@ mod tests {
     #[test]
     fn the_summary_pairs_rounds_against_nginx() {
         let r = StudyResults {
-            environment: crate::study::sweep::environment(),
+            environment: crate::study::rows::environment(),
             nginx_config: None,
             measurements: vec![
                 m("sendpath-uring", 1, 110.0, 8.0),
@@ -480,7 +480,7 @@ mod tests {
             ..ServeReport::default()
         });
         let r = StudyResults {
-            environment: crate::study::sweep::environment(),
+            environment: crate::study::rows::environment(),
             nginx_config: Some("user root;\nworker_processes 2;\n".into()),
             measurements: vec![serve, m("nginx", 1, 100.0, 10.0)],
             wrk_check_ratios: vec![],
@@ -521,7 +521,7 @@ mod tests {
             ..m("nginx", 1, 0.0, 8.0)
         });
         let r = StudyResults {
-            environment: crate::study::sweep::environment(),
+            environment: crate::study::rows::environment(),
             nginx_config: None,
             measurements: ms,
             wrk_check_ratios: vec![],

@@ -1,11 +1,11 @@
 //! The server study's `summary.md` and `report.html`, rendered from its results alone.
 
 use super::{Measurement, StudyResults};
-use crate::export::write_text;
+use crate::files::write_text;
 use crate::render::plot::{line_chart, Series, XAxis};
 use crate::render::{environment_line_of, esc};
-use crate::results::Spread;
 use crate::units::fmt_size;
+use crate::window::Spread;
 use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::Path;

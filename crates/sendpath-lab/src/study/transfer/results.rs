@@ -1,7 +1,7 @@
 //! The file-transfer study's results file, `transfer-results.json`.
 
 use super::{Cache, Method, TransferConfig};
-use crate::results::{ContextSwitches, Environment, Spread};
+use crate::window::{ContextSwitches, Environment, Spread};
 use serde::{Deserialize, Serialize};
 
 /// Version of the transfer results layout.
@@ -29,7 +29,7 @@ pub struct TransferRepeat {
     /// transfer (the receiver's null when it is remote; the reason system calls are null is
     /// `syscalls_unavailable`).
     #[serde(flatten)]
-    pub roles: crate::results::RoleCounts,
+    pub roles: crate::window::RoleCounts,
 }
 
 /// One (size, cache, method) point over its rounds.

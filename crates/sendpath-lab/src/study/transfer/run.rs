@@ -19,10 +19,10 @@
 use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults, TransferRow};
 use crate::cancel::Cancel;
 use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns, SyscallCount};
-use crate::results::ContextSwitches;
 use crate::setting::{invalid, About, Setting};
-use crate::study::sweep::round_order;
+use crate::study::rows::round_order;
 use crate::units::fmt_size;
+use crate::window::ContextSwitches;
 use crate::workload::PatternFile;
 use anyhow::{bail, Context};
 use sendpath::Msg;
@@ -221,7 +221,7 @@ fn transfer_once(
             cpu_sender_ms: Some(cpu_all.saturating_sub(local_rx) as f64 / 1e6),
             cpu_receiver_ms: Some(got.cpu_ns as f64 / 1e6),
             bytes_received: got.bytes,
-            roles: crate::results::RoleCounts {
+            roles: crate::window::RoleCounts {
                 switches_sender,
                 switches_receiver: got.switches,
                 syscalls_sender,
@@ -435,7 +435,7 @@ mod tests {
         let rep = |round, seconds, calls| TransferRepeat {
             round,
             seconds,
-            roles: crate::results::RoleCounts {
+            roles: crate::window::RoleCounts {
                 syscalls_sender: calls,
                 ..Default::default()
             },

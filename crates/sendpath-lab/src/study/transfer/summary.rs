@@ -4,8 +4,8 @@
 use super::{
     Cache, Method, TransferResults, TransferRow, STUDY_BASELINE, STUDY_TABLE, STUDY_ZEROCOPY,
 };
-use crate::results::{Environment, Spread};
 use crate::units::fmt_size;
+use crate::window::{Environment, Spread};
 use anyhow::Context;
 
 /// `1 - sendfile / read-send 4KiB` per round: the fraction of the time sendfile saves.
@@ -329,8 +329,8 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         "counted",
     ])?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
-    let sw = |c: Option<crate::results::ContextSwitches>,
-              f: fn(&crate::results::ContextSwitches) -> u64| {
+    let sw = |c: Option<crate::window::ContextSwitches>,
+              f: fn(&crate::window::ContextSwitches) -> u64| {
         c.map_or(String::new(), |c| f(&c).to_string())
     };
     for row in &r.rows {
@@ -368,7 +368,7 @@ pub fn write_csv(r: &TransferResults, path: &std::path::Path) -> anyhow::Result<
         }
     }
     let bytes = w.into_inner().context("rendering the CSV")?;
-    crate::export::write_text(
+    crate::files::write_text(
         path,
         &String::from_utf8(bytes).context("rendering the CSV")?,
     )

@@ -4,7 +4,7 @@
 
 use super::stall::Stall;
 use super::{Peer, Shared, GRACE};
-use crate::results::Integrity;
+use crate::window::Integrity;
 use anyhow::bail;
 use std::net::TcpStream;
 use std::sync::Arc;

@@ -11,10 +11,10 @@ use super::{receive, receive_many, OwnLine, PatternFile, RecvCounters, RecvMode}
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
 use crate::remote::RemoteSample;
-use crate::results::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyWindow};
 use crate::setting::{About, Setting};
 use crate::traffic::mix::{Alloc, SizeMix};
 use crate::traffic::stamp::{Sizes, StampReader};
+use crate::window::{ConnectionBytes, Integrity, Repeat, TcpWindow, ZerocopyWindow};
 use anyhow::{anyhow, Context};
 use ending::{check_arrival, stalled_senders, stop_draining, stop_stalled_senders};
 use sender::{Finished, Sender};

@@ -4,7 +4,7 @@
 
 use super::{Ended, Shared, StreamPoint, Window};
 use crate::cancel::Cancel;
-use crate::results::{Repeat, TcpWindow};
+use crate::window::{Repeat, TcpWindow};
 use std::time::{Duration, Instant};
 
 /// How a repeat's senders stopped making progress.

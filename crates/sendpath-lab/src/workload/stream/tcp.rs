@@ -1,7 +1,7 @@
 //! TCP's own counters around a stream window, read from the senders' duplicates and the
 //! receivers' shared sockets.
 
-use crate::results::TcpWindow;
+use crate::window::TcpWindow;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::Arc;

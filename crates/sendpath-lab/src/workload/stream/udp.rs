@@ -7,9 +7,9 @@
 use super::{pin, stall_limit, zerocopy_counts, Outcome, Shared, StreamPoint, GRACE};
 use crate::cancel::Cancel;
 use crate::measure::{Meter, Roles, Snapshot};
-use crate::results::{Datagrams, Integrity};
 use crate::traffic::datagram::{segments, stamp, Tally, HEADER};
 use crate::traffic::RecvMode;
+use crate::window::{Datagrams, Integrity};
 use crate::workload::{join_senders, RecvCounters, Sent};
 use anyhow::{anyhow, Context};
 use sendpath::{Msg, Strategy};
@@ -190,9 +190,12 @@ fn too_big(e: anyhow::Error, size: usize, seg: usize, mtu: Option<u32>) -> anyho
     let mtu = mtu.map_or("the route's MTU".to_string(), |m| {
         format!("the route's MTU ({m})")
     });
-    e.context(format!(
-        "EMSGSIZE: a {size}-byte send in datagrams of {seg} bytes does not fit: each datagram must fit {mtu} with its 28 bytes of headers, since sendpath forbids fragmentation (a fragmented datagram is copied); use --gso SEG below the MTU, a smaller --size, or --mtu"
-    ))
+    e.context(crate::setting::SettingError {
+        setting: crate::setting::Setting::Datagram,
+        message: format!(
+            "EMSGSIZE: a {size}-byte send in datagrams of {seg} bytes does not fit: each datagram must fit {mtu} with its 28 bytes of headers, since sendpath forbids fragmentation (a fragmented datagram is copied); use a GSO segment below the MTU, a smaller message, or a larger MTU"
+        ),
+    })
 }
 
 fn start_receiver(

@@ -2,7 +2,7 @@
 //! and marker in every chart), with min..max bars where rounds give them.
 
 use crate::render::plot::{line_chart, Series, XAxis};
-use crate::results::{Results, Row, Workload};
+use crate::study::rows::{Results, Row, Workload};
 use crate::units::fmt_size;
 use sendpath::Strategy;
 use std::collections::BTreeSet;
@@ -19,7 +19,7 @@ type Value = (f64, Option<(f64, f64)>);
 /// The min..max over a row's repeats of a per-repeat value.
 fn range_over_repeats(
     x: &Row,
-    f: impl Fn(&crate::results::Repeat) -> Option<f64>,
+    f: impl Fn(&crate::window::Repeat) -> Option<f64>,
 ) -> Option<(f64, f64)> {
     let v: Vec<f64> = x.repeats.iter().filter_map(f).collect();
     let lo = v.iter().copied().reduce(f64::min)?;
@@ -118,10 +118,9 @@ pub(super) fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
         out.extend(latency_charts(r, &sizes)?);
     }
     for &t in &threads {
-        let cpu = |f: fn(&crate::results::CpuNsPerByte) -> f64| {
+        let cpu = |f: fn(&crate::window::CpuNsPerByte) -> f64| {
             move |x: &Row| {
-                let per =
-                    |rep: &crate::results::Repeat| rep.cpu.as_ref().map(|c| f(&c.ns_per_byte));
+                let per = |rep: &crate::window::Repeat| rep.cpu.as_ref().map(|c| f(&c.ns_per_byte));
                 x.cpu_ns_per_byte
                     .map(|c| (f(&c), range_over_repeats(x, per)))
             }
@@ -177,10 +176,10 @@ pub(super) fn plots(r: &Results) -> anyhow::Result<Vec<(String, String)>> {
 /// Context switches and system calls per MiB by role (bars: min..max over rounds), and each
 /// message's measured latency: for the rows that have them.
 fn count_charts(r: &Results, t: usize) -> anyhow::Result<Vec<(String, String)>> {
-    type PerRepeat = fn(&crate::results::Repeat) -> Option<u64>;
+    type PerRepeat = fn(&crate::window::Repeat) -> Option<u64>;
     let per_mib = |f: PerRepeat| {
         move |x: &Row| {
-            let v = |rep: &crate::results::Repeat| rep.per_mib(f(rep));
+            let v = |rep: &crate::window::Repeat| rep.per_mib(f(rep));
             x.median_of(v).map(|m| (m, range_over_repeats(x, v)))
         }
     };

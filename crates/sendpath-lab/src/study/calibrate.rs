@@ -5,7 +5,7 @@
 //! results like any other run's.
 
 use crate::measure::Meter;
-use crate::study::sweep::{Point, Recorder};
+use crate::study::rows::{Point, Recorder};
 use crate::traffic::mix::Alloc;
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};

@@ -6,13 +6,12 @@
 //! pair the windows of one round (see `analysis`).
 
 use crate::cancel::Cancel;
-use crate::export;
 use crate::measure::Meter;
-use crate::results::{
-    Environment, FileCache, Receiver, Results, Row, Schedule, Workload, SCHEMA_VERSION,
-};
+use crate::study::rows::export;
+use crate::study::rows::{FileCache, Results, Row, Schedule, Workload, SCHEMA_VERSION};
 use crate::traffic::mix::Alloc;
 use crate::units::fmt_size;
+use crate::window::{Environment, Receiver};
 use crate::workload::rr::{self, RrPoint};
 use crate::workload::stream::{self, Outcome, StreamPoint};
 use crate::workload::{cold_file_dir, congestion, PatternFile};
@@ -138,7 +137,7 @@ impl Point {
                     && matches!(p.strategy, Strategy::UringZc | Strategy::Adaptive),
                 burst: p.burst.map(|b| b.name()),
                 runtime: p.runtime,
-                uring_order: crate::results::uring_order(p.strategy),
+                uring_order: crate::window::uring_order(p.strategy),
                 tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
                     .then(|| congestion::in_effect(p.congestion.as_deref()))
                     .flatten(),
@@ -158,7 +157,7 @@ impl Point {
                 size_mix: p.mix.as_ref().map(|m| m.name()),
                 alloc: p.alloc,
                 window_s: Some(p.duration.as_secs_f64()),
-                uring_order: crate::results::uring_order(p.strategy),
+                uring_order: crate::window::uring_order(p.strategy),
                 tcp_congestion: congestion::in_effect(p.congestion.as_deref()),
                 ..Default::default()
             },

@@ -1,8 +1,8 @@
-//! The sweep's results file: the rows of [`crate::results`] (the schema every study's windows
-//! share), loaded and checked here.
+//! The rows study's results file (`results.json`, layout [`SCHEMA_VERSION`](super::SCHEMA_VERSION)),
+//! loaded and checked.
 
 use crate::files::{read_bounded, MAX_RESULTS};
-use crate::results::{Results, SCHEMA_VERSION};
+use crate::study::rows::{Results, SCHEMA_VERSION};
 use anyhow::{bail, Context};
 use std::path::Path;
 
@@ -37,7 +37,8 @@ pub(crate) fn from_value(v: serde_json::Value, name: &str) -> anyhow::Result<Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Repeat, Row};
+    use crate::study::rows::Row;
+    use crate::window::Repeat;
 
     /// Results files to mutate: an empty one and one with a row.
     fn seeds() -> Vec<String> {

@@ -2,14 +2,14 @@
 
 use crate::cli::{ReportArgs, SweepArgs};
 use anyhow::{bail, Context};
-use sendpath_lab::analysis;
 use sendpath_lab::cancel::Cancel;
 use sendpath_lab::measure::Meter;
 use sendpath_lab::setting::{invalid, Setting};
 use sendpath_lab::study::http as http_study;
 use sendpath_lab::study::presets::{self, Study};
-use sendpath_lab::study::sweep::{self as rows, Overrides};
-use sendpath_lab::study::sweep::{fresh_seed, source_file, Recorder};
+use sendpath_lab::study::rows::analysis;
+use sendpath_lab::study::rows::{self as rows, Overrides};
+use sendpath_lab::study::rows::{fresh_seed, source_file, Recorder};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -38,9 +38,10 @@ fn timestamp() -> String {
 }
 
 fn list() {
-    println!("{:<16}{:>7}  about", "preset", "points");
+    println!("{:<16}{:<10}{:>6}  about", "preset", "study", "points");
     for e in presets::table() {
-        println!("{:<16}{:>7}  {}", e.name, e.points, e.about);
+        let study = e.study.name();
+        println!("{:<16}{study:<10}{:>6}  {}", e.name, e.points, e.about);
     }
 }
 
@@ -200,7 +201,7 @@ fn attach_receiver(
         bail!("resume a sweep with the --topology it was started with");
     }
     for p in &mut plan.points {
-        if let sendpath_lab::study::sweep::Point::Stream(s) = p {
+        if let sendpath_lab::study::rows::Point::Stream(s) = p {
             s.opts.profile = profile.clone();
             s.congestion = a.congestion.clone();
             s.agent = agent.clone();
@@ -379,23 +380,24 @@ impl Drop for OutDir {
 }
 
 pub(crate) fn report_cmd(a: &ReportArgs) -> anyhow::Result<ExitCode> {
+    use sendpath_lab::study::{load_any, transfer, StudyFile};
     let out: &Path = a
         .out
         .as_deref()
         .unwrap_or_else(|| a.results.parent().unwrap_or(Path::new(".")));
-    if let Some(h) = http_study::load_http(&a.results)? {
-        if let Some(done) = crate::cli::dry_run(format!("report into {}", out.display())) {
-            return Ok(done);
-        }
-        http_study::write_http(out, &h)?;
-        println!("wrote {}/summary.md and report.html", out.display());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let r = rows::load(&a.results)?;
+    let file = load_any(&a.results)?;
     if let Some(done) = crate::cli::dry_run(format!("report into {}", out.display())) {
         return Ok(done);
     }
-    rows::write(out, &r)?;
+    match &file {
+        StudyFile::Rows(r) => drop(rows::write(out, r)?),
+        StudyFile::Server(h) => drop(http_study::write_http(out, h)?),
+        StudyFile::Transfer(t) => {
+            sendpath_lab::files::write_text(&out.join("summary.md"), &transfer::summary(t))?;
+            println!("wrote {}/summary.md", out.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     println!("wrote {}/summary.md and report.html", out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,10 @@
 //! The sweep's `summary.md` and `report.html`, rendered from its results alone.
 
-use crate::analysis::{self, Analysis};
-use crate::export::{write_text, Document, Exporter};
+use crate::files::write_text;
 use crate::render::{environment_line_of, esc, Table};
-use crate::results::{Results, Row, Workload};
+use crate::study::rows::analysis::{self, Analysis};
+use crate::study::rows::export::{Document, Exporter};
+use crate::study::rows::{Results, Row, Workload};
 use crate::units::fmt_size;
 use anyhow::Context;
 use sendpath::Strategy;
@@ -127,7 +128,7 @@ fn switches_cell(x: &Row) -> String {
 }
 
 /// `40.4/120.0/900.1`: a zero-copy row's send-to-completion latency; `-` without completions.
-fn completion_cell(z: &crate::results::Zerocopy) -> String {
+fn completion_cell(z: &crate::study::rows::Zerocopy) -> String {
     match (
         z.completion_p50_us,
         z.completion_p99_us,
@@ -140,7 +141,7 @@ fn completion_cell(z: &crate::results::Zerocopy) -> String {
 }
 
 /// A CPU-per-byte cell; "not measured" when the row has no CPU figures.
-fn cpu_cell(x: &Row, f: impl Fn(&crate::results::CpuNsPerByte) -> Option<f64>) -> String {
+fn cpu_cell(x: &Row, f: impl Fn(&crate::window::CpuNsPerByte) -> Option<f64>) -> String {
     match x.cpu_ns_per_byte.as_ref() {
         None => "not measured".into(),
         Some(c) => f(c).map_or("-".into(), |v| format!("{v:.3}")),

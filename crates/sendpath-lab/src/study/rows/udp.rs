@@ -1,9 +1,9 @@
 //! The `udp-zerocopy` preset's tables: each path's throughput on the UDP rows with the ratios
 //! the published studies quote, paired by round, and those studies' figures beside them.
 
-use crate::analysis::paired;
 use crate::render::Table;
-use crate::results::{Results, Row};
+use crate::study::rows::analysis::paired;
+use crate::study::rows::{Results, Row};
 use crate::traffic::datagram::Protocol;
 use crate::units::fmt_size;
 use sendpath::Strategy::{self, Copy, MsgZerocopy, Uring, UringZc};

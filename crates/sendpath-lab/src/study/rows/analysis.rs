@@ -1,8 +1,9 @@
 //! What the numbers say: crossovers against the baseline and a recommendation by size range.
 //! Pure functions of [`Results`], so `sendpath report` can redo them from the JSON alone.
 
-use crate::results::{Results, Row, Spread, Workload};
+use crate::study::rows::{Results, Row, Workload};
 use crate::traffic::mix::Alloc;
+use crate::window::Spread;
 use sendpath::{Source, Strategy};
 use std::collections::BTreeSet;
 
@@ -274,7 +275,7 @@ pub(crate) fn route(r: &Results) -> String {
     }
     if r.results
         .iter()
-        .any(|x| x.recv_mode == crate::results::Receiver::Remote)
+        .any(|x| x.recv_mode == crate::window::Receiver::Remote)
     {
         return "to another program's receiver (--connect)".into();
     }
@@ -313,7 +314,7 @@ fn copied_notice(r: &Results, route: &str) -> Option<String> {
         && !r
             .results
             .iter()
-            .any(|x| x.recv_mode == crate::results::Receiver::Remote);
+            .any(|x| x.recv_mode == crate::window::Receiver::Remote);
     let copied: Vec<(&str, f64)> = r
         .results
         .iter()
@@ -401,7 +402,7 @@ fn plain_rows(r: &Results, t: usize, source: Source, size: Option<usize>) -> Vec
 }
 
 /// The recommendation lines of one source at `t` threads: a line per run of sizes with the
-/// same recommended path.
+/// same recommended path, giving the reason at each of its sizes.
 fn recommend_by_size(
     r: &Results,
     t: usize,
@@ -432,9 +433,11 @@ fn recommend_by_size(
         let (path, why) = recommend(&here, base);
         let why = format!("at {}: {why}", crate::units::fmt_size(size));
         match &mut line {
+            // A line over several sizes gives each size's reason: the reader checks each
+            // against its rows in the tables beside it.
             Some(l) if l.path == path => {
                 l.to_size = size;
-                l.why = why;
+                l.why = format!("{}; {why}", l.why);
             }
             _ => {
                 out.extend(line.take());
@@ -492,7 +495,8 @@ fn recommend_mixes(r: &Results, measured: &BTreeSet<Strategy>) -> Vec<Recommenda
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Repeat, Results};
+    use crate::study::rows::Results;
+    use crate::window::Repeat;
 
     fn row(path: &str, size: usize, gbps: &[f64]) -> Row {
         let mut r = Row {
@@ -517,7 +521,7 @@ mod tests {
 
     fn results(rows: Vec<Row>) -> Results {
         let mut r: Results =
-            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+            serde_json::from_str(include_str!("../../../tests/data/empty-results.json")).unwrap();
         r.results = rows;
         r
     }
@@ -635,6 +639,29 @@ mod tests {
         ]);
         let f = file_line(&r);
         assert_eq!(f.path, "sendfile or splice", "{}", f.why);
+    }
+
+    #[test]
+    fn a_line_over_several_sizes_gives_the_reason_at_each() {
+        // At 64 KiB sendfile's median is far ahead but it won only 4 of 5 rounds; at 1 MiB it
+        // lost every round. One line, read-send, must say why at both sizes: before, it gave
+        // only the last size's reason, beside a table where sendfile led at 64 KiB.
+        let r = results(vec![
+            row("read-send", 65536, &[10.0, 10.0, 10.0, 10.0, 20.0]),
+            row("sendfile", 65536, &[18.0, 18.0, 18.0, 18.0, 15.0]),
+            row("read-send", 1 << 20, &[30.0, 30.0, 30.0, 30.0, 30.0]),
+            row("sendfile", 1 << 20, &[20.0, 20.0, 20.0, 20.0, 20.0]),
+        ]);
+        let f = file_line(&r);
+        assert_eq!(f.path, "read-send", "{}", f.why);
+        assert_eq!((f.from_size, f.to_size), (65536, 1 << 20));
+        assert!(
+            f.why
+                .contains("at 64KiB: no path beat read-send (closest: sendfile, faster in 4/5")
+                && f.why.contains("at 1MiB: no path beat read-send"),
+            "{}",
+            f.why
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! Exporters: every output format is an [`Exporter`] that reads only the typed [`Results`]
-//! (and the [`Analysis`] derived from them, computed once per [`Document`]): JSON, CSV,
-//! Markdown (`summary.md`) and HTML (`report.html`). The terminal table is here too.
+//! The rows study's exporters: each of its output formats is an [`Exporter`] that reads only
+//! the typed [`Results`] (and the [`Analysis`] derived from them, computed once per
+//! [`Document`]): JSON, CSV, Markdown (`summary.md`) and HTML (`report.html`). The terminal
+//! table is here too. The server and transfer studies write their files from their own
+//! results, in their `summary.rs`.
 
-use crate::analysis::{analyse, Analysis};
-use crate::results::{ConnectionBytes, CpuNsPerByte, Receiver, Results, Row};
-use anyhow::Context;
+use crate::files::write_text;
+use crate::study::rows::analysis::{analyse, Analysis};
+use crate::study::rows::{Results, Row};
+use crate::window::{ConnectionBytes, CpuNsPerByte, Receiver};
 use std::cell::OnceCell;
 use std::path::Path;
 
@@ -75,84 +78,6 @@ impl Exporter for Csv {
 /// Writes what `e` renders of `doc` to `path` (`-` for stdout).
 pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyhow::Result<()> {
     write_text(path, &e.render(doc)?)
-}
-
-/// Writes `text` to `path` (`-` for stdout), every byte checked: the write, the flush and,
-/// for a file, its `fsync`, each failure an error naming `path`. A regular file is written
-/// beside and renamed, so an interrupted write never leaves a torn file; a device or FIFO
-/// that exists (`/dev/stdout`, say) is written in place, never renamed over.
-pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let shown = path.display();
-    if path == Path::new("-") {
-        let mut out = std::io::stdout().lock();
-        return out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .context("cannot write to standard output");
-    }
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .with_context(|| format!("cannot write {shown}"))?;
-        return f
-            .write_all(text.as_bytes())
-            .and_then(|()| f.flush())
-            .with_context(|| format!("cannot write {shown}"));
-    }
-    let tmp = partial(path);
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {shown}"));
-    }
-    Ok(())
-}
-
-/// `PATH.partial`, what [`write_text`] writes a file to before renaming it.
-fn partial(path: &Path) -> std::path::PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    tmp.into()
-}
-
-/// Checks, before anything is measured, that [`write_text`] will be able to write `path`:
-/// opens a device or FIFO for writing, or creates and removes the file it writes first
-/// (`PATH.partial`). `-` (standard output) is always writable.
-pub fn check_writable(path: &Path) -> anyhow::Result<()> {
-    if path == Path::new("-") {
-        return Ok(());
-    }
-    let shown = path.display();
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => anyhow::bail!("cannot write {shown}: it is a directory"),
-        Ok(m) if !m.is_file() => {
-            // A FIFO with no reader would block the open: ask without waiting.
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(path)
-                .with_context(|| format!("cannot write {shown}"))?;
-            return Ok(());
-        }
-        _ => {}
-    }
-    let tmp = partial(path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {shown}"))?;
-    std::fs::remove_file(&tmp).with_context(|| format!("cannot write {shown}"))?;
-    Ok(())
 }
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
@@ -544,13 +469,14 @@ pub(crate) fn table_header() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Repeat, Workload};
-    use crate::study::sweep::{Html, Markdown};
+    use crate::study::rows::Workload;
+    use crate::study::rows::{Html, Markdown};
+    use crate::window::Repeat;
 
     #[test]
     fn every_exporter_renders_the_same_rows() {
         let mut r: Results =
-            serde_json::from_str(include_str!("../tests/data/empty-results.json")).unwrap();
+            serde_json::from_str(include_str!("../../../tests/data/empty-results.json")).unwrap();
         for (i, s) in [sendpath::Strategy::Copy, sendpath::Strategy::UringZc]
             .into_iter()
             .enumerate()

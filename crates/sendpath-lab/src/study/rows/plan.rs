@@ -3,9 +3,9 @@
 //! and how many windows are left. The runner (`sendpath sweep`) creates directories, measures
 //! and writes; this module only decides.
 
-use crate::results::{Results, Schedule, SweepInfo};
 use crate::study::presets::{self, Preset};
-use crate::study::sweep::{stream_matrix, Point};
+use crate::study::rows::{stream_matrix, Point};
+use crate::study::rows::{Results, Schedule, SweepInfo};
 use crate::traffic::mix::{Alloc, Burst, SizeMix};
 use crate::workload::stream::StreamPoint;
 use crate::workload::{default_recv_size, RecvMode};
@@ -231,7 +231,8 @@ fn registered_and_gso(preset: &Preset) -> Vec<Point> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Repeat, Row};
+    use crate::study::rows::Row;
+    use crate::window::Repeat;
 
     #[test]
     fn a_receiver_elsewhere_has_no_threads_counted_here() {
