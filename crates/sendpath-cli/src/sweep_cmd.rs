@@ -149,6 +149,7 @@ fn open_plan(a: &SweepArgs) -> anyhow::Result<(OutDir, Recorder, rows::SweepPlan
         warmup: a.warmup,
         repeat: a.repeat,
         seed: a.seed,
+        copy_batch: a.copy_batch.map(|n| n as usize),
     };
     let plan = rows::new_sweep(&a.preset, &overrides, fresh_seed()).map_err(anyhow::Error::msg)?;
     let receiver = Receiver::of(a, &plan)?;
@@ -215,8 +216,15 @@ fn attach_receiver(
 }
 
 /// Refuses `--congestion` before any directory is made where it cannot apply: a preset that
-/// sends UDP, or one that does not stream (http-server, transfer).
+/// sends UDP, or one that does not stream (http-server, transfer); `--copy-batch` where no
+/// row sends by copy's system calls (http-server, transfer).
 fn check_congestion_flag(a: &SweepArgs, study: Option<&Study>) -> anyhow::Result<()> {
+    if a.copy_batch.is_some() && !matches!(study, Some(Study::Rows(_))) {
+        bail!(
+            "--copy-batch applies to the presets of rows (`sendpath sweep --list-presets`), not {}",
+            a.preset
+        );
+    }
     let Some(cc) = &a.congestion else {
         return Ok(());
     };

@@ -290,6 +290,67 @@ fn rr_sets_and_records_its_congestion_control_or_refuses_it() {
     );
 }
 
+/// `--copy-batch` puts several of copy's messages in one `sendmsg`; every row says how many
+/// messages each system call or ring request carried, and the CSV has the column.
+#[test]
+fn copy_batch_is_recorded_as_messages_per_call() {
+    let per_call = |batch: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("r.csv");
+        let out = sendpath()
+            .args([
+                "stream",
+                "-s",
+                "copy,uring,mmap-send",
+                "-l",
+                "4K",
+                "--copy-batch",
+                batch,
+            ])
+            .args([
+                "-t", "0.2", "--warmup", "0.05", "-n", "1", "--recv", "discard",
+            ])
+            .args(["--json", "-", "--csv"])
+            .arg(&csv)
+            .timeout(Duration::from_secs(60))
+            .assert()
+            .success();
+        let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+        let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+        let of = |path: &str| {
+            let rows = v["results"].as_array().unwrap();
+            let r = rows.iter().find(|r| r["strategy"] == path).unwrap();
+            r["messages_per_call"].as_f64()
+        };
+        let header = std::fs::read_to_string(&csv).unwrap();
+        assert!(header
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",messages_per_call"));
+        (of("copy"), of("uring"), of("mmap-send"))
+    };
+    let (copy, uring, mmap) = per_call("1");
+    assert!(copy.is_some_and(|m| m > 0.9 && m <= 1.0), "copy: {copy:?}");
+    assert!(
+        uring.is_some_and(|m| m > 1.5),
+        "uring's vectored requests: {uring:?}"
+    );
+    assert_eq!(
+        mmap, None,
+        "mmap-send does not count its calls: null, not 0"
+    );
+    let (copy, _, _) = per_call("8");
+    assert!(
+        copy.is_some_and(|m| m > 4.0 && m <= 8.0),
+        "copy batched by 8: {copy:?}"
+    );
+    fails_with(
+        &["stream", "--copy-batch", "65"],
+        &["--copy-batch", "1..=64"],
+    );
+}
+
 #[test]
 fn rr_reports_latency_percentiles() {
     let out = sendpath()

@@ -297,6 +297,11 @@ pub struct SendStats {
     /// How a connection on io_uring kept its sends in order (as the driver set it up:
     /// vectored, linked, or unlinked for datagrams); `None` for the paths off the ring.
     pub uring_order: Option<crate::Order>,
+    /// System calls (or io_uring requests) that carried payload, on the paths that count
+    /// them: `copy`, `serialize`, `gather`, `msg-zerocopy`, `read-send`, `sendfile`, `uring`,
+    /// `uring-zc`, `adaptive` and the async sender; 0 on the others (`mmap-send`, `splice`,
+    /// `vmsplice`, `uring-splice`). [`SendStats::messages_per_call`] reads it.
+    pub calls: u64,
 }
 
 impl Default for SendStats {
@@ -310,6 +315,7 @@ impl Default for SendStats {
             completion_latency_ns: growing_histogram(),
             decisions: None,
             uring_order: None,
+            calls: 0,
         }
     }
 }
@@ -321,9 +327,17 @@ impl SendStats {
         self.zerocopy.copied_fraction()
     }
 
+    /// Messages per system call (or io_uring request) that carried payload: above 1 where a
+    /// path puts several messages in one call (a vectored request, a batched `sendmsg`);
+    /// `None` where the path does not count its calls (see [`SendStats::calls`]).
+    pub fn messages_per_call(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.sends as f64 / self.calls as f64)
+    }
+
     /// Adds another sender's counts (for a run with several connections).
     pub fn merge(&mut self, o: &SendStats) {
         self.sends += o.sends;
+        self.calls += o.calls;
         self.bytes += o.bytes;
         self.zerocopy.add(&o.zerocopy);
         self.short_sends += o.short_sends;
@@ -350,6 +364,7 @@ impl SendStats {
             completion_latency: LatencySummaryNs::of(&self.completion_latency_ns),
             decisions: self.decisions,
             uring_order: self.uring_order,
+            messages_per_call: self.messages_per_call(),
         }
     }
 }
@@ -384,6 +399,10 @@ pub struct SendStatsSummary {
     /// How a ring connection kept its sends in order; null off the ring.
     #[serde(default)]
     pub uring_order: Option<crate::Order>,
+    /// Messages per system call or io_uring request; null where the path does not count
+    /// its calls.
+    #[serde(default)]
+    pub messages_per_call: Option<f64>,
 }
 
 #[cfg(test)]

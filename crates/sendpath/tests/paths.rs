@@ -83,6 +83,69 @@ fn every_memory_path_sends_batches_by_send_bufs_in_order() {
     }
 }
 
+/// `copy_batch` puts several messages of a batch in one `sendmsg`; the counters say how
+/// many messages each system call (or io_uring request) carried, where a path counts them.
+#[test]
+fn copy_batched_sends_a_batch_per_call_in_order_and_calls_are_counted() {
+    let batched = Options {
+        copy_batch: 8,
+        ..Options::default()
+    };
+    let per_call = |o: &common::Outcome| o.stats.messages_per_call;
+    // 300 = 18 batches of 16 and one of 12; batched by 8: 38 calls, one more per short send.
+    let o = common::stream_as(Strategy::Copy, 4096, 1, 300, batched, NO_PAUSE, 16);
+    report("copy, batched by 8", &o);
+    assert_intact(&o);
+    assert_eq!(o.stats.sends, 300);
+    let m = per_call(&o).expect("copy counts its calls");
+    assert!(
+        (6.0..=300.0 / 38.0 + 1e-9).contains(&m),
+        "copy_batch 8: {m} messages per call (short sends {})",
+        o.stats.short_sends
+    );
+    // One `send` per message without it.
+    let o = common::stream_as(
+        Strategy::Copy,
+        4096,
+        1,
+        300,
+        Options::default(),
+        NO_PAUSE,
+        16,
+    );
+    let m = per_call(&o).expect("copy counts its calls");
+    assert!(m <= 1.0 && m > 0.9, "copy: {m} messages per call");
+    // io_uring's vectored requests carry several; a path that does not count says None.
+    if probe().io_uring.enabled {
+        let o = common::stream_as(
+            Strategy::Uring,
+            4096,
+            1,
+            300,
+            Options::default(),
+            NO_PAUSE,
+            16,
+        );
+        assert_intact(&o);
+        let m = per_call(&o).expect("uring counts its requests");
+        assert!(
+            m > 1.0,
+            "uring: {m} messages per request ({:?})",
+            o.stats.uring_order
+        );
+    }
+    let o = common::stream_as(
+        Strategy::MmapSend,
+        4096,
+        1,
+        30,
+        Options::default(),
+        NO_PAUSE,
+        0,
+    );
+    assert_eq!(per_call(&o), None, "mmap-send does not count its calls");
+}
+
 #[test]
 fn msg_zerocopy_times_one_zero_copy_send_in_16() {
     if !probe().msg_zerocopy.supported {

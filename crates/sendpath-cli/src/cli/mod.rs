@@ -315,7 +315,7 @@ pub(crate) struct SweepArgs {
     /// Continue an interrupted sweep in DIR, measuring only the points it lacks. It keeps the
     /// preset, windows, warmup, rounds and seed the sweep was started with: the flags that set
     /// those are refused with it.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "duration", "warmup", "repeat", "seed"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["preset", "duration", "warmup", "repeat", "seed", "copy_batch"])]
     pub resume: Option<PathBuf>,
     /// Measured time per repeat (overrides the preset).
     #[arg(long, short = 't', value_parser = positive_duration, conflicts_with = "resume")]
@@ -326,6 +326,11 @@ pub(crate) struct SweepArgs {
     /// Rounds over all points (overrides the preset).
     #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "resume")]
     pub repeat: Option<u32>,
+    /// copy: put up to N queued messages in one system call (sendmsg on TCP, sendmmsg on UDP),
+    /// as io_uring's vectored requests put 8 (default 1: one send each). A resumed sweep keeps
+    /// what it began with.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "resume")]
+    pub copy_batch: Option<u32>,
     /// http-server preset: servers to compare (sendpath send modes, and nginx when installed).
     #[arg(long, value_name = "LIST", default_value = sendpath_lab::study::http::DEFAULT_SERVERS, value_parser = http_servers)]
     pub http_servers: std::vec::Vec<sendpath_lab::study::http::Server>,

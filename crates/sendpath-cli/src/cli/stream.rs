@@ -72,6 +72,11 @@ pub(crate) struct RunArgs {
     /// io_uring requests in flight per connection (uring, uring-zc).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub uring_depth: u32,
+    /// copy: put up to N queued messages in one system call (one sendmsg over them on TCP,
+    /// one sendmmsg on UDP), as io_uring's vectored requests do; 1 sends each by its own send.
+    /// Set it to --uring-depth to compare copy with uring like for like.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub copy_batch: u32,
     /// Zero-copy sends awaiting completion per connection before falling back to copy.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub inflight: u32,
@@ -159,6 +164,7 @@ impl RunArgs {
             },
             zc_reap_every: self.zc_reap_every as usize,
             uring_depth: self.uring_depth as usize,
+            copy_batch: self.copy_batch as usize,
             uring_fixed_buffers: self.fixed_buffers,
             uring_order: match self.uring_order.as_str() {
                 "vectored" => Some(sendpath::Order::Vectored),

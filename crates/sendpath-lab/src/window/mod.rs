@@ -125,6 +125,10 @@ pub struct Repeat {
     pub file_resident_fraction: Option<f64>,
     /// Zero-copy accounting of this window's connections.
     pub zerocopy: ZerocopyWindow,
+    /// Messages per system call (or io_uring request) that carried payload, over the repeat;
+    /// null where the path does not count its calls (`SendStats::calls`).
+    #[serde(default)]
+    pub messages_per_call: Option<f64>,
     /// Bytes sent, received and verified over the whole repeat (warmup included).
     pub integrity: Integrity,
     /// Why the repeat was cut short after its window (its receivers stopped before every byte

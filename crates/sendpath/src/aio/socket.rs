@@ -213,6 +213,7 @@ impl SocketHalf {
         let p = self.queue.front_mut().expect("a message in progress");
         let rest = &p.buf.as_slice()[p.done..];
         let n = sys::socket::send(self.io.fd(), rest, dontwait())?;
+        self.stats.calls += 1;
         p.done += n;
         if p.done < p.buf.len() {
             self.stats.short_sends += 1;
@@ -250,6 +251,7 @@ impl SocketHalf {
             Ok(n) => {
                 p.done += n;
                 p.calls += 1;
+                self.stats.calls += 1;
                 self.stats.zerocopy.attempts += 1;
                 if p.done < len {
                     self.stats.short_sends += 1;
@@ -351,8 +353,12 @@ impl SocketHalf {
             let left = (end - offset) as usize;
             match sys::file::sendfile(sock, file.as_fd(), &mut offset, left) {
                 Ok(0) => return Err(Error::Config("the file ended before the range did".into())),
-                Ok(n) if n < left => self.stats.short_sends += 1,
-                Ok(_) => {}
+                Ok(n) => {
+                    self.stats.calls += 1;
+                    if n < left {
+                        self.stats.short_sends += 1;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::sys("sendfile")(e)),

@@ -165,6 +165,7 @@ impl ConnState {
             });
         }
         let n = parts.len();
+        self.stats.calls += 1;
         if zc {
             self.stats.zerocopy.attempts += n as u64;
             self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };

@@ -1,10 +1,14 @@
 //! `copy`: `send()` from one contiguous buffer, the baseline every other path is compared with.
 
-use super::{fields, send_all, send_counted, SendPath};
+use super::{fields, send_all, send_counted, sendmsg_all, SendPath};
 use crate::buffer::BufPool;
+use crate::sys::SendFlags;
 use crate::Socket;
 use crate::{Buf, Msg, Result, SendStats};
 use std::os::fd::AsFd;
+
+/// The most messages `copy` puts in one system call (`Options::copy_batch`).
+const MAX_BATCH: usize = 64;
 
 /// `send()` per field (one field per message is the intended use: one contiguous buffer).
 pub(super) struct Copy {
@@ -15,6 +19,8 @@ pub(super) struct Copy {
     fallback_note: Option<String>,
     /// The socket sends datagrams: a message must be one buffer.
     datagrams: bool,
+    /// Messages per system call in `send_bufs` (`Options::copy_batch`, at most 64).
+    batch: usize,
 }
 
 impl Copy {
@@ -25,7 +31,49 @@ impl Copy {
             stats: SendStats::default(),
             bufs: BufPool::new(),
             fallback_note: None,
+            batch: 1,
         }
+    }
+
+    /// Sends up to `n` messages of a `send_bufs` call in one system call.
+    fn batched(mut self, n: usize) -> Copy {
+        self.batch = n.clamp(1, MAX_BATCH);
+        self
+    }
+
+    /// One system call for the messages of `batch`: `sendmsg` over them on a stream (every
+    /// byte, in order, continuing a short send), `sendmmsg` on a datagram socket (each its
+    /// own datagram, continuing where the kernel stopped).
+    fn send_batch(&mut self, batch: &[Buf]) -> Result<()> {
+        let mut iov = [&[][..]; MAX_BATCH];
+        for (slot, b) in iov.iter_mut().zip(batch) {
+            *slot = b.as_slice();
+        }
+        let iov = &iov[..batch.len()];
+        let fd = self.sock.as_fd();
+        if self.datagrams {
+            let mut done = 0;
+            while done < iov.len() {
+                match crate::sys::socket::sendmmsg(fd, &iov[done..], SendFlags::NOSIGNAL) {
+                    Ok(0) => {
+                        let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                        return Err(crate::Error::sys("sendmmsg")(e));
+                    }
+                    Ok(n) => {
+                        self.stats.calls += 1;
+                        done += n;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(crate::Error::sys("sendmmsg")(e)),
+                }
+            }
+        } else {
+            let (_, sent) = sendmsg_all(fd, iov, SendFlags::default(), &mut self.stats);
+            sent.map_err(crate::Error::sys("sendmsg"))?;
+        }
+        self.stats.sends += batch.len() as u64;
+        self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
+        Ok(())
     }
 
     /// Makes this path stand in for a zero-copy path that is unavailable: each send is counted
@@ -73,6 +121,30 @@ impl SendPath for Copy {
         Ok(())
     }
 
+    fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
+        if self.batch == 1 {
+            for b in bufs.drain(..) {
+                self.send_buf(b)?;
+            }
+            return Ok(());
+        }
+        while !bufs.is_empty() {
+            let n = bufs.len().min(self.batch);
+            if self.fallback_note.is_some() {
+                self.stats.zerocopy.fallbacks.unsupported += n as u64;
+            }
+            let sent = self.send_batch(&bufs[..n]);
+            for b in bufs.drain(..n) {
+                self.bufs.put(b);
+            }
+            if let Err(e) = sent {
+                bufs.clear();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn take_buf(&mut self, len: usize) -> Buf {
         self.bufs.take(len)
     }
@@ -99,5 +171,5 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
     uses_fields: false,
     copies: Some(super::copies::USER_SEND),
     waits: crate::socket::Waits::InTheKernel,
-    open: |sock, _| Ok(Box::new(Copy::new(sock))),
+    open: |sock, o| Ok(Box::new(Copy::new(sock).batched(o.copy_batch))),
 };

@@ -475,6 +475,12 @@ pub struct Options {
     pub profile: Option<std::sync::Arc<Profile>>,
     /// `adaptive`'s tunables.
     pub adaptive: AdaptiveConfig,
+    /// `copy`: the most messages of one [`SendPath::send_bufs`] call put in one system call,
+    /// up to 64: one `sendmsg` over their buffers on a stream socket (as a server's `writev`
+    /// of its queued responses), one `sendmmsg` on a datagram socket. 1 (the default) sends
+    /// each by its own `send`. Set it to `uring_depth` to compare `copy` with io_uring's
+    /// vectored requests like for like.
+    pub copy_batch: usize,
 }
 
 impl Default for Options {
@@ -490,6 +496,7 @@ impl Default for Options {
             file: None,
             profile: None,
             adaptive: AdaptiveConfig::default(),
+            copy_batch: 1,
         }
     }
 }

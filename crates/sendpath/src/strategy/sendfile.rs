@@ -72,8 +72,12 @@ pub(super) fn sendfile_all(
                     "sendfile: the file ends before offset {end}"
                 )))
             }
-            Ok(n) if n < want => stats.short_sends += 1,
-            Ok(_) => {}
+            Ok(n) => {
+                stats.calls += 1;
+                if n < want {
+                    stats.short_sends += 1;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Error::sys("sendfile")(e)),
         }

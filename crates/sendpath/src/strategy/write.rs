@@ -13,6 +13,7 @@ pub(super) fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats
     while !buf.is_empty() {
         match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
             Ok(n) => {
+                stats.calls += 1;
                 if n < buf.len() {
                     stats.short_sends += 1;
                 }
@@ -31,7 +32,7 @@ pub(super) fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut SendStats
 #[inline(always)]
 pub(super) fn send_counted(fd: BorrowedFd<'_>, buf: &[u8], stats: &mut SendStats) -> Result<()> {
     match sys::socket::send(fd, buf, SendFlags::NOSIGNAL) {
-        Ok(n) if n == buf.len() => {}
+        Ok(n) if n == buf.len() => stats.calls += 1,
         first => send_rest(fd, buf, first, stats)?,
     }
     stats.sends += 1;
@@ -50,6 +51,7 @@ pub(super) fn send_rest(
 ) -> Result<()> {
     match first {
         Ok(n) => {
+            stats.calls += 1;
             stats.short_sends += 1;
             send_all(fd, &buf[n..], stats)
         }
@@ -84,7 +86,10 @@ pub(super) fn sendmsg_one(
         return (0, Ok(()));
     }
     match sys::socket::sendmsg(fd, &[buf], flags | SendFlags::NOSIGNAL) {
-        Ok(n) if n == buf.len() => (1, Ok(())),
+        Ok(n) if n == buf.len() => {
+            stats.calls += 1;
+            (1, Ok(()))
+        }
         first => sendmsg_one_rest(fd, buf, flags, first, stats),
     }
 }
@@ -102,6 +107,7 @@ pub(super) fn sendmsg_one_rest(
 ) -> (u32, io::Result<()>) {
     match first {
         Ok(n) => {
+            stats.calls += 1;
             stats.short_sends += 1;
             sendmsg_from(fd, &[buf], flags, stats, n, 1)
         }
@@ -150,6 +156,7 @@ pub(super) fn sendmsg_from(
             Ok(n) => {
                 done += n;
                 calls += 1;
+                stats.calls += 1;
                 if done < total {
                     stats.short_sends += 1;
                 }

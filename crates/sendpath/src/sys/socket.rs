@@ -86,6 +86,21 @@ fn sendmsg_iov<const N: usize>(
     rustix::net::sendmsg(fd, &iov[..n], &mut no_control, flags.rustix()).map_err(io::Error::from)
 }
 
+/// `sendmmsg(fd, ...)`: each of `bufs` (at most 64 taken) as a datagram of its own, in one
+/// system call. Returns how many were sent (the kernel may stop early). See sendmmsg(2).
+pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, bufs: &[&[u8]], flags: SendFlags) -> io::Result<usize> {
+    let n = bufs.len().min(64);
+    let iov: Vec<[io::IoSlice<'_>; 1]> = bufs[..n].iter().map(|b| [io::IoSlice::new(b)]).collect();
+    let mut controls: Vec<rustix::net::SendAncillaryBuffer<'_, '_, '_>> =
+        (0..n).map(|_| Default::default()).collect();
+    let mut msgs: Vec<rustix::net::MMsgHdr<'_>> = iov
+        .iter()
+        .zip(controls.iter_mut())
+        .map(|(v, c)| rustix::net::MMsgHdr::new(v, c))
+        .collect();
+    rustix::net::sendmmsg(fd, &mut msgs, flags.rustix()).map_err(io::Error::from)
+}
+
 /// `recvmsg(fd, MSG_ERRQUEUE | MSG_DONTWAIT)` until the queue is empty: collects the zero-copy
 /// completions (`sock_extended_err` with `ee_origin == SO_EE_ORIGIN_ZEROCOPY`) into `out`.
 /// Returns how many messages were read. Other error-queue entries (for example ICMP errors on

@@ -237,7 +237,13 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
     let why: Vec<String> = top
         .iter()
         .map(|t| match base.and_then(|b| paired(t, b).map(|p| (b, p))) {
-            Some((b, p)) => format!("{} vs {}: {}", t.strategy, b.strategy, p.describe()),
+            Some((b, p)) => format!(
+                "{} vs {}: {}{}",
+                t.strategy,
+                b.strategy,
+                p.describe(),
+                batching(t, b)
+            ),
             None => format!("{}: not beaten", t.strategy),
         })
         .collect();
@@ -247,6 +253,27 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
         text.push_str("; the rounds cannot tell them apart");
     }
     (names.join(" or "), text)
+}
+
+/// What a comparison of `a` with `b` rests on when they put different numbers of messages in
+/// one system call (io_uring's vectored requests against one `send` per message): their
+/// messages per call, so a ratio that is mostly batching reads as such.
+fn batching(a: &Row, b: &Row) -> String {
+    let (Some(x), Some(y)) = (a.messages_per_call, b.messages_per_call) else {
+        return String::new();
+    };
+    if x < 1.5 * y && y < 1.5 * x {
+        return String::new();
+    }
+    let fix = if [a.strategy, b.strategy].contains(&Strategy::Copy) {
+        "; `--copy-batch N` gives copy the same batching"
+    } else {
+        ""
+    };
+    format!(
+        " ({} sent {x:.1} messages per system call or request, {} {y:.1}: the ratio includes batching{fix})",
+        a.strategy, b.strategy
+    )
 }
 
 /// Where the data of `r` came from, in words.
@@ -625,6 +652,38 @@ mod tests {
             .collect();
         assert_eq!(v.len(), 1, "{v:?}");
         v.remove(0)
+    }
+
+    #[test]
+    fn a_win_that_rests_on_batching_says_so() {
+        let per_call = |mut r: Row, m: f64| {
+            for x in &mut r.repeats {
+                x.messages_per_call = Some(m);
+            }
+            r.summarise();
+            r
+        };
+        let memory = |copy_per_call: f64| {
+            let r = results(vec![
+                per_call(row("copy", 256, &[2.0, 2.0, 2.1, 2.0, 2.0]), copy_per_call),
+                per_call(row("uring", 256, &[4.0, 4.1, 4.0, 4.2, 4.0]), 8.0),
+            ]);
+            let a = analyse(&r);
+            let line = a.recommendations.into_iter().find(|x| x.source == "memory");
+            line.expect("a memory line")
+        };
+        let l = memory(1.0);
+        assert_eq!(l.path, "uring", "{}", l.why);
+        assert!(
+            l.why.contains(
+                "(uring sent 8.0 messages per system call or request, copy 1.0: the ratio includes batching; `--copy-batch N`"
+            ),
+            "{}",
+            l.why
+        );
+        // Batched alike: the ratio is the paths', and nothing is added.
+        let l = memory(8.0);
+        assert!(!l.why.contains("batching"), "{}", l.why);
     }
 
     #[test]

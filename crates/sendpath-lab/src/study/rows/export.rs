@@ -82,7 +82,7 @@ pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyho
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 84] = [
+pub(crate) const CSV_HEADER: [&str; 85] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -167,6 +167,7 @@ pub(crate) const CSV_HEADER: [&str; 84] = [
     "syscalls_receiver_per_mib",
     "uring_order",
     "tcp_congestion",
+    "messages_per_call",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -345,6 +346,7 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         opt(p.syscalls_receiver),
         row.uring_order.clone().unwrap_or_default(),
         row.tcp_congestion.clone().unwrap_or_default(),
+        opt(row.messages_per_call),
     ]
 }
 

@@ -22,6 +22,8 @@ pub struct Overrides {
     pub repeat: Option<u32>,
     /// `--seed`.
     pub seed: Option<u64>,
+    /// `--copy-batch`: messages per system call for `copy` ([`sendpath::Options::copy_batch`]).
+    pub copy_batch: Option<usize>,
 }
 
 /// A sweep, planned.
@@ -37,6 +39,8 @@ pub struct SweepPlan {
     pub windows_total: usize,
     /// Windows already in the results (resume).
     pub windows_done: usize,
+    /// Messages per system call of `copy` (`--copy-batch`; 1: one `send` each).
+    pub copy_batch: usize,
 }
 
 impl SweepPlan {
@@ -53,7 +57,19 @@ impl SweepPlan {
             warmup_s: self.preset.warmup.as_secs_f64(),
             repeat: self.preset.repeat,
             points_total: self.points.len(),
+            copy_batch: self.copy_batch,
         }
+    }
+
+    /// Sends `copy`'s messages `n` to a system call in every stream point.
+    fn batch_copy(mut self, n: usize) -> SweepPlan {
+        self.copy_batch = n;
+        for p in &mut self.points {
+            if let Point::Stream(s) = p {
+                s.opts.copy_batch = n;
+            }
+        }
+        self
     }
 
     /// Whether the preset has file paths (the runner then creates the source file).
@@ -81,7 +97,7 @@ pub fn new_sweep(name: &str, o: &Overrides, fresh_seed: u64) -> Result<SweepPlan
         rounds: preset.repeat,
         seed: o.seed.unwrap_or(fresh_seed),
     };
-    Ok(plan(preset, schedule, 0))
+    Ok(plan(preset, schedule, 0).batch_copy(o.copy_batch.unwrap_or(1)))
 }
 
 /// The rest of the sweep that wrote `results`: same preset, timing, rounds and seed.
@@ -101,7 +117,7 @@ pub fn resume(results: &Results) -> Result<SweepPlan, String> {
     preset.warmup = secs(info.warmup_s, "warmup")?;
     preset.repeat = info.repeat;
     let done = results.results.iter().map(|r| r.repeats.len()).sum();
-    let p = plan(preset, results.schedule, done);
+    let p = plan(preset, results.schedule, done).batch_copy(info.copy_batch);
     if p.points.len() != info.points_total {
         return Err(format!(
             "the results file's sweep had {} points and preset `{}` now has {}: it was made by another version; start a new sweep",
@@ -121,6 +137,7 @@ fn plan(preset: Preset, schedule: Schedule, windows_done: usize) -> SweepPlan {
         points,
         schedule,
         preset,
+        copy_batch: 1,
     }
 }
 
@@ -284,8 +301,15 @@ mod tests {
             warmup: Some(Duration::ZERO),
             repeat: Some(2),
             seed: Some(77),
+            copy_batch: Some(8),
         };
         let p = new_sweep("quick", &o, 1).unwrap();
+        // `--copy-batch` reaches every stream point and the file `--resume` restores from.
+        assert_eq!(p.info().copy_batch, 8);
+        assert!(p.points.iter().all(|x| match x {
+            Point::Stream(s) => s.opts.copy_batch == 8,
+            Point::Rr(_) => false,
+        }));
         assert_eq!(p.preset.duration, Duration::from_millis(250));
         assert_eq!(p.preset.warmup, Duration::ZERO);
         assert_eq!(
@@ -326,12 +350,17 @@ mod tests {
             duration: Some(Duration::from_millis(300)),
             repeat: Some(3),
             seed: Some(5),
+            copy_batch: Some(4),
             ..Overrides::default()
         };
         let first = new_sweep("quick", &o, 1).unwrap();
         let r = results_of(&first, 4);
         let again = resume(&r).unwrap();
         assert_eq!(again.preset.duration, Duration::from_millis(300));
+        assert_eq!(
+            again.copy_batch, 4,
+            "a resumed sweep batches copy as it began"
+        );
         assert_eq!(again.schedule, first.schedule);
         assert_eq!(again.windows_done, 4);
         assert_eq!(again.windows_left(), first.windows_total - 4);

@@ -52,6 +52,9 @@ pub struct SweepInfo {
     pub repeat: u32,
     /// Points in the whole matrix.
     pub points_total: usize,
+    /// Messages per system call of `copy` (`--copy-batch`); 1 in files written before it.
+    #[serde(default = "one")]
+    pub copy_batch: usize,
 }
 
 /// Zero-copy accounting for the row (summed over repeats and connections).
@@ -227,6 +230,11 @@ pub struct Row {
     /// for the paths that do not send on a ring.
     #[serde(default)]
     pub uring_order: Option<String>,
+    /// Messages per system call or io_uring request that carried payload, median over the
+    /// repeats: above 1 where the path put several messages in one call (io_uring's vectored
+    /// requests, `copy` with `--copy-batch`); null where the path does not count its calls.
+    #[serde(default)]
+    pub messages_per_call: Option<f64>,
     /// TCP congestion control of the senders' connections: `--congestion`, else the
     /// namespace's default (`net.ipv4.tcp_congestion_control`). `bbr` paces each connection,
     /// with a timer of its own where no `fq` qdisc does it (loopback). Null for UDP, and in
@@ -405,6 +413,7 @@ impl Row {
             .filter_map(|r| r.cpu.map(|c| c.ns_per_byte))
             .collect();
         self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
+        self.messages_per_call = self.median_of(|r| r.messages_per_call);
         self.summarise_latency();
         self.summarise_counts();
         self.per_mib = PerMib::of(self);

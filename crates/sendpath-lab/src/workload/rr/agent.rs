@@ -164,6 +164,7 @@ fn agent_repeat(
     repeat.latency_us = (!hist.is_empty()).then(|| LatencyUs::of(&hist));
     repeat.latency_hist_ns = remote.latency_hist_ns;
     repeat.zerocopy = zerocopy_counts(stats);
+    repeat.messages_per_call = stats.messages_per_call();
     repeat.integrity = Integrity {
         bytes_sent: stats.bytes,
         bytes_received: Some(remote.bytes),

@@ -245,6 +245,7 @@ pub(crate) fn run_once(
     let mut repeat = w.repeat(bytes, transactions, pt.concurrency, cpu_mhz);
     repeat.set_latency(&hist);
     repeat.zerocopy = zerocopy_counts(&stats);
+    repeat.messages_per_call = stats.messages_per_call();
     repeat.integrity = integrity;
     Ok(Some(Outcome::new(repeat, note, &stats)))
 }

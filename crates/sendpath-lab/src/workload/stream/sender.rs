@@ -285,7 +285,10 @@ impl Sender {
                 continue;
             }
             let mut bytes = 0u64;
-            while batch.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
+            let least = self.opts.copy_batch;
+            while batch.len() < BATCH_MESSAGES.max(least)
+                && (bytes < BATCH_BYTES || batch.len() < least)
+            {
                 if self.burst.is_some_and(|b| in_burst == b.messages) {
                     break;
                 }
@@ -394,11 +397,13 @@ impl Sender {
     }
 
     /// Messages per batch, as [`Sender::pump`] batches them: up to 16, until one takes the
-    /// batch to 64 KiB.
+    /// batch to 64 KiB; at least `copy`'s batch (`--copy-batch`), so that a batched `copy`
+    /// puts as many messages in a call at every size as io_uring puts in a request.
     pub(super) fn per_batch(&self) -> usize {
-        BATCH_BYTES
+        let by_bytes = BATCH_BYTES
             .div_ceil(self.size as u64)
-            .min(BATCH_MESSAGES as u64) as usize
+            .min(BATCH_MESSAGES as u64) as usize;
+        by_bytes.max(self.opts.copy_batch)
     }
 
     /// One message at `off`: its buffer onto `batch` when it is one buffer, else sent now,

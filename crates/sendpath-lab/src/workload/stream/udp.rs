@@ -64,6 +64,7 @@ pub(super) fn run_once(
     };
     let mut repeat = s0.window(&s1, bytes, bytes / pt.size as u64, pt.threads, cpu_mhz);
     repeat.zerocopy = zerocopy_counts(&ended.stats);
+    repeat.messages_per_call = ended.stats.messages_per_call();
     repeat.integrity = ended.integrity;
     repeat.datagrams = Some(ended.datagrams);
     Ok(Some(Outcome::new(repeat, ended.note, &ended.stats)))
