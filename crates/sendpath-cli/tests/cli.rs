@@ -349,6 +349,36 @@ fn copy_batch_is_recorded_as_messages_per_call() {
         &["stream", "--copy-batch", "65"],
         &["--copy-batch", "1..=64"],
     );
+    // Messages of several fields are sent one by one, not batched: the window still ends on
+    // time with every byte counted (before a fix, the harness's batch loop never ended).
+    let out = sendpath()
+        .args([
+            "stream",
+            "-s",
+            "copy",
+            "-l",
+            "4K",
+            "--fields",
+            "4",
+            "--copy-batch",
+            "8",
+        ])
+        .args(["-t", "0.2", "--warmup", "0", "-n", "1", "--json", "-"])
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+    let r = &v["results"][0];
+    assert!(
+        r["throughput_gbps"]["median"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
+    assert_eq!(r["integrity"]["mismatches"], 0, "{r}");
+    assert!(
+        r["integrity"]["bytes_received"].as_u64().unwrap() > 0,
+        "{r}"
+    );
 }
 
 #[test]

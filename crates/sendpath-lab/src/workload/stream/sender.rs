@@ -284,11 +284,14 @@ impl Sender {
                 in_burst = 0;
                 continue;
             }
-            let mut bytes = 0u64;
+            let (mut bytes, mut taken) = (0u64, 0usize);
+            // `--copy-batch N`: at least N messages a batch, whatever their size (a message of
+            // several fields is sent at once, not batched: `taken` bounds the loop then).
             let least = self.opts.copy_batch;
             while batch.len() < BATCH_MESSAGES.max(least)
-                && (bytes < BATCH_BYTES || batch.len() < least)
+                && (bytes < BATCH_BYTES || (least > 1 && taken < least))
             {
+                taken += 1;
                 if self.burst.is_some_and(|b| in_burst == b.messages) {
                     break;
                 }
