@@ -124,6 +124,7 @@ fn check_stream(a: &StreamArgs, largest: &[usize]) -> anyhow::Result<()> {
     check_connections(a, per_thread, most_threads)?;
     check_udp(a)?;
     check_msg_latency(a)?;
+    check_recv_zerocopy(a)?;
     check_congestion(a)?;
     check_runtime(a)?;
     crate::cli::check_outputs([
@@ -182,6 +183,32 @@ fn check_runtime(a: &StreamArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first flag among `also` and those that take the receiver away from this process or
+/// from one TCP connection per thread: what a check of our own receiver refuses.
+fn not_own_tcp_receiver(a: &StreamArgs, also: (bool, &'static str)) -> Option<&'static str> {
+    [
+        (a.proto == Protocol::Udp, "--proto udp"),
+        (a.connections > 1, "--connections"),
+        (a.connect.is_some(), "--connect"),
+        (a.remote.agent.is_some(), "--agent"),
+        also,
+    ]
+    .into_iter()
+    .find_map(|(on, flag)| on.then_some(flag))
+}
+
+/// Refuses what `--recv zerocopy` cannot map: it is our own receiver of one TCP connection
+/// per thread (`TCP_ZEROCOPY_RECEIVE` on a region mapped from that socket).
+fn check_recv_zerocopy(a: &StreamArgs) -> anyhow::Result<()> {
+    if a.run.recv != RecvMode::Zerocopy {
+        return Ok(());
+    }
+    if let Some(flag) = not_own_tcp_receiver(a, (a.msg_latency, "--msg-latency")) {
+        bail!("--recv zerocopy maps the pages of one TCP connection per receiver thread in this process: drop {flag}");
+    }
+    Ok(())
+}
+
 /// Refuses what `--msg-latency` cannot time: a stamp needs a memory message of 8 bytes per
 /// field or more, over TCP, one connection per thread, read by our own receiver.
 fn check_msg_latency(a: &StreamArgs) -> anyhow::Result<()> {
@@ -189,14 +216,8 @@ fn check_msg_latency(a: &StreamArgs) -> anyhow::Result<()> {
     if !a.msg_latency {
         return Ok(());
     }
-    let refused = [
-        (a.proto == Protocol::Udp, "--proto udp"),
-        (a.connections > 1, "--connections"),
-        (a.connect.is_some(), "--connect"),
-        (a.remote.agent.is_some(), "--agent"),
-        (a.run.recv == RecvMode::Discard, "--recv discard"),
-    ];
-    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+    let discard = (a.run.recv == RecvMode::Discard, "--recv discard");
+    if let Some(flag) = not_own_tcp_receiver(a, discard) {
         bail!("--msg-latency times each message at our own receiver reading its bytes over TCP, one connection per thread, on this host's clock: drop {flag}");
     }
     if !a.run.strategy.iter().any(|s| s.source() == Source::Memory) {
@@ -400,8 +421,8 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
             bail!("--rate must be a positive number of requests per second");
         }
     }
-    if a.run.recv == RecvMode::Discard {
-        bail!("--recv discard does not apply to rr (the client must read each response); use copy or verify");
+    if matches!(a.run.recv, RecvMode::Discard | RecvMode::Zerocopy) {
+        bail!("--recv {} does not apply to rr (the client must read each response); use copy or verify", a.run.recv.name());
     }
     if a.run.alloc.contains(&Alloc::Shared) {
         bail!("--alloc shared (one pool for every sender thread) is a stream setting: rr takes pool or fresh");

@@ -23,6 +23,7 @@ pub mod thread {
 /// Per-socket counters the measuring tools read around a window.
 pub mod socket {
     pub use crate::sys::socket::{set_udp_segment, socket_drops, tcp_counters, TcpCounters};
+    pub use crate::sys::zerocopy_rx::{MappedReceiver, Received};
 }
 
 /// Files and the page cache.

@@ -60,7 +60,8 @@ pub(crate) struct RunArgs {
     pub recv_size: Option<usize>,
     /// What the receiver does with the bytes: copy (read() into a buffer, what an application
     /// does), discard (recv(MSG_TRUNC): the kernel drops them without copying out), verify
-    /// (read() and check every byte against the pattern).
+    /// (read() and check every byte against the pattern), zerocopy (TCP_ZEROCOPY_RECEIVE:
+    /// map whole received pages, copy the rest; the row counts bytes mapped).
     #[arg(long, default_value = "copy", value_parser = recv_mode())]
     pub recv: RecvMode,
     /// Write results as JSON to FILE (`-` for stdout).
@@ -403,7 +404,8 @@ pub(crate) struct SinkArgs {
     /// Address to listen on, e.g. 127.0.0.1:5201.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// What to do with the bytes: copy, discard (MSG_TRUNC) or verify.
+    /// What to do with the bytes: copy, discard (MSG_TRUNC), verify, or zerocopy
+    /// (TCP_ZEROCOPY_RECEIVE: map whole received pages, copy the rest).
     #[arg(long, default_value = "copy", value_parser = recv_mode())]
     pub recv: RecvMode,
     /// Connections to accept before exiting.

@@ -8,6 +8,7 @@ pub(crate) mod file;
 pub(crate) mod host;
 pub(crate) mod perf;
 pub(crate) mod socket;
+pub(crate) mod zerocopy_rx;
 
 use std::io;
 

@@ -16,11 +16,19 @@ pub enum RecvMode {
     Discard,
     /// `read()` and check every byte against the pattern.
     Verify,
+    /// `TCP_ZEROCOPY_RECEIVE`: map received pages instead of copying them out; what the
+    /// kernel cannot map is copied (both counted). TCP stream receivers only.
+    Zerocopy,
 }
 
 impl RecvMode {
     /// Every mode.
-    pub const ALL: [RecvMode; 3] = [RecvMode::Copy, RecvMode::Discard, RecvMode::Verify];
+    pub const ALL: [RecvMode; 4] = [
+        RecvMode::Copy,
+        RecvMode::Discard,
+        RecvMode::Verify,
+        RecvMode::Zerocopy,
+    ];
 
     /// The stable name, as in results files.
     pub fn name(self) -> &'static str {
@@ -28,6 +36,7 @@ impl RecvMode {
             RecvMode::Copy => "copy",
             RecvMode::Discard => "discard",
             RecvMode::Verify => "verify",
+            RecvMode::Zerocopy => "zerocopy",
         }
     }
 }
@@ -38,7 +47,9 @@ impl std::str::FromStr for RecvMode {
         RecvMode::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("`{s}` is not a receive mode: use copy, discard or verify"))
+            .ok_or_else(|| {
+                format!("`{s}` is not a receive mode: use copy, discard, verify or zerocopy")
+            })
     }
 }
 

@@ -388,6 +388,10 @@ pub struct Integrity {
     /// differed, or the receiver did not say).
     #[serde(default)]
     pub first_mismatch: Option<u64>,
+    /// Of `bytes_received`, those `--recv zerocopy` mapped into the receiver's memory
+    /// (`TCP_ZEROCOPY_RECEIVE`) rather than copied; null for the other receivers.
+    #[serde(default)]
+    pub bytes_mapped: Option<u64>,
 }
 
 /// What the receiving end did with the bytes, as a row records it.
@@ -401,6 +405,8 @@ pub enum Receiver {
     Discard,
     /// sendpath's receiver checked every byte.
     Verify,
+    /// sendpath's receiver mapped received pages (`TCP_ZEROCOPY_RECEIVE`), copying the rest.
+    Zerocopy,
     /// A receiver elsewhere (`--connect`): what it did is not known here.
     Remote,
 }
@@ -412,6 +418,7 @@ impl Receiver {
             Receiver::Copy => "copy",
             Receiver::Discard => "discard",
             Receiver::Verify => "verify",
+            Receiver::Zerocopy => "zerocopy",
             Receiver::Remote => "remote",
         }
     }
@@ -424,6 +431,7 @@ impl From<crate::traffic::RecvMode> for Receiver {
             RecvMode::Copy => Receiver::Copy,
             RecvMode::Discard => Receiver::Discard,
             RecvMode::Verify => Receiver::Verify,
+            RecvMode::Zerocopy => Receiver::Zerocopy,
         }
     }
 }

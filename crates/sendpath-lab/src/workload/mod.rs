@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 #[repr(align(128))]
 pub(crate) struct RecvCounters {
     pub(crate) bytes: AtomicU64,
+    /// Of `bytes`, those `--recv zerocopy` mapped rather than copied.
+    pub(crate) mapped: AtomicU64,
 }
 
 /// A value alone on its cache lines: 128 bytes, a line and the neighbour the CPU prefetches
@@ -60,6 +62,9 @@ pub(crate) fn receive(
     let mut v = Verifier::new();
     let mut buf = vec![0u8; read_size.max(1)];
     let mut total = 0u64;
+    if mode == RecvMode::Zerocopy {
+        return receive_mapped(s, c, &mut buf).map(|()| v);
+    }
     loop {
         let n = match mode {
             RecvMode::Discard => rustix::net::recv(s, &mut buf[..], rustix::net::RecvFlags::TRUNC)
@@ -71,18 +76,7 @@ pub(crate) fn receive(
             Ok(0) => return Ok(v),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if crate::setting::is_timeout(&e) => {
-                let waited = s.read_timeout().ok().flatten().unwrap_or_default();
-                return Err(invalid(
-                    Setting::Timeout,
-                    format!("receiver: no data for {waited:?} after {total} bytes: its time limit ran out"),
-                ));
-            }
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("receiver: the stream broke at byte offset {total} (before a clean end of stream)")
-                })
-            }
+            Err(e) => return Err(read_failed(s, total, e)),
         };
         if let Some((r, on)) = stamps.as_mut() {
             r.feed(&mut buf[..n], now_ns(), on.load(Ordering::Relaxed));
@@ -92,6 +86,45 @@ pub(crate) fn receive(
         }
         total += n as u64;
         c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// A read that failed after `total` bytes: its time limit ran out (the setting named), or
+/// the stream broke before its clean end (the offset named).
+fn read_failed(s: &TcpStream, total: u64, e: std::io::Error) -> anyhow::Error {
+    if crate::setting::is_timeout(&e) {
+        let waited = s.read_timeout().ok().flatten().unwrap_or_default();
+        return invalid(
+            Setting::Timeout,
+            format!("receiver: no data for {waited:?} after {total} bytes: its time limit ran out"),
+        );
+    }
+    anyhow::Error::new(e).context(format!(
+        "receiver: the stream broke at byte offset {total} (before a clean end of stream)"
+    ))
+}
+
+/// [`receive`] with `--recv zerocopy`: maps the received pages (`TCP_ZEROCOPY_RECEIVE`) into a
+/// region as large as the read size, copying into `buf` what the kernel cannot map; counts
+/// both, and the mapped bytes apart.
+fn receive_mapped(s: &TcpStream, c: &RecvCounters, buf: &mut [u8]) -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    let mut m = sendpath_host::socket::MappedReceiver::new(s.as_fd(), buf.len())
+        .context("receiver: mmap of the socket for TCP_ZEROCOPY_RECEIVE (--recv zerocopy)")?;
+    let mut total = 0u64;
+    loop {
+        let got = match m.receive(s.as_fd(), buf) {
+            Ok(g) if g.is_eof() => return Ok(()),
+            Ok(g) => g,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(read_failed(s, total, e)),
+        };
+        let n = (got.mapped + got.copied) as u64;
+        total += n;
+        c.bytes.fetch_add(n, Ordering::Relaxed);
+        if got.mapped > 0 {
+            c.mapped.fetch_add(got.mapped as u64, Ordering::Relaxed);
+        }
     }
 }
 

@@ -82,7 +82,7 @@ pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyho
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 85] = [
+pub(crate) const CSV_HEADER: [&str; 86] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -168,6 +168,7 @@ pub(crate) const CSV_HEADER: [&str; 85] = [
     "uring_order",
     "tcp_congestion",
     "messages_per_call",
+    "recv_mapped_fraction",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -347,6 +348,7 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         row.uring_order.clone().unwrap_or_default(),
         row.tcp_congestion.clone().unwrap_or_default(),
         opt(row.messages_per_call),
+        opt(row.recv_mapped_fraction),
     ]
 }
 

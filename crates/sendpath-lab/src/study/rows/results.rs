@@ -235,6 +235,11 @@ pub struct Row {
     /// requests, `copy` with `--copy-batch`); null where the path does not count its calls.
     #[serde(default)]
     pub messages_per_call: Option<f64>,
+    /// `--recv zerocopy`: the share of the bytes received that the receiver mapped
+    /// (`TCP_ZEROCOPY_RECEIVE`) rather than copied, over the repeats; null for the other
+    /// receivers.
+    #[serde(default)]
+    pub recv_mapped_fraction: Option<f64>,
     /// TCP congestion control of the senders' connections: `--congestion`, else the
     /// namespace's default (`net.ipv4.tcp_congestion_control`). `bbr` paces each connection,
     /// with a timer of its own where no `fq` qdisc does it (loopback). Null for UDP, and in
@@ -490,6 +495,9 @@ impl Row {
             i.bytes_verified += r.integrity.bytes_verified;
             i.mismatches += r.integrity.mismatches;
             i.first_mismatch = i.first_mismatch.or(r.integrity.first_mismatch);
+            if let Some(m) = r.integrity.bytes_mapped {
+                *i.bytes_mapped.get_or_insert(0) += m;
+            }
         }
         z.copied_fraction = (known && known_completions > 0)
             .then(|| known_copied as f64 / known_completions as f64);
@@ -499,6 +507,10 @@ impl Row {
         let n = &z.counts;
         z.completions_per_notification =
             (n.notifications > 0).then(|| n.completions as f64 / n.notifications as f64);
+        self.recv_mapped_fraction = i
+            .bytes_mapped
+            .zip(i.bytes_received.filter(|&b| b > 0))
+            .map(|(m, b)| m as f64 / b as f64);
         self.zerocopy = z;
         self.integrity = i;
     }

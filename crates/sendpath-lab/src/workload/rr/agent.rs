@@ -176,6 +176,7 @@ fn agent_repeat(
         mismatches: remote.mismatches,
         // The agent counts wrong bytes; it does not say where.
         first_mismatch: None,
+        bytes_mapped: None,
     };
     repeat
 }

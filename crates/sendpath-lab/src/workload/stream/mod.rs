@@ -2,6 +2,7 @@
 
 mod ending;
 mod sender;
+mod shared;
 pub(crate) mod stall;
 mod tcp;
 mod tokio;
@@ -21,10 +22,11 @@ use sender::{Finished, Sender};
 use sendpath::SendStats;
 use sendpath::{Options, Strategy};
 use sendpath_host::pattern::Verifier;
+use shared::Shared;
 use stall::Stall;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tcp::{room_for_fds, TcpCounts};
@@ -179,65 +181,6 @@ impl Peer {
     /// The agent's bytes and CPU now, when the agent receives.
     fn sample(&mut self) -> anyhow::Result<Option<RemoteSample>> {
         self.agent.as_mut().map(|(c, _)| c.sample()).transpose()
-    }
-}
-
-/// What a run's threads share: the stop flag, the start barrier, and the bytes each thread
-/// (and each connection) moved so far.
-struct Shared {
-    /// Read by every sender before every send; each counter below is written by one thread
-    /// per send or read: each alone on its cache lines (`OwnLine`).
-    stop: Arc<OwnLine<AtomicBool>>,
-    /// Set while the window is measured: receivers time messages only then.
-    measuring: Arc<OwnLine<AtomicBool>>,
-    /// The buffers every sender thread shares (`--alloc shared`).
-    pool: sendpath::SharedPool,
-    finished: Arc<Finished>,
-    start: Arc<Barrier>,
-    received: Vec<Arc<RecvCounters>>,
-    sent: Vec<Arc<OwnLine<AtomicU64>>>,
-    conn_bytes: Vec<Arc<[AtomicU64]>>,
-}
-
-impl Shared {
-    fn new(threads: usize, per_thread: usize, bell: &Cancel) -> Shared {
-        Shared {
-            stop: Arc::new(OwnLine(AtomicBool::new(false))),
-            measuring: Arc::new(OwnLine(AtomicBool::new(false))),
-            pool: sendpath::SharedPool::new(),
-            finished: Arc::new(Finished::new(bell)),
-            start: Arc::new(Barrier::new(threads + 1)),
-            received: (0..threads).map(|_| Arc::default()).collect(),
-            sent: (0..threads).map(|_| Arc::default()).collect(),
-            conn_bytes: (0..threads)
-                .map(|_| (0..per_thread).map(|_| AtomicU64::new(0)).collect())
-                .collect(),
-        }
-    }
-
-    /// Bytes moved so far: read by our receivers, or put on the sockets when the receiver
-    /// is not ours.
-    fn bytes_now(&self, ours: bool) -> u64 {
-        if ours {
-            self.bytes_received()
-        } else {
-            self.sent.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-        }
-    }
-
-    fn bytes_received(&self) -> u64 {
-        self.received
-            .iter()
-            .map(|c| c.bytes.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// Bytes each connection's receiver read so far (several connections per thread).
-    fn per_conn_now(&self) -> Vec<u64> {
-        self.conn_bytes
-            .iter()
-            .flat_map(|t| t.iter().map(|c| c.load(Ordering::Relaxed)))
-            .collect()
     }
 }
 
@@ -555,6 +498,9 @@ fn join(
     }
     let cut_short = stalled.is_some() || drained.is_some();
     check_arrival(peer, shared, &mut integrity, cut_short)?;
+    if pt.recv == RecvMode::Zerocopy && peer.ours() {
+        integrity.bytes_mapped = Some(shared.bytes_mapped());
+    }
     Ok(Ended {
         stats,
         note,

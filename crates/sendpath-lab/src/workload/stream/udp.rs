@@ -311,6 +311,7 @@ fn join(
         mismatches: tally.mismatches,
         // Datagrams are checked one by one: no stream offset to name.
         first_mismatch: None,
+        bytes_mapped: None,
     };
     Ok(Ended {
         stats,
