@@ -413,6 +413,8 @@ fn recv_zerocopy_maps_what_the_kernel_can_and_counts_every_byte() {
         assert!(i["bytes_mapped"].as_u64().unwrap() <= i["bytes_received"].as_u64().unwrap());
         assert_eq!(row(path)["recv_mode"], "zerocopy");
     }
+    // The table says it too, beside the copied share of the zero-copy sends.
+    assert!(stderr_of(&out).contains("% mapped"), "{}", stderr_of(&out));
     let mapped = |path: &str| row(path)["recv_mapped_fraction"].as_f64().unwrap();
     println!(
         "mapped: msg-zerocopy {:.3}, copy {:.3}",

@@ -406,13 +406,13 @@ pub(crate) fn table_line(row: &Row) -> String {
         ),
         _ => String::new(),
     };
-    let integ = if row.recv_mode == Receiver::Verify {
-        format!(
+    let integ = match (row.recv_mode, row.recv_mapped_fraction) {
+        (Receiver::Verify, _) => format!(
             "  verified {} B, {} bad",
             row.integrity.bytes_verified, row.integrity.mismatches
-        )
-    } else {
-        String::new()
+        ),
+        (Receiver::Zerocopy, Some(f)) => format!("  received {:.0}% mapped", f * 100.0),
+        _ => String::new(),
     };
     let decided = row.zerocopy.decisions.map_or(String::new(), |d| {
         format!(
