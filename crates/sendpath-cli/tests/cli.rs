@@ -349,6 +349,30 @@ fn copy_batch_is_recorded_as_messages_per_call() {
         &["stream", "--copy-batch", "65"],
         &["--copy-batch", "1..=64"],
     );
+    // Over UDP a batch is one sendmmsg: each datagram its own, 8 to a call.
+    let out = sendpath()
+        .args([
+            "stream",
+            "--proto",
+            "udp",
+            "-s",
+            "copy",
+            "-l",
+            "1400",
+            "--copy-batch",
+            "8",
+        ])
+        .args(["-t", "0.2", "--warmup", "0", "-n", "1", "--json", "-"])
+        .timeout(Duration::from_secs(30))
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+    let m = v["results"][0]["messages_per_call"].as_f64();
+    assert!(
+        m.is_some_and(|m| m > 7.9 && m <= 8.0),
+        "UDP copy batched by 8: {m:?}"
+    );
     // Messages of several fields are sent one by one, not batched: the window still ends on
     // time with every byte counted (before a fix, the harness's batch loop never ended).
     let out = sendpath()

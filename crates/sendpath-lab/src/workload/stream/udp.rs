@@ -152,15 +152,26 @@ fn start_sender(
                 .with_context(|| format!("{strategy} sender (UDP, {})", task.runtime.name()));
         }
         let opened = sendpath::open(strategy, tx, &opts);
+        // `--copy-batch N`: N datagrams a `send_bufs` (one `sendmmsg` for copy).
+        let per_batch = opts.copy_batch.max(1);
         start.wait();
         let result = opened.map_err(anyhow::Error::from).and_then(|mut p| {
             let mut seq = 0u64;
+            let mut batch = Vec::with_capacity(per_batch);
             let sending = (|| -> anyhow::Result<()> {
                 while !stop.load(Ordering::Relaxed) {
                     let mut b = p.take_buf(size);
                     seq += stamp(b.as_mut_slice(), seg, seq, fill);
-                    p.send(Msg::one(b))?;
-                    sent.fetch_add(size as u64, Ordering::Relaxed);
+                    if per_batch == 1 {
+                        p.send(Msg::one(b))?;
+                        sent.fetch_add(size as u64, Ordering::Relaxed);
+                        continue;
+                    }
+                    batch.push(b);
+                    if batch.len() == per_batch {
+                        p.send_bufs(&mut batch)?;
+                        sent.fetch_add((per_batch * size) as u64, Ordering::Relaxed);
+                    }
                 }
                 Ok(())
             })();
