@@ -484,7 +484,8 @@ impl Comparison {
     }
 
     /// The comparison as a self-contained HTML page: differences, then per group of the rows
-    /// study a chart of each path's B/A over size with its interval, then the table.
+    /// study a chart of each path's B/A over size with its interval and one of both runs'
+    /// medians, then the table.
     pub fn html(&self, a_name: &str, b_name: &str) -> anyhow::Result<String> {
         let mut s = crate::render::html_head(
             "sendpath compare",
@@ -512,7 +513,8 @@ impl Comparison {
             "</ul>\n<p>{}</p>\n<div class=\"plots\">",
             esc(Self::METHOD)
         );
-        for (group, series) in self.charts() {
+        let runs = self.charts(both_runs);
+        for ((group, series), (_, both)) in self.charts(ratio_line).into_iter().zip(runs) {
             let svg = line_chart(
                 &format!("{group}: B/A {}", self.unit),
                 "message size (bytes, log scale)",
@@ -522,6 +524,15 @@ impl Comparison {
                 &series,
             )?;
             let _ = writeln!(s, "<figure>{svg}<figcaption>Above 1: B faster; a bar across 1: within noise.</figcaption></figure>");
+            let svg = line_chart(
+                &format!("{group}: {} in A and in B", self.unit),
+                "message size (bytes, log scale)",
+                &format!("{} (median over repeats)", self.unit),
+                XAxis::LogBytes,
+                true,
+                &both,
+            )?;
+            let _ = writeln!(s, "<figure>{svg}<figcaption>Both runs on one chart: each path's median in A and in B; higher is faster.</figcaption></figure>");
         }
         s.push_str("</div>\n");
         s.push_str(&self.table().html());
@@ -532,8 +543,9 @@ impl Comparison {
         Ok(crate::render::with_contents(&s))
     }
 
-    /// The rows study's points charted: per group, a line per path of B/A over size.
-    fn charts(&self) -> Vec<(String, Vec<Series>)> {
+    /// The rows study's points charted per group: the lines `lines` draws for each point
+    /// (a name, a value and its interval, at the point's size).
+    fn charts(&self, lines: Lines) -> Vec<(String, Vec<Series>)> {
         let mut groups: Vec<(String, Vec<Series>)> = Vec::new();
         for p in &self.points {
             let Some((group, line, x)) = &p.chart else {
@@ -547,24 +559,41 @@ impl Comparison {
                 }
             };
             let series = &mut groups[at].1;
-            let i = match series.iter().position(|l| l.name == *line) {
-                Some(i) => i,
-                None => {
-                    series.push(Series {
-                        name: line.clone(),
-                        points: Vec::new(),
-                        spread: Vec::new(),
-                    });
-                    series.len() - 1
-                }
-            };
-            series[i].points.push((*x, p.ratio));
-            series[i]
-                .spread
-                .push(p.interval.unwrap_or((p.ratio, p.ratio)));
+            for (name, y, spread) in lines(p, line) {
+                let i = match series.iter().position(|l| l.name == name) {
+                    Some(i) => i,
+                    None => {
+                        series.push(Series {
+                            name,
+                            points: Vec::new(),
+                            spread: Vec::new(),
+                        });
+                        series.len() - 1
+                    }
+                };
+                series[i].points.push((*x, y));
+                series[i].spread.push(spread);
+            }
         }
         groups
     }
+}
+
+/// What a chart draws of one point: (line, value, interval) for each of its lines.
+type Lines = fn(&PointComparison, &str) -> Vec<(String, f64, (f64, f64))>;
+
+/// A path's B/A and its interval.
+fn ratio_line(p: &PointComparison, line: &str) -> Vec<(String, f64, (f64, f64))> {
+    let bar = p.interval.unwrap_or((p.ratio, p.ratio));
+    vec![(line.to_string(), p.ratio, bar)]
+}
+
+/// A path's median in each run: both runs on one chart.
+fn both_runs(p: &PointComparison, line: &str) -> Vec<(String, f64, (f64, f64))> {
+    vec![
+        (format!("{line} (A)"), p.a_median, (p.a_median, p.a_median)),
+        (format!("{line} (B)"), p.b_median, (p.b_median, p.b_median)),
+    ]
 }
 
 #[cfg(test)]
@@ -640,6 +669,13 @@ mod tests {
         assert!(
             html.contains("<svg") && html.contains("stream x1: B/A Gbit/s"),
             "charts"
+        );
+        // Both runs on one chart: each path's median in A and in B.
+        assert!(
+            html.contains("stream x1: Gbit/s in A and in B")
+                && html.contains("uring (A)")
+                && html.contains("uring (B)"),
+            "both runs"
         );
         assert!(
             html.contains(

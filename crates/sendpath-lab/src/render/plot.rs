@@ -291,7 +291,13 @@ fn draw(
         .light_line_style(WHITE)
         .draw()?;
     for s in series {
-        let col = colour(&s.name);
+        // Two runs of one path (`compare`: "copy (A)", "copy (B)") share its colour, the
+        // earlier run faded.
+        let (path, faded) = match s.name.strip_suffix(" (A)") {
+            Some(p) => (p, true),
+            None => (s.name.strip_suffix(" (B)").unwrap_or(&s.name), false),
+        };
+        let col = colour(path).mix(if faded { 0.4 } else { 1.0 });
         // The min..max over rounds at each point.
         c.draw_series(s.points.iter().zip(&s.spread).map(|(&(x, y), &(lo, hi))| {
             ErrorBar::new_vertical(x, lo, y, hi, col.mix(0.6).stroke_width(1), 6)
