@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fails_with, sendpath, stderr_of};
+use common::{fails_with, sendpath, stderr_of, stdout_json};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -315,8 +315,7 @@ fn copy_batch_is_recorded_as_messages_per_call() {
             .timeout(Duration::from_secs(60))
             .assert()
             .success();
-        let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-        let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+        let v = stdout_json(&out);
         let of = |path: &str| {
             let rows = v["results"].as_array().unwrap();
             let r = rows.iter().find(|r| r["strategy"] == path).unwrap();
@@ -366,8 +365,7 @@ fn copy_batch_is_recorded_as_messages_per_call() {
         .timeout(Duration::from_secs(30))
         .assert()
         .success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+    let v = stdout_json(&out);
     let m = v["results"][0]["messages_per_call"].as_f64();
     assert!(
         m.is_some_and(|m| m > 7.9 && m <= 8.0),
@@ -391,8 +389,7 @@ fn copy_batch_is_recorded_as_messages_per_call() {
         .timeout(Duration::from_secs(30))
         .assert()
         .success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+    let v = stdout_json(&out);
     let r = &v["results"][0];
     assert!(
         r["throughput_gbps"]["median"].as_f64().unwrap() > 0.0,
@@ -427,8 +424,7 @@ fn recv_zerocopy_maps_what_the_kernel_can_and_counts_every_byte() {
         .timeout(Duration::from_secs(60))
         .assert()
         .success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    let v: Value = serde_json::from_str(&text[text.find("{\n").unwrap()..]).unwrap();
+    let v = stdout_json(&out);
     let rows = v["results"].as_array().unwrap();
     let row = |path: &str| rows.iter().find(|r| r["strategy"] == path).unwrap();
     for path in ["msg-zerocopy", "copy"] {
@@ -480,9 +476,7 @@ fn rr_reports_latency_percentiles() {
         .args(["-t", "0.3", "--warmup", "0.1", "-n", "2", "--json", "-"])
         .assert()
         .success();
-    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
-    let start = text.find("{\n").unwrap();
-    let v: Value = serde_json::from_str(&text[start..]).unwrap();
+    let v = stdout_json(&out);
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for r in rows {

@@ -20,6 +20,14 @@ pub(crate) fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stderr).into_owned()
 }
 
+/// The JSON document a run wrote to stdout with `--json -` (from its first line that opens
+/// one: the table may come before it).
+pub(crate) fn stdout_json(a: &assert_cmd::assert::Assert) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let start = text.find("{\n").expect("a JSON document on stdout");
+    serde_json::from_str(&text[start..]).expect("valid JSON")
+}
+
 /// Runs `sendpath ARGS`, expects a non-zero exit, and checks that stderr contains every needle.
 pub(crate) fn fails_with(args: &[&str], needles: &[&str]) {
     let a = sendpath().args(args).assert().failure();
