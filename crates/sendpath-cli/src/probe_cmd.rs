@@ -308,5 +308,15 @@ fn host_rows(r: &sendpath_lab::probe::ProbeReport) -> Vec<(&'static str, String)
             r.loopback_mtu.map_or("?".into(), |m| m.to_string()),
         ),
         ("pipe-max-size", bytes(r.pipe_max_size_bytes)),
+        ("kernel copy counters", copy_counters(&r.copy_counters)),
     ]
+}
+
+/// Which copies `--metrics copies` counts here, and why not the others.
+fn copy_counters(c: &[sendpath_lab::probe::CopyCounterState]) -> String {
+    let line = |c: &sendpath_lab::probe::CopyCounterState| match &c.unavailable {
+        None => format!("{}: counted ({})", c.counts, c.hooks),
+        Some(why) => format!("{}: not counted ({}): {why}", c.counts, c.hooks),
+    };
+    c.iter().map(line).collect::<Vec<_>>().join("; ")
 }

@@ -203,8 +203,16 @@ fn check_recv_zerocopy(a: &StreamArgs) -> anyhow::Result<()> {
     if a.run.recv != RecvMode::Zerocopy {
         return Ok(());
     }
-    if let Some(flag) = not_own_tcp_receiver(a, (a.msg_latency, "--msg-latency")) {
-        bail!("--recv zerocopy maps the pages of one TCP connection per receiver thread in this process: drop {flag}");
+    let flag = [
+        (a.proto == Protocol::Udp, "--proto udp"),
+        (a.connections > 1, "--connections"),
+        (a.connect.is_some(), "--connect"),
+        (a.msg_latency, "--msg-latency"),
+    ]
+    .into_iter()
+    .find_map(|(on, flag)| on.then_some(flag));
+    if let Some(flag) = flag {
+        bail!("--recv zerocopy maps the pages of one TCP connection per receiver thread (ours, or a sendpath agent's): drop {flag}");
     }
     Ok(())
 }
@@ -398,6 +406,12 @@ fn run_matrix(
         }
         _ => Some(NOT_ASKED.into()),
     };
+    if a.metrics == crate::cli::Metrics::Copies {
+        let states = meter
+            .count_copies()
+            .map_err(|why| anyhow::anyhow!("--metrics copies: {why}"))?;
+        rec.results.environment.copy_counters = Some(states);
+    }
     if points.len() > 1 && schedule.rounds > 1 {
         rec.say(&format!(
             "{} points x {} rounds, each round in a shuffled order (seed {})",

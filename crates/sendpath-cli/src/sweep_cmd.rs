@@ -172,6 +172,12 @@ fn attach_receiver(
     Receiver { profile, agent }: Receiver,
 ) -> anyhow::Result<()> {
     let agent_name = agent.as_ref().map(|t| t.addr.to_string());
+    if agent.is_some() && plan.preset.count_copies {
+        bail!(
+            "the {} preset counts the copies of sendpath's own receiver threads (and maps pages with --recv zerocopy): run it without --agent",
+            plan.preset.name
+        );
+    }
     let env = &rec.results.environment;
     if a.resume.is_some() && env.agent != agent_name {
         bail!(
@@ -282,6 +288,15 @@ fn run_windows(plan: &rows::SweepPlan, rec: &mut Recorder, dir: &Path) -> anyhow
         None
     };
     let mut meter = Meter::open(false);
+    if plan.preset.count_copies {
+        let states = meter.count_copies().map_err(|why| {
+            anyhow::anyhow!(
+                "the {} preset counts the kernel's copies and cannot here: {why}",
+                plan.preset.name
+            )
+        })?;
+        rec.results.environment.copy_counters = Some(states);
+    }
     let ran = rec.run_rounds(&plan.points, file.as_ref(), &mut meter, &|| pb.inc(1));
     pb.finish_and_clear();
     rec.progress = None;

@@ -149,6 +149,40 @@ fn stream_and_sweep_receive_through_the_agent_with_remote_cpu() {
     assert!(agent.log().contains("received"), "{}", agent.log());
 }
 
+/// The agent's receiver maps pages too (`--recv zerocopy`), and says how many it mapped.
+#[test]
+fn the_agent_maps_received_pages_and_says_how_many() {
+    if !sendpath::probe().msg_zerocopy.supported {
+        return common::skip("MSG_ZEROCOPY unavailable: no sender whose pages map");
+    }
+    let addr = free_loopback_addr();
+    let _agent = Agent::start(&[], &addr, &[]);
+    let out = sendpath()
+        .args([
+            "stream",
+            "-s",
+            "msg-zerocopy,copy",
+            "-l",
+            "64K",
+            "-t",
+            "300ms",
+        ])
+        .args(["--warmup", "100ms", "-n", "1", "--recv", "zerocopy"])
+        .args(["--agent", &addr, "--json", "-"])
+        .assert()
+        .success();
+    let v = common::stdout_json(&out);
+    let rows = v["results"].as_array().unwrap();
+    let mapped = |path: &str| {
+        let r = rows.iter().find(|r| r["strategy"] == path).unwrap();
+        let i = &r["integrity"];
+        assert_eq!(i["bytes_received"], i["bytes_sent"], "{path}: {i}");
+        r["recv_mapped_fraction"].as_f64().unwrap()
+    };
+    assert!(mapped("msg-zerocopy") > 0.1, "{}", mapped("msg-zerocopy"));
+    assert_eq!(mapped("copy"), 0.0);
+}
+
 #[test]
 fn rr_clients_run_on_the_agent_and_their_latency_comes_back() {
     let addr = free_loopback_addr();

@@ -41,6 +41,61 @@ fn row<'a>(v: &'a Value, path: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {path} row"))
 }
 
+/// `--metrics copies`: the kernel counted every byte a reading receiver copied into user
+/// memory and none of a discarding one's, whatever the sender's path; a counter the kernel
+/// refused is null with its reason, never 0.
+#[test]
+fn the_kernel_counts_what_each_receiver_copied() {
+    let per_byte = |recv: &str| -> Option<Value> {
+        let a = sendpath()
+            .args(["stream", "-s", "copy,sendfile", "-l", "64K", "-t", "0.3s"])
+            .args([
+                "--warmup",
+                "0.1s",
+                "-n",
+                "1",
+                "--metrics",
+                "copies",
+                "--recv",
+                recv,
+            ])
+            .args(["--json", "-"])
+            .assert();
+        if !a.get_output().status.success() {
+            let e = stderr_of(&a);
+            assert!(e.contains("--metrics copies:"), "{e}");
+            skip(&e);
+            return None;
+        }
+        Some(common::stdout_json(&a))
+    };
+    let Some(copying) = per_byte("copy") else {
+        return;
+    };
+    let discarding = per_byte("discard").unwrap();
+    let counters = copying["environment"]["copy_counters"].as_array().unwrap();
+    assert_eq!(counters.len(), 3, "{counters:?}");
+    for path in ["copy", "sendfile"] {
+        let k = &row(&copying, path)["kernel_copies"];
+        let r = k["receive_per_byte"].as_f64().unwrap();
+        assert!((0.98..=1.02).contains(&r), "{path}: {k}");
+        let d = row(&discarding, path)["kernel_copies"]["receive_per_byte"]
+            .as_f64()
+            .unwrap();
+        assert!(d < 0.01, "{path}: discarding copied {d} per byte");
+        for (field, counts) in [("send_per_byte", "send"), ("deferred_per_byte", "deferred")] {
+            let c = counters.iter().find(|c| c["counts"] == counts).unwrap();
+            match c["unavailable"].as_str() {
+                Some(why) => {
+                    assert!(k[field].is_null(), "{path}: {field} uncounted but {k}");
+                    assert!(!why.is_empty());
+                }
+                None => assert!(k[field].is_number(), "{path}: {field}: {k}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn every_memory_message_is_timed_and_still_verified() {
     let v = run_json(&[

@@ -43,6 +43,62 @@ fn list_presets_names_every_preset() {
     assert_eq!(study("file-transfer"), "transfer");
 }
 
+/// The `copies` preset: every path with receivers that read, discard and map; the summary sets
+/// the studies' copy counts beside the kernel's, which saw a reading receiver copy every byte
+/// and a discarding one none.
+#[test]
+fn the_copies_preset_sets_the_studies_claims_beside_the_kernels_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("copies");
+    let a = sendpath()
+        .args([
+            "sweep", "-p", "copies", "-n", "1", "-t", "100ms", "--warmup", "0",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .timeout(Duration::from_secs(300))
+        .assert();
+    if !a.get_output().status.success() {
+        let e = stderr_of(&a);
+        assert!(
+            e.contains("counts the kernel's copies and cannot here"),
+            "{e}"
+        );
+        return common::skip(&e);
+    }
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 48, "8 paths x 2 sizes x 3 receivers");
+    for r in &rows {
+        let got = r["kernel_copies"]["receive_per_byte"].as_f64().unwrap();
+        let want = match r["recv_mode"].as_str().unwrap() {
+            "copy" => 0.98..=1.02,
+            "discard" => 0.0..=0.01,
+            // What the receiver did not map, it copied.
+            _ => {
+                let unmapped = 1.0 - r["recv_mapped_fraction"].as_f64().unwrap();
+                (unmapped - 0.1).max(0.0)..=(unmapped + 0.1).min(1.0)
+            }
+        };
+        assert!(
+            want.contains(&got),
+            "{} {} {}: {got}",
+            r["strategy"],
+            r["size_bytes"],
+            r["recv_mode"]
+        );
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for needle in [
+        "Copies: claimed, by construction, counted by the kernel",
+        "PA02 A1",
+        "transferTo",
+        "the claim counts 1 DMA copy the CPU does not make",
+        "no study counts the receiver's copy into user memory",
+    ] {
+        assert!(md.contains(needle), "summary.md lacks `{needle}`:\n{md}");
+    }
+}
+
 #[test]
 fn unknown_preset_is_a_clear_error() {
     fails_with(

@@ -97,6 +97,7 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     // the counters are read, not left at zero.
     assert!(switches > 0, "no context switch counted in any transfer");
     system_calls_match_how_each_path_sends(&v);
+    a_discarding_receiver_copied_nothing(&v);
     let labels: std::collections::BTreeSet<&str> =
         rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(
@@ -117,6 +118,25 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     let last = |l: &str| l.rsplit(',').next().unwrap().to_string();
     let flags: Vec<String> = lines.lines().skip(1).map(last).collect();
     assert_eq!(flags.iter().filter(|f| *f == "true").count(), 24 * counted);
+}
+
+/// The kernel's copies are counted in the same untimed transfer: a discarding receiver copied
+/// nothing into user memory (but the sender's one-byte acknowledgement), whatever the path.
+fn a_discarding_receiver_copied_nothing(v: &Value) {
+    let counters = v["environment"]["copy_counters"].as_array().unwrap();
+    let receive = counters.iter().find(|c| c["counts"] == "receive");
+    if let Some(why) = receive.map_or(Some("no counter loaded"), |c| c["unavailable"].as_str()) {
+        return common::skip(&format!("kernel copies: {why}"));
+    }
+    for r in v["rows"].as_array().unwrap() {
+        let k = &r["kernel_copies"];
+        assert_eq!(k["receive_bytes"], 1, "the acknowledgement only: {r}");
+        assert!(k["receive_per_byte"].as_f64().unwrap() < 1e-6, "{k}");
+        assert!(
+            r["repeats"][0]["kernel_copied"].is_null(),
+            "a timed round counted"
+        );
+    }
 }
 
 /// System calls are counted in one transfer per point after the timed rounds, never in a timed

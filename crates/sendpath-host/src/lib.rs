@@ -2,7 +2,8 @@
 //!
 //! What the `sendpath` measuring tool reads from the host besides sending: the CPUs a thread
 //! may run on and pinning, network namespaces, the page cache, CPU time by thread, process and
-//! host, system-call and hardware counters, a counting allocator, per-socket TCP and drop
+//! host, system-call and hardware counters, the bytes the kernel copies (BPF programs built
+//! from `bpf/copies.bpf.c`), a counting allocator, per-socket TCP and drop
 //! counters, UDP segmentation offload, and the byte pattern its receivers verify.
 //!
 //! None of it is the `sendpath` library's API: a server that embeds `sendpath` needs none of
@@ -10,6 +11,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod copies;
 pub mod cpu;
 pub mod pattern;
 #[allow(unsafe_code)]

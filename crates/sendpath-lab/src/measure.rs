@@ -1,6 +1,10 @@
 //! Taking CPU and counter readings at the edges of a measured window.
 
-use crate::window::{ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, Repeat, RoleCounts};
+use crate::probe::CopyCounterState;
+use crate::window::{
+    ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, KernelCopied, Repeat, RoleCounts,
+};
+use sendpath_host::copies::{CopyCounter, CopyKind};
 use sendpath_host::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath_host::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
@@ -14,6 +18,8 @@ pub struct Meter {
     minimal: bool,
     /// Count each role's system calls ([`Meter::count_syscalls`]).
     syscalls: bool,
+    /// Count what the kernel copies ([`Meter::count_copies`]).
+    copies: Option<CopyCounter>,
 }
 
 impl Meter {
@@ -25,6 +31,7 @@ impl Meter {
                 counters: None,
                 minimal,
                 syscalls: false,
+                copies: None,
             };
         }
         let c = (|| {
@@ -38,6 +45,7 @@ impl Meter {
             counters: c,
             minimal,
             syscalls: false,
+            copies: None,
         }
     }
 
@@ -51,6 +59,18 @@ impl Meter {
         }
         self.syscalls = !self.minimal;
         Ok(())
+    }
+
+    /// Also counts the bytes the kernel copies between user memory and socket buffers, by
+    /// role ([`sendpath_host::copies`]: BPF programs, root). The counters that attached, and
+    /// why the others did not; `Err` when none can count.
+    pub fn count_copies(&mut self) -> Result<Vec<CopyCounterState>, String> {
+        let c = CopyCounter::open()?;
+        let states = CopyCounterState::of(&c);
+        if !self.minimal {
+            self.copies = Some(c);
+        }
+        Ok(states)
     }
 
     fn read(&mut self) -> Option<[u64; 3]> {
@@ -111,26 +131,42 @@ fn calls_now(counters: &[PerfCounter]) -> Option<u64> {
 struct RoleReading {
     switches: Option<ContextSwitches>,
     calls: Option<u64>,
+    /// Bytes copied into and from user memory, each when counted.
+    to_user: Option<u64>,
+    from_user: Option<u64>,
 }
 
 impl RoleReading {
-    fn read(tids: &[i32], calls: Option<&[PerfCounter]>) -> RoleReading {
+    fn read(
+        tids: &[i32],
+        calls: Option<&[PerfCounter]>,
+        copies: Option<&CopyCounter>,
+    ) -> RoleReading {
         let switches: Option<Vec<ContextSwitches>> = tids
             .iter()
             .map(|&t| context_switches_in(&format!("/proc/self/task/{t}/status")))
             .collect();
+        let copied = |kind, f: fn(&sendpath_host::copies::Copied) -> u64| {
+            let c = copies.filter(|c| c.unavailable(kind).is_none())?;
+            tids.iter().map(|&t| c.read(t).as_ref().map(f)).sum()
+        };
         RoleReading {
             switches: switches.map(|v| v.into_iter().sum()),
             calls: calls.and_then(calls_now),
+            to_user: copied(CopyKind::ToUser, |c| c.to_user),
+            from_user: copied(CopyKind::FromUser, |c| c.from_user),
         }
     }
 
     /// What changed from `self` to `end`: switches, and calls less the counters' own reads
     /// (none: they are read from another thread).
     fn since(self, end: RoleReading) -> RoleReading {
+        let grew = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
         RoleReading {
             switches: self.switches.zip(end.switches).map(|(a, b)| b.since(a)),
-            calls: self.calls.zip(end.calls).map(|(a, b)| b.saturating_sub(a)),
+            calls: grew(self.calls, end.calls),
+            to_user: grew(self.to_user, end.to_user),
+            from_user: grew(self.from_user, end.from_user),
         }
     }
 }
@@ -141,6 +177,10 @@ struct RolesReading {
     sender: RoleReading,
     /// `None` when the receiver is another program.
     receiver: Option<RoleReading>,
+    /// Zero-copy bytes the host's kernel copied after the send, when copies are counted.
+    deferred: Option<u64>,
+    /// Copies were counted at this instant.
+    copies: bool,
 }
 
 impl RolesReading {
@@ -153,6 +193,16 @@ impl RolesReading {
             switches_receiver: r.and_then(|r| r.switches),
             syscalls_sender: s.calls,
             syscalls_receiver: r.and_then(|r| r.calls),
+            kernel_copied: (self.copies && end.copies).then(|| KernelCopied {
+                from_user_sender: s.from_user,
+                to_user_sender: s.to_user,
+                to_user_receiver: r.and_then(|r| r.to_user),
+                from_user_receiver: r.and_then(|r| r.from_user),
+                deferred: self
+                    .deferred
+                    .zip(end.deferred)
+                    .map(|(a, b)| b.saturating_sub(a)),
+            }),
         }
     }
 }
@@ -181,18 +231,33 @@ impl Roles {
         roles
     }
 
-    /// Each role's context switches, and system calls when `count` (its counters opened on
-    /// first use).
-    fn counts(&self, count: bool) -> RolesReading {
+    /// Each role's context switches, system calls when `count` (its counters opened on
+    /// first use), and kernel copies when `copies` is given (which then watches exactly
+    /// these threads).
+    fn counts(&self, count: bool, mut copies: Option<&mut CopyCounter>) -> RolesReading {
         let calls = count
             .then(|| self.calls.get_or_init(|| RoleCalls::open(self)).as_ref())
             .flatten();
+        if let Some(c) = copies.as_deref_mut() {
+            let all: Vec<i32> = self
+                .senders
+                .iter()
+                .chain(self.receivers.iter().flatten())
+                .copied()
+                .collect();
+            if c.watch(&all).is_err() {
+                copies = None;
+            }
+        }
+        let copies = copies.map(|c| &*c);
         RolesReading {
-            sender: RoleReading::read(&self.senders, calls.map(|c| c.senders.as_slice())),
+            sender: RoleReading::read(&self.senders, calls.map(|c| c.senders.as_slice()), copies),
             receiver: self
                 .receivers
                 .as_ref()
-                .map(|r| RoleReading::read(r, calls.and_then(|c| c.receivers.as_deref()))),
+                .map(|r| RoleReading::read(r, calls.and_then(|c| c.receivers.as_deref()), copies)),
+            deferred: copies.and_then(CopyCounter::deferred),
+            copies: copies.is_some(),
         }
     }
 }
@@ -264,7 +329,7 @@ impl Snapshot {
                 process: ProcessCpu::read().ok()?,
             })
         })();
-        let counts = roles.counts(hw.syscalls);
+        let counts = roles.counts(hw.syscalls, hw.copies.as_mut());
         Snapshot {
             at: Instant::now(),
             cpu,

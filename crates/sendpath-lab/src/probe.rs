@@ -4,6 +4,7 @@
 //! (CPU, locked memory, hardware counters, interface offloads) and a prediction per path.
 
 use sendpath::{IoUringProbe, MsgZerocopyProbe};
+use sendpath_host::copies::{CopyCounter, CopyKind};
 use sendpath_host::perf::{HwEvent, PerfCounter};
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -69,6 +70,65 @@ pub struct ProbeReport {
     /// were probed.
     #[serde(default)]
     pub offloads: Vec<Offloads>,
+    /// The kernel copy counters `--metrics copies` would attach, each with why not where it
+    /// cannot; empty in reports written before they were probed.
+    #[serde(default)]
+    pub copy_counters: Vec<CopyCounterState>,
+}
+
+/// One of the kernel copy counters (`--metrics copies`) and whether it counted in this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyCounterState {
+    /// `receive` (into user memory), `send` (from user memory) or `deferred`.
+    pub counts: String,
+    /// The kernel hooks it attaches to.
+    pub hooks: String,
+    /// Why it did not attach here; null when it counted.
+    pub unavailable: Option<String>,
+}
+
+impl CopyCounterState {
+    /// The state of each of `c`'s counters.
+    pub(crate) fn of(c: &CopyCounter) -> Vec<CopyCounterState> {
+        c.counters()
+            .iter()
+            .map(|k| CopyCounterState {
+                counts: match k.kind {
+                    CopyKind::ToUser => "receive",
+                    CopyKind::FromUser => "send",
+                    CopyKind::Deferred => "deferred",
+                }
+                .into(),
+                hooks: k.hooks.into(),
+                unavailable: k.unavailable.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Loads the copy counters to see which attach (they detach again at once); when none can
+/// load, one entry saying why.
+fn probe_copy_counters() -> Vec<CopyCounterState> {
+    open_copy_counter().1
+}
+
+/// The copy counters and their states; when none can load, no counter and one state saying
+/// why.
+pub(crate) fn open_copy_counter() -> (Option<CopyCounter>, Vec<CopyCounterState>) {
+    match CopyCounter::open() {
+        Ok(c) => {
+            let states = CopyCounterState::of(&c);
+            (Some(c), states)
+        }
+        Err(why) => (
+            None,
+            vec![CopyCounterState {
+                counts: "receive, send, deferred".into(),
+                hooks: "BPF".into(),
+                unavailable: Some(why),
+            }],
+        ),
+    }
 }
 
 /// What a network interface offloads on transmit (as `ethtool -k` shows it), as far as copy
@@ -306,6 +366,7 @@ pub fn run() -> ProbeReport {
         pipe_max_size_bytes: read_num("/proc/sys/fs/pipe-max-size"),
         predictions: Vec::new(),
         offloads: probe_offloads(),
+        copy_counters: probe_copy_counters(),
     };
     r.predictions = predictions(&r);
     r

@@ -150,6 +150,10 @@ pub(crate) enum Metrics {
     /// it counts, every system call on the host is slower: compare speeds only with runs that
     /// also counted.
     Syscalls,
+    /// Full, and the bytes the kernel copies between user memory and socket buffers by
+    /// role, counted by BPF programs (root; each counter the kernel refuses is left null
+    /// with its reason; `sendpath probe` lists them).
+    Copies,
 }
 
 impl RunArgs {

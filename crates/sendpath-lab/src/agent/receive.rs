@@ -17,6 +17,8 @@ pub(super) struct Receiving {
     /// CPU of receiver threads that have finished.
     done_cpu: Arc<Mutex<ThreadCpu>>,
     handle: std::thread::JoinHandle<anyhow::Result<(u64, u64)>>,
+    /// The receivers map pages (`zerocopy`).
+    maps: bool,
 }
 
 /// `base` plus the CPU time so far of the threads `tids` that are still there.
@@ -36,6 +38,8 @@ pub(super) struct Finished {
     pub(super) cpu: ThreadCpu,
     pub(super) verified: u64,
     pub(super) mismatches: u64,
+    /// Bytes mapped (`zerocopy`); `None` for the other receivers.
+    pub(super) mapped: Option<u64>,
 }
 
 impl Receiving {
@@ -53,11 +57,16 @@ impl Receiving {
             .bytes
             .load(std::sync::atomic::Ordering::Relaxed);
         let (verified, mismatches) = joined.and_then(|x| x)?;
+        let mapped = self
+            .counters
+            .mapped
+            .load(std::sync::atomic::Ordering::Relaxed);
         Ok(Finished {
             bytes,
             cpu,
             verified,
             mismatches,
+            mapped: self.maps.then_some(mapped),
         })
     }
 
@@ -141,6 +150,7 @@ pub(super) fn start_receive(
             tids,
             done_cpu,
             handle,
+            maps: mode == RecvMode::Zerocopy,
         },
     ))
 }

@@ -362,6 +362,7 @@ impl Session<'_> {
                     cpu_system_ns: Some(f.cpu.system_ns),
                     bytes_verified: Some(f.verified),
                     mismatches: Some(f.mismatches),
+                    bytes_mapped: f.mapped,
                     ..Reply::ok()
                 })
             }

@@ -76,6 +76,19 @@ pub struct RemoteSample {
     pub system_ns: u64,
 }
 
+/// What the agent's receivers read, once every connection ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// Bytes and CPU.
+    pub total: RemoteSample,
+    /// Bytes checked against the pattern (`verify`).
+    pub verified: u64,
+    /// Bytes that differed.
+    pub mismatches: u64,
+    /// Bytes mapped rather than copied (`zerocopy`); `None` for the other receivers.
+    pub mapped: Option<u64>,
+}
+
 /// A control connection to an agent.
 pub struct AgentClient {
     r: BufReader<TcpStream>,
@@ -241,20 +254,21 @@ impl AgentClient {
         })
     }
 
-    /// After the senders half-closed: the totals, bytes verified and mismatches.
-    pub fn finish(&mut self) -> anyhow::Result<(RemoteSample, u64, u64)> {
+    /// After the senders half-closed: what the receivers read.
+    pub fn finish(&mut self) -> anyhow::Result<Finished> {
         // The agent answers `finish` once its receivers read to end of file, which follows the
         // senders' last byte by little: minutes of silence mean it is gone.
         let r = self.call(RequestLine::op("finish"), Duration::from_secs(300))?;
-        Ok((
-            RemoteSample {
+        Ok(Finished {
+            total: RemoteSample {
                 bytes: r.bytes.context("the agent's reply lacks bytes")?,
                 user_ns: r.cpu_user_ns.unwrap_or(0),
                 system_ns: r.cpu_system_ns.unwrap_or(0),
             },
-            r.bytes_verified.unwrap_or(0),
-            r.mismatches.unwrap_or(0),
-        ))
+            verified: r.bytes_verified.unwrap_or(0),
+            mismatches: r.mismatches.unwrap_or(0),
+            mapped: r.bytes_mapped,
+        })
     }
 }
 

@@ -61,7 +61,7 @@ pub(crate) struct RequestLine {
     /// `receive`: connections to accept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) connections: Option<u32>,
-    /// `receive`: `copy`, `discard` or `verify`.
+    /// `receive`: `copy`, `discard`, `verify` or `zerocopy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) recv: Option<String>,
     /// `receive`: bytes per read.
@@ -230,6 +230,9 @@ pub(crate) struct Reply {
     /// `finish`: bytes that differed (verify).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mismatches: Option<u64>,
+    /// `finish`: bytes mapped rather than copied (zerocopy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bytes_mapped: Option<u64>,
     /// `rr-client`: transactions completed in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) transactions: Option<u64>,
@@ -347,7 +350,12 @@ fn parse_receive(r: &RequestLine) -> Result<Request, Refused> {
         Some("copy") => crate::traffic::RecvMode::Copy,
         Some("discard") => crate::traffic::RecvMode::Discard,
         Some("verify") => crate::traffic::RecvMode::Verify,
-        _ => return Err(Refused("recv must be copy, discard or verify".into())),
+        Some("zerocopy") => crate::traffic::RecvMode::Zerocopy,
+        _ => {
+            return Err(Refused(
+                "recv must be copy, discard, verify or zerocopy".into(),
+            ))
+        }
     };
     let recv_size = r
         .recv_size

@@ -33,6 +33,10 @@ pub struct Preset {
     /// Burst load (`stream --burst`): the burst, and the sizes measured with it for every
     /// path and allocation mode.
     pub burst: Option<(&'static str, Vec<usize>)>,
+    /// The receivers every single-size point is measured with (`--recv`); empty: `copy`.
+    pub recvs: Vec<crate::workload::RecvMode>,
+    /// Count the bytes the kernel copies (`--metrics copies`: BPF, root).
+    pub count_copies: bool,
 }
 
 const K: usize = 1024;
@@ -52,7 +56,31 @@ pub(crate) fn all() -> Vec<Preset> {
         mixed(),
         file_paths(),
         udp_zerocopy(),
+        copies(),
     ]
+}
+
+/// The `copies` preset.
+fn copies() -> Preset {
+    use crate::workload::RecvMode;
+    use Strategy::*;
+    Preset {
+        name: "copies",
+        about: "the bytes the kernel copies, counted by BPF (root): copy, serialize, gather, msg-zerocopy, read-send, mmap-send, sendfile and splice x 4 KiB and 64 KiB (8 fields) x receivers that copy, discard and map (--recv zerocopy), beside the copy counts the PA02 and transferTo studies claim",
+        strategies: vec![
+            Copy, Serialize, Gather, MsgZerocopy, ReadSend, MmapSend, Sendfile, Splice,
+        ],
+        sizes: vec![4 * K, 64 * K],
+        threads: vec![1],
+        fields: 8,
+        duration: ms(1000),
+        warmup: ms(300),
+        repeat: 3,
+        allocs: vec![Alloc::Pool],
+        recvs: vec![RecvMode::Copy, RecvMode::Discard, RecvMode::Zerocopy],
+        count_copies: true,
+        ..Default::default()
+    }
 }
 
 /// The `udp-zerocopy` preset.
@@ -75,6 +103,7 @@ fn udp_zerocopy() -> Preset {
         gso: vec![(64_000, 1400)],
         msg_latency: false,
         burst: None,
+        ..Default::default()
     }
 }
 
@@ -304,9 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn only_pa02_sends_several_fields() {
+    fn only_pa02_and_copies_send_several_fields() {
         for p in all() {
-            let want = if p.name == "pa02" { 8 } else { 1 };
+            let want = if ["pa02", "copies"].contains(&p.name) {
+                8
+            } else {
+                1
+            };
             assert_eq!(p.fields, want, "{}", p.name);
         }
     }

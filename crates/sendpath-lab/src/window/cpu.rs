@@ -22,6 +22,91 @@ pub struct RoleCounts {
     /// Our receiver threads'.
     #[serde(default)]
     pub syscalls_receiver: Option<u64>,
+    /// The bytes the kernel copied between user memory and socket buffers in the window, as
+    /// BPF counted them (`--metrics copies`); null when not counted (the results file says
+    /// why).
+    #[serde(default)]
+    pub kernel_copied: Option<KernelCopied>,
+}
+
+/// Bytes the kernel copied in a window, by role and direction: `to_user` is received data
+/// copied into user memory (tracepoint `skb:skb_copy_datagram_iovec`), `from_user` data
+/// copied from user memory (fexit `_copy_from_iter`), `deferred` zero-copy buffers copied
+/// after the send, host-wide (fentry `skb_copy_ubufs`). Each null where its counter did not
+/// attach, or the role's threads are not ours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelCopied {
+    /// The sender threads' copies from user memory.
+    pub from_user_sender: Option<u64>,
+    /// The sender threads' copies into user memory (rr: the responses they read).
+    pub to_user_sender: Option<u64>,
+    /// Our receiver threads' copies into user memory.
+    pub to_user_receiver: Option<u64>,
+    /// Our receiver threads' copies from user memory (rr: the responses they send).
+    pub from_user_receiver: Option<u64>,
+    /// Zero-copy bytes the host's kernel copied after the send.
+    pub deferred: Option<u64>,
+}
+
+/// The bytes the kernel copied in a run's windows, per payload byte (medians over the
+/// windows) and in total, both roles together; each null where its counter did not attach
+/// (the environment's `copy_counters` say why) or a role's threads are not ours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelCopies {
+    /// Received data copied into user memory, per payload byte: about 1 for a receiver that
+    /// copies, 0 for one that discards, the unmapped share for `--recv zerocopy`.
+    pub receive_per_byte: Option<f64>,
+    /// Data copied from user memory, per payload byte: about 1 for `copy`, 0 for `sendfile`.
+    pub send_per_byte: Option<f64>,
+    /// Zero-copy buffers the kernel copied after the send, per payload byte (host-wide).
+    pub deferred_per_byte: Option<f64>,
+    /// Received data copied into user memory over the repeats' windows, bytes.
+    pub receive_bytes: Option<u64>,
+    /// Data copied from user memory over the windows, bytes.
+    pub send_bytes: Option<u64>,
+    /// Zero-copy bytes copied after the send over the windows.
+    pub deferred_bytes: Option<u64>,
+}
+
+impl KernelCopies {
+    /// Over windows of (payload bytes, what the kernel copied): per byte the medians over
+    /// the windows that moved bytes, in total the sums; `None` when there are none.
+    pub(crate) fn over(w: &[(u64, KernelCopied)]) -> Option<KernelCopies> {
+        if w.is_empty() {
+            return None;
+        }
+        let per = |f: fn(&KernelCopied) -> Option<u64>| {
+            let v: Option<Vec<f64>> = w
+                .iter()
+                .filter(|(bytes, _)| *bytes > 0)
+                .map(|(bytes, k)| Some(f(k)? as f64 / *bytes as f64))
+                .collect();
+            v.filter(|v| !v.is_empty())
+                .map(|v| super::Spread::of(&v).median)
+        };
+        let total = |f: fn(&KernelCopied) -> Option<u64>| w.iter().map(|(_, k)| f(k)).sum();
+        Some(KernelCopies {
+            receive_per_byte: per(KernelCopied::to_user),
+            send_per_byte: per(KernelCopied::from_user),
+            deferred_per_byte: per(|k| k.deferred),
+            receive_bytes: total(KernelCopied::to_user),
+            send_bytes: total(KernelCopied::from_user),
+            deferred_bytes: total(|k| k.deferred),
+        })
+    }
+}
+
+impl KernelCopied {
+    /// Both roles' copies into user memory; null unless both were counted (a receiver that
+    /// is another program is not).
+    pub fn to_user(&self) -> Option<u64> {
+        Some(self.to_user_sender? + self.to_user_receiver?)
+    }
+
+    /// Both roles' copies from user memory.
+    pub fn from_user(&self) -> Option<u64> {
+        Some(self.from_user_sender? + self.from_user_receiver?)
+    }
 }
 
 /// The process's heap over one window.

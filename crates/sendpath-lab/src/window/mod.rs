@@ -35,6 +35,10 @@ pub struct Environment {
     /// Why rows have no system-call counts (`syscalls_sender` null); null when counted.
     #[serde(default)]
     pub syscalls_unavailable: Option<String>,
+    /// The kernel copy counters of `--metrics copies`, each with why it did not attach; null
+    /// when copies were not counted.
+    #[serde(default)]
+    pub copy_counters: Option<Vec<crate::probe::CopyCounterState>>,
 }
 
 /// Median, min and max over repeats.

@@ -45,7 +45,11 @@ pub fn run(
             let c = RecvCounters::default();
             let t0 = Instant::now();
             let v = receive(&s, mode, &c, read_size, None);
-            (peer, t0.elapsed(), c.bytes.load(Ordering::Relaxed), v)
+            let got = (
+                c.bytes.load(Ordering::Relaxed),
+                c.mapped.load(Ordering::Relaxed),
+            );
+            (peer, t0.elapsed(), got, v)
         }));
     }
     if handles.is_empty() && cancel.is_cancelled() {
@@ -64,7 +68,8 @@ pub fn run(
 type Received = (
     SocketAddr,
     Duration,
-    u64,
+    // Bytes received, and of them mapped (`zerocopy`).
+    (u64, u64),
     anyhow::Result<sendpath_host::pattern::Verifier>,
 );
 
@@ -78,7 +83,8 @@ fn report(
     let (mut bad, mut first_bad) = (0, None);
     let (mut failed, mut timed_out) = (0, 0);
     for h in handles {
-        let (peer, el, bytes, v) = h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+        let (peer, el, (bytes, mapped), v) =
+            h.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?;
         let gbps = bytes as f64 * 8.0 / el.as_secs_f64() / 1e9;
         match v {
             Ok(v) => {
@@ -94,6 +100,9 @@ fn report(
                         v.mismatches,
                         at.unwrap_or_default()
                     )
+                } else if mode == RecvMode::Zerocopy {
+                    let share = mapped as f64 * 100.0 / bytes.max(1) as f64;
+                    format!(", {share:.0}% mapped (TCP_ZEROCOPY_RECEIVE), the rest copied")
                 } else {
                     String::new()
                 };

@@ -82,7 +82,7 @@ pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyho
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 86] = [
+pub(crate) const CSV_HEADER: [&str; 89] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -169,6 +169,9 @@ pub(crate) const CSV_HEADER: [&str; 86] = [
     "tcp_congestion",
     "messages_per_call",
     "recv_mapped_fraction",
+    "kernel_copies_receive_per_byte",
+    "kernel_copies_send_per_byte",
+    "kernel_copies_deferred_per_byte",
 ];
 
 fn opt(v: Option<f64>) -> String {
@@ -349,7 +352,23 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         row.tcp_congestion.clone().unwrap_or_default(),
         opt(row.messages_per_call),
         opt(row.recv_mapped_fraction),
+        opt(row.kernel_copies.and_then(|k| k.receive_per_byte)),
+        opt(row.kernel_copies.and_then(|k| k.send_per_byte)),
+        opt(row.kernel_copies.and_then(|k| k.deferred_per_byte)),
     ]
+}
+
+/// The kernel-copies line of a row that counted them (`--metrics copies`): bytes copied per
+/// payload byte, each direction, or "not counted" where its counter did not attach.
+pub(crate) fn kernel_copies_line(row: &Row) -> Option<String> {
+    let k = row.kernel_copies?;
+    let f = |v: Option<f64>| v.map_or("not counted".to_string(), |x| format!("{x:.3}"));
+    Some(format!(
+        "    kernel copies per payload byte: into user memory {}, from user memory {}, after a zero-copy send {}",
+        f(k.receive_per_byte),
+        f(k.send_per_byte),
+        f(k.deferred_per_byte)
+    ))
 }
 
 /// The notification line of a row with zero-copy completions.

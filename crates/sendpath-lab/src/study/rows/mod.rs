@@ -4,6 +4,7 @@
 
 pub mod analysis;
 mod charts;
+mod copies;
 pub mod export;
 mod load;
 mod plan;

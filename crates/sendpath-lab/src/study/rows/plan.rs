@@ -178,19 +178,28 @@ fn base_point(
     }
 }
 
-/// The points of a preset, in preset order: every size with every allocation mode, then every
-/// mix, the burst points, the paths again from registered buffers, and the GSO points.
+/// The points of a preset, in preset order: every size with every allocation mode and
+/// receiver, then every mix, the burst points, the paths again from registered buffers, and the GSO points.
 pub fn points(preset: &Preset) -> Vec<Point> {
     let point =
         |s, size, t, mix: Option<&SizeMix>, alloc| base_point(preset, s, size, t, mix, alloc);
     let mut v = Vec::new();
+    let recvs = match preset.recvs.as_slice() {
+        [] => &[RecvMode::Copy][..],
+        r => r,
+    };
     for &alloc in &preset.allocs {
-        v.extend(stream_matrix(
-            &preset.strategies,
-            &preset.sizes,
-            &preset.threads,
-            |s, size, t| point(s, size, t, None, alloc),
-        ));
+        for &recv in recvs {
+            v.extend(stream_matrix(
+                &preset.strategies,
+                &preset.sizes,
+                &preset.threads,
+                |s, size, t| StreamPoint {
+                    recv,
+                    ..point(s, size, t, None, alloc)
+                },
+            ));
+        }
     }
     for m in &preset.mixes {
         let mix = SizeMix::parse(m, 1 << 30).expect("presets' mixes parse (tested)");
@@ -272,7 +281,7 @@ mod tests {
         for p in presets::all() {
             let plan = new_sweep(p.name, &Overrides::default(), 9).unwrap();
             let n = p.strategies.len()
-                * (p.sizes.len() * p.allocs.len() + p.mixes.len())
+                * (p.sizes.len() * p.allocs.len() * p.recvs.len().max(1) + p.mixes.len())
                 * p.threads.len()
                 + p.fixed_also.len() * p.sizes.len()
                 + p.gso.len() * (p.strategies.len() + p.fixed_also.len())

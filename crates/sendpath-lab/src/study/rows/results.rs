@@ -246,6 +246,20 @@ pub struct Row {
     /// files written before it was recorded.
     #[serde(default)]
     pub tcp_congestion: Option<String>,
+    /// What the kernel copied between user memory and socket buffers, as BPF counted it
+    /// (`--metrics copies`); null when copies were not counted.
+    #[serde(default)]
+    pub kernel_copies: Option<KernelCopies>,
+}
+
+/// What the kernel copied over a row's windows.
+fn kernel_copies(row: &Row) -> Option<KernelCopies> {
+    let w: Vec<(u64, KernelCopied)> = row
+        .repeats
+        .iter()
+        .filter_map(|r| r.roles.kernel_copied.map(|k| (r.bytes, k)))
+        .collect();
+    KernelCopies::over(&w)
 }
 
 /// Context switches and system calls per MiB of payload (2^20 bytes) in a window, by role:
@@ -307,9 +321,13 @@ impl Row {
     }
 
     /// What tells this row from others of its path and size: `udp`, `udp gso 1400`, `fixed`
-    /// (registered buffers), `burst 1000/5ms`; empty for a TCP row from normal buffers.
+    /// (registered buffers), `burst 1000/5ms`, `recv discard`, `recv zerocopy`; empty for a
+    /// TCP row from normal buffers to a receiver that copies.
     pub fn variant(&self) -> String {
         let mut v = Vec::new();
+        if matches!(self.recv_mode, Receiver::Discard | Receiver::Zerocopy) {
+            v.push(format!("recv {}", self.recv_mode.name()));
+        }
         if self.runtime.is_tokio() {
             v.push(self.runtime.name().to_string());
         }
@@ -343,10 +361,12 @@ impl Row {
             })
     }
 
-    /// One size from pooled buffers: the rows the crossover and recommendation analysis
-    /// compares (a mix or fresh buffers are other questions, shown in the table).
+    /// One size from pooled buffers to a receiver that reads: the rows the crossover and
+    /// recommendation analysis compares and the charts draw (a mix, fresh buffers or a
+    /// receiver that discards or maps are other questions, shown in the table).
     pub(crate) fn is_plain(&self) -> bool {
-        self.size_mix.is_none()
+        !matches!(self.recv_mode, Receiver::Discard | Receiver::Zerocopy)
+            && self.size_mix.is_none()
             && self.alloc == crate::traffic::mix::Alloc::Pool
             && self.gso_segment_bytes.is_none()
             && !self.fixed_buffers
@@ -422,6 +442,7 @@ impl Row {
         self.summarise_latency();
         self.summarise_counts();
         self.per_mib = PerMib::of(self);
+        self.kernel_copies = kernel_copies(self);
         self.data_copies = self
             .strategy
             .data_copies()
@@ -519,6 +540,37 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_copies_are_per_payload_byte_and_null_where_a_counter_was_missing() {
+        let window = |bytes, to_user| Repeat {
+            bytes,
+            roles: RoleCounts {
+                kernel_copied: Some(KernelCopied {
+                    to_user_sender: Some(0),
+                    to_user_receiver: Some(to_user),
+                    ..KernelCopied::default()
+                }),
+                ..RoleCounts::default()
+            },
+            ..Repeat::default()
+        };
+        let mut row = Row {
+            repeats: vec![window(1000, 1000), window(2000, 1000), window(1000, 900)],
+            ..Row::default()
+        };
+        row.summarise();
+        let k = row.kernel_copies.unwrap();
+        assert_eq!(k.receive_per_byte, Some(0.9), "the median of 1, 0.5, 0.9");
+        assert_eq!(k.receive_bytes, Some(2900));
+        assert_eq!((k.send_per_byte, k.send_bytes), (None, None), "not 0");
+        assert_eq!(k.deferred_per_byte, None);
+        row.repeats[0].roles.kernel_copied = None;
+        row.repeats[1].roles.kernel_copied = None;
+        row.repeats[2].roles.kernel_copied = None;
+        row.summarise();
+        assert_eq!(row.kernel_copies, None, "not counted at all");
+    }
 
     #[test]
     fn only_uring_splice_names_its_order_before_a_window_says() {

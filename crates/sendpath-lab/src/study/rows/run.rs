@@ -37,6 +37,7 @@ pub fn environment() -> Environment {
         syscalls_unavailable: Some(
             "not counted: `stream` and `rr` count them with --metrics syscalls".into(),
         ),
+        copy_counters: None,
     }
 }
 
@@ -384,8 +385,17 @@ impl Recorder {
         Ok(())
     }
 
-    /// Prints the table of every row (medians over rounds) with its warnings.
+    /// Prints the table of every row (medians over rounds) with its warnings, and which
+    /// kernel copy counters did not attach.
     pub fn print_table(&self) {
+        for c in self.results.environment.copy_counters.iter().flatten() {
+            if let Some(why) = &c.unavailable {
+                self.say(&format!(
+                    "{} copies not counted ({}): {why}",
+                    c.counts, c.hooks
+                ));
+            }
+        }
         self.say("");
         self.say(&export::table_header());
         for row in &self.results.results {
@@ -396,7 +406,11 @@ impl Recorder {
             if let Some(line) = export::datagram_line(row) {
                 self.say(&line);
             }
-            if let Some(line) = export::notification_line(row) {
+            let lines = [
+                export::notification_line(row),
+                export::kernel_copies_line(row),
+            ];
+            for line in lines.into_iter().flatten() {
                 self.say(&line);
             }
             for w in &row.warnings {

@@ -55,6 +55,7 @@ fn tables(r: &Results, a: &Analysis) -> Vec<Table> {
     if let Some(t) = zerocopy_paper_table(r) {
         out.push(t);
     }
+    out.extend(super::copies::table(r));
     out.extend(super::udp::tables(r));
     out.push(results_table(r));
     out

@@ -78,6 +78,10 @@ pub struct TransferRow {
     /// cannot be counted, or the run stopped before.
     #[serde(default)]
     pub counted: Option<TransferRepeat>,
+    /// What the kernel copied per file byte and in total, in [`TransferRow::counted`] (the
+    /// environment's `copy_counters` say which counters attached); null when not counted.
+    #[serde(default)]
+    pub kernel_copies: Option<crate::window::KernelCopies>,
     /// Warnings (a cold file that was still cached, a wide spread).
     pub warnings: Vec<String>,
 }
@@ -107,6 +111,7 @@ impl TransferRow {
             syscalls_sender: None,
             syscalls_receiver: None,
             counted: None,
+            kernel_copies: None,
             warnings: Vec::new(),
         }
     }
@@ -126,6 +131,9 @@ impl TransferRow {
         let counted = self.counted.as_ref().map(|c| c.roles);
         self.syscalls_sender = counted.and_then(|c| c.syscalls_sender).map(|n| n as f64);
         self.syscalls_receiver = counted.and_then(|c| c.syscalls_receiver).map(|n| n as f64);
+        self.kernel_copies = self.counted.as_ref().and_then(|c| {
+            crate::window::KernelCopies::over(&[(c.bytes_received, c.roles.kernel_copied?)])
+        });
         let res = col(|r| r.resident_fraction);
         self.resident_fraction = match self.cache {
             Cache::Cold => res.iter().copied().reduce(f64::max),

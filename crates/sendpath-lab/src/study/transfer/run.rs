@@ -23,9 +23,11 @@ use crate::setting::{invalid, About, Setting};
 use crate::study::rows::round_order;
 use crate::units::fmt_size;
 use crate::window::ContextSwitches;
+use crate::window::KernelCopied;
 use crate::workload::PatternFile;
 use anyhow::{bail, Context};
 use sendpath::Msg;
+use sendpath_host::copies::{Copied, CopyCounter, CopyKind};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
@@ -116,9 +118,10 @@ fn warm_up(f: &PatternFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The receiving end of one transfer: a thread of ours, or `sendpath agent`.
+/// The receiving end of one transfer: a thread of ours (and its thread id), or `sendpath
+/// agent`.
 enum Far {
-    Local(std::thread::JoinHandle<anyhow::Result<Received>>),
+    Local(std::thread::JoinHandle<anyhow::Result<Received>>, i32),
     Agent(crate::remote::AgentClient),
     /// The agent's report, once it acknowledged.
     Done(Received),
@@ -140,26 +143,29 @@ impl Far {
         let (sink, recv_size, timeout) = (cfg.sink.clone(), cfg.recv_size, cfg.timeout);
         let cpu_rx = cfg.cpus.map(|c| c.1);
         let l = listener.try_clone()?;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let h = std::thread::spawn(move || -> anyhow::Result<Received> {
+            let _ = tid_tx.send(sendpath_host::thread::gettid());
             crate::workload::stream::pin(cpu_rx);
             let (conn, _) = l.accept().context("accepting the transfer's connection")?;
             receive_one(conn, &sink, recv_size, timeout, count)
         });
-        Ok((Far::Local(h), listener.local_addr()?))
+        let tid = tid_rx.recv().context("the receiver thread did not start")?;
+        Ok((Far::Local(h, tid), listener.local_addr()?))
     }
 
     /// Waits for the acknowledgement of the last byte: our receiver's one byte on `sock`, or
     /// the agent's reply to `finish` (sent once it read to end of file).
     fn acknowledged(&mut self, sock: &sendpath::Socket, timeout: Duration) -> anyhow::Result<()> {
         match self {
-            Far::Local(_) => {
+            Far::Local(..) => {
                 let mut s = TcpStream::from(sock.as_fd().try_clone_to_owned()?);
                 s.set_read_timeout(Some(timeout)).ok();
                 s.read_exact(&mut [0u8; 1])
                     .context("waiting for the receiver's acknowledgement")
             }
             Far::Agent(c) => {
-                let (total, _, _) = c.finish()?;
+                let total = c.finish()?.total;
                 *self = Far::Done(Received {
                     bytes: total.bytes,
                     cpu_ns: total.user_ns + total.system_ns,
@@ -173,16 +179,63 @@ impl Far {
     }
 }
 
-/// One transfer of `file` with `method`, its system calls counted when `count`, and the
-/// path's fallback note.
+/// The copy counter watching one transfer's sending thread (this one) and receiving thread,
+/// with the sender's counts at the start (the receiver's thread is new, at 0).
+struct CopyWatch<'a> {
+    c: &'a mut CopyCounter,
+    sender: i32,
+    receiver: i32,
+    start: Copied,
+    deferred: Option<u64>,
+}
+
+impl<'a> CopyWatch<'a> {
+    fn start(c: &'a mut CopyCounter, far: &Far) -> Option<CopyWatch<'a>> {
+        let Far::Local(_, receiver) = *far else {
+            return None;
+        };
+        let sender = sendpath_host::thread::gettid();
+        c.watch(&[sender, receiver]).ok()?;
+        Some(CopyWatch {
+            start: c.read(sender)?,
+            deferred: c.deferred(),
+            c,
+            sender,
+            receiver,
+        })
+    }
+
+    /// What each thread copied since the start, each direction null where its counter did
+    /// not attach.
+    fn end(self) -> Option<KernelCopied> {
+        let (s, r) = (self.c.read(self.sender)?, self.c.read(self.receiver)?);
+        let to = self.c.unavailable(CopyKind::ToUser).is_none();
+        let from = self.c.unavailable(CopyKind::FromUser).is_none();
+        Some(KernelCopied {
+            from_user_sender: from.then(|| s.from_user.saturating_sub(self.start.from_user)),
+            to_user_sender: to.then(|| s.to_user.saturating_sub(self.start.to_user)),
+            to_user_receiver: to.then_some(r.to_user),
+            from_user_receiver: from.then_some(r.from_user),
+            deferred: self
+                .c
+                .deferred()
+                .zip(self.deferred)
+                .map(|(b, a)| b.saturating_sub(a)),
+        })
+    }
+}
+
+/// One transfer of `file` with `method`, its system calls counted when `count` (and the
+/// kernel's copies, when `copies` is given), and the path's fallback note.
 fn transfer_once(
     listener: &TcpListener,
     file: &PatternFile,
     method: &Method,
     cfg: &TransferConfig,
-    count: bool,
+    (count, copies): (bool, Option<&mut CopyCounter>),
 ) -> anyhow::Result<(TransferRepeat, Option<String>)> {
     let (mut far, addr) = Far::open(listener, cfg, count)?;
+    let watch = copies.and_then(|c| CopyWatch::start(c, &far));
     let resident = file.resident_fraction();
     // The file is opened again by its descriptor's /proc path: a real open(), timed.
     let path = format!("/proc/self/fd/{}", file.file.as_raw_fd());
@@ -202,6 +255,7 @@ fn transfer_once(
     }
     let what = || format!("{} of {}", method.label(), fmt_size(file.len as usize));
     let (note, got, remote) = settle(far, sent, what)?;
+    let kernel_copied = watch.and_then(CopyWatch::end);
     if got.bytes != file.len {
         bail!(
             "{}: the receiver got {} bytes of a {}-byte file",
@@ -226,6 +280,7 @@ fn transfer_once(
                 switches_receiver: got.switches,
                 syscalls_sender,
                 syscalls_receiver: got.syscalls,
+                kernel_copied,
             },
         },
         note,
@@ -281,7 +336,7 @@ fn settle(
     what: impl Fn() -> String,
 ) -> anyhow::Result<(Option<String>, Received, bool)> {
     let (got, remote) = match far {
-        Far::Local(h) => (
+        Far::Local(h, _) => (
             h.join()
                 .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))?,
             false,
@@ -350,6 +405,14 @@ pub fn run(
     }
     let blocks: Vec<(usize, Cache)> = points.iter().map(|p| (p.0, p.1)).collect();
     let counted = results.counts_syscalls().then_some(cfg.rounds);
+    // The kernel's copies are counted in the untimed pass too, where our receiver can be
+    // watched.
+    let mut copies = None;
+    if counted.is_some() && cfg.agent.is_none() {
+        let (c, states) = crate::probe::open_copy_counter();
+        copies = c;
+        results.environment.copy_counters = Some(states);
+    }
     for round in (0..cfg.rounds).chain(counted) {
         let pass = if round < cfg.rounds {
             Pass::Timed
@@ -367,8 +430,10 @@ pub fn run(
                 Cache::Cold => file.make_cold()?,
                 Cache::Warm => warm_up(file)?,
             }
-            let (mut rep, note) = transfer_once(&listener, file, &m, cfg, pass == Pass::Counted)
-                .with_context(|| match pass {
+            let counting = pass == Pass::Counted;
+            let watch = (counting, copies.as_mut().filter(|_| counting));
+            let (mut rep, note) =
+                transfer_once(&listener, file, &m, cfg, watch).with_context(|| match pass {
                     Pass::Timed => format!("round {}", round + 1),
                     Pass::Counted => "the transfer that counts system calls".into(),
                 })?;

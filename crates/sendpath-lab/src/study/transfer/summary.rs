@@ -67,7 +67,7 @@ pub fn summary(r: &TransferResults) -> String {
         out += &switch_table(r, &axes, cache);
         out += &syscall_table(r, &axes, cache);
     }
-    out += &copies_table(&axes);
+    out += &copies_table(r, &axes);
     out += &format!(
         "\nSource files on {}; each transfer timed from open() to the receiver's acknowledgement of the last byte, over a fresh connection ({}, TCP congestion control {}). The study's figures: Linux 2.6, Java, files on a disk, receiver reading 4 KiB at a time.\n",
         r.settings.filesystem,
@@ -97,20 +97,29 @@ pub fn summary(r: &TransferResults) -> String {
 }
 
 /// The copies each method makes by construction, beside the study's four for read + send and
-/// two for sendfile.
-fn copies_table(axes: &Axes) -> String {
-    let mut out = String::from("\nCopies of the data by construction, from the disk to the NIC (a receiver on this host reads from the socket instead of a NIC). The study counts 4 for read + send (2 by the CPU) and 2 for sendfile.\n\n| method | copies | by the CPU | which |\n|---|---|---|---|\n");
+/// two for sendfile, and what the kernel counted in the largest file's counted transfer.
+fn copies_table(r: &TransferResults, axes: &Axes) -> String {
+    let mut out = String::from("\nCopies of the data by construction, from the disk to the NIC (a receiver on this host reads from the socket instead of a NIC), and the bytes the kernel copied per file byte in the counted transfer of the largest file (into user memory: our receiver's reads; from user memory: the sender's sends; `-`: not counted, the results file's `copy_counters` say why). The study counts 4 for read + send (2 by the CPU) and 2 for sendfile.\n\n| method | copies | by the CPU | which | kernel: into user memory | kernel: from user memory |\n|---|---|---|---|---|---|\n");
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
     for m in &axes.methods {
         let Some(c) = m.strategy.data_copies() else {
             continue;
         };
         let cpu = c.iter().filter(|c| c.by_cpu).count();
         let which: Vec<String> = c.iter().map(ToString::to_string).collect();
+        let k = r
+            .rows
+            .iter()
+            .filter(|x| &x.method == m && x.kernel_copies.is_some())
+            .max_by_key(|x| x.file_bytes)
+            .and_then(|x| x.kernel_copies);
         out += &format!(
-            "| {} | {} | {cpu} | {} |\n",
+            "| {} | {} | {cpu} | {} | {} | {} |\n",
             m.label(),
             c.len(),
-            which.join("; ")
+            which.join("; "),
+            f(k.and_then(|k| k.receive_per_byte)),
+            f(k.and_then(|k| k.send_per_byte)),
         );
     }
     out

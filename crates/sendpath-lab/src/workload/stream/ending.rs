@@ -83,10 +83,12 @@ pub(super) fn check_arrival(
     cut_short: bool,
 ) -> anyhow::Result<()> {
     if let Some((mut c, _)) = peer.agent.take() {
-        let (total, verified, mismatches) = c.finish()?;
+        let f = c.finish()?;
+        let total = f.total;
         integrity.bytes_received = Some(total.bytes);
-        integrity.bytes_verified = verified;
-        integrity.mismatches = mismatches;
+        integrity.bytes_verified = f.verified;
+        integrity.mismatches = f.mismatches;
+        integrity.bytes_mapped = f.mapped;
         if total.bytes != integrity.bytes_sent && !cut_short {
             bail!(
                 "the senders put {} bytes on the sockets but the agent received {}: bytes were lost or invented",
