@@ -37,7 +37,7 @@ fn main() {
     if let Some(why) = why {
         std::fs::write(&obj, b"").expect("OUT_DIR is writable");
         println!(
-            "cargo:rustc-env=SENDPATH_BPF_UNBUILT=the BPF copy counter was not built: {why}; install clang (Debian: apt-get install clang) and rebuild"
+            "cargo:rustc-env=SENDPATH_BPF_UNBUILT=the BPF copy counter was not built: {why}; install clang (Debian: apt-get install clang), then `cargo clean -p sendpath-host` and rebuild"
         );
     }
 }
