@@ -72,6 +72,26 @@ fn the_kernel_counts_what_each_receiver_copied() {
     let Some(copying) = per_byte("copy") else {
         return;
     };
+    // rr too: both ends read what the other sent, every byte of it copied.
+    let a = sendpath()
+        .args([
+            "rr",
+            "-s",
+            "copy",
+            "--response",
+            "4K",
+            "-t",
+            "0.3s",
+            "--warmup",
+            "0.1s",
+        ])
+        .args(["-n", "1", "--metrics", "copies", "--json", "-"])
+        .assert()
+        .success();
+    let rr = common::stdout_json(&a);
+    let k = &rr["results"][0]["kernel_copies"];
+    let r = k["receive_per_byte"].as_f64().unwrap();
+    assert!((0.98..=1.02).contains(&r), "rr: {k}");
     let discarding = per_byte("discard").unwrap();
     let counters = copying["environment"]["copy_counters"].as_array().unwrap();
     assert_eq!(counters.len(), 3, "{counters:?}");

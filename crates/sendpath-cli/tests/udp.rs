@@ -346,6 +346,61 @@ fn the_black_hole_needs_root_and_says_so() {
     assert!(e.contains("--topology") && e.contains("root"), "{e}");
 }
 
+/// The `copies-udp` preset counts the sender's copies on the black-hole route: no receiver, so
+/// nothing received is counted (null, not 0), and the send side is counted exactly where its
+/// counters attached.
+#[test]
+fn the_copies_udp_preset_counts_the_send_side_only() {
+    if let Err(reason) = can_create_netns() {
+        return common::skip(&reason);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = sendpath()
+        .args([
+            "sweep",
+            "-p",
+            "copies-udp",
+            "-t",
+            "100ms",
+            "--warmup",
+            "0",
+            "-n",
+            "1",
+        ])
+        .arg("--out")
+        .arg(dir.path())
+        .assert();
+    if !a.get_output().status.success() {
+        let e = common::stderr_of(&a);
+        assert!(
+            e.contains("counts the kernel's copies and cannot here"),
+            "{e}"
+        );
+        return common::skip(&e);
+    }
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
+            .unwrap();
+    let counters = r["environment"]["copy_counters"].as_array().unwrap();
+    let sends = counters.iter().find(|c| c["counts"] == "send").unwrap();
+    let rows = r["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "4 paths x 2 sizes");
+    for x in rows {
+        let k = &x["kernel_copies"];
+        assert!(
+            k["receive_per_byte"].is_null(),
+            "no receiver, nothing received: {k}"
+        );
+        assert_eq!(
+            k["send_per_byte"].is_null(),
+            sends["unavailable"].is_string(),
+            "{k}"
+        );
+    }
+    let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(md.contains("the send side only"), "{md}");
+}
+
 #[test]
 fn the_udp_zerocopy_preset_puts_the_published_figures_beside_its_own() {
     if let Err(reason) = can_create_netns() {

@@ -207,9 +207,15 @@ fn trampoline(
     func: &str,
 ) -> Result<(), String> {
     let btf = btf.as_ref().map_err(Clone::clone)?;
-    let why = |e| {
+    let why = |e: ProgramError| {
+        let eperm = matches!(&e, ProgramError::LoadError { io_error, .. } if io_error.raw_os_error() == Some(libc::EPERM));
+        let hint = if eperm {
+            " (EPERM as root: a security policy, such as kernel lockdown, refuses tracing programs)"
+        } else {
+            ""
+        };
         format!(
-            "{func}: {}; fentry and fexit programs need a kernel that allows BPF trampolines",
+            "{func}: {}; fentry and fexit programs need a kernel that allows BPF trampolines{hint}",
             load_error(e)
         )
     };

@@ -57,7 +57,28 @@ pub(crate) fn all() -> Vec<Preset> {
         file_paths(),
         udp_zerocopy(),
         copies(),
+        copies_udp(),
     ]
+}
+
+/// The `copies-udp` preset.
+fn copies_udp() -> Preset {
+    use Strategy::*;
+    Preset {
+        name: "copies-udp",
+        about: "the copies preset's send side: UDP on the black-hole route (root; no receiver), copy, msg-zerocopy, uring and uring-zc x 1400 B and 64000 B, the bytes the sender's kernel copied from user memory and after a zero-copy send (where fentry and fexit attach)",
+        strategies: vec![Copy, MsgZerocopy, Uring, UringZc],
+        sizes: vec![1400, 64_000],
+        threads: vec![1],
+        fields: 1,
+        duration: ms(1000),
+        warmup: ms(300),
+        repeat: 3,
+        allocs: vec![Alloc::Pool],
+        proto: Protocol::Udp,
+        count_copies: true,
+        ..Default::default()
+    }
 }
 
 /// The `copies` preset.

@@ -62,6 +62,8 @@ pub(crate) struct Counted {
     pub(crate) deferred: Option<f64>,
     /// The share of zero-copy sends the kernel reported copied (COPIED flag).
     pub(crate) zc_copied: Option<f64>,
+    /// The route had no receiver (the black hole): the send side only.
+    pub(crate) send_side_only: bool,
 }
 
 /// Where claim, construction and count agree, in a sentence or a few.
@@ -69,6 +71,12 @@ pub(crate) fn verdict(path: Strategy, claim: Option<Claim>, n: &Counted) -> Stri
     let made = path.data_copies().unwrap_or(&[]);
     let cpu = made.iter().filter(|c| c.by_cpu).count();
     let mut says = Vec::new();
+    if n.send_side_only {
+        says.push(
+            "no receiver on this route (the black hole frees every frame): the send side only"
+                .to_string(),
+        );
+    }
     if let Some(c) = claim {
         let dma = c.copies - c.by_cpu;
         if dma > 0 {
@@ -159,6 +167,7 @@ fn counted(r: &Results, path: Strategy, size: usize) -> Counted {
             .iter()
             .flatten()
             .find_map(|x| x.zerocopy.copied_fraction),
+        send_side_only: rows.iter().flatten().any(|x| x.send_side_only),
     }
 }
 
