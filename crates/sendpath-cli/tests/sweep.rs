@@ -73,10 +73,11 @@ fn the_copies_preset_sets_the_studies_claims_beside_the_kernels_counts() {
         let want = match r["recv_mode"].as_str().unwrap() {
             "copy" => 0.98..=1.02,
             "discard" => 0.0..=0.01,
-            // What the receiver did not map, it copied.
+            // What the receiver did not map, it copied (the window's edges cut a read short
+            // on either side, so not to the byte).
             _ => {
                 let unmapped = 1.0 - r["recv_mapped_fraction"].as_f64().unwrap();
-                (unmapped - 0.1).max(0.0)..=(unmapped + 0.1).min(1.0)
+                (unmapped - 0.1).max(0.0)..=unmapped + 0.1
             }
         };
         assert!(
