@@ -99,7 +99,8 @@ pub(crate) struct RunArgs {
     pub pipe_size: usize,
     /// `minimal` takes only time and bytes (no CPU or counter readings): the baseline that
     /// shows what measuring costs (scripts/overhead); `syscalls` also counts system calls
-    /// by role, which slows every system call while it runs.
+    /// by role, which slows every system call while it runs; `copies` also counts the bytes
+    /// the kernel copies by role, with BPF (root; `sendpath probe` lists what attaches).
     #[arg(long, value_enum, default_value = "full")]
     pub metrics: Metrics,
     /// Message buffers of memory paths, comma-separated: pool (reuse buffers the path
