@@ -98,6 +98,7 @@ pub(crate) fn run(a: &ProbeArgs) -> anyhow::Result<ExitCode> {
         return Ok(done);
     }
     let mut r = sendpath_lab::probe::run();
+    r.copy_counters = sendpath_lab::probe::copy_counters();
     if let Some(name) = &a.iface {
         only_interface(&mut r.offloads, name)?;
     }

@@ -71,7 +71,8 @@ pub struct ProbeReport {
     #[serde(default)]
     pub offloads: Vec<Offloads>,
     /// The kernel copy counters `--metrics copies` would attach, each with why not where it
-    /// cannot; empty in reports written before they were probed.
+    /// cannot: filled by `sendpath probe` ([`copy_counters`], which loads them), empty in a
+    /// run's environment (whose own `copy_counters` are the ones the run counted with).
     #[serde(default)]
     pub copy_counters: Vec<CopyCounterState>,
 }
@@ -107,8 +108,9 @@ impl CopyCounterState {
 }
 
 /// Loads the copy counters to see which attach (they detach again at once); when none can
-/// load, one entry saying why.
-fn probe_copy_counters() -> Vec<CopyCounterState> {
+/// load, one entry saying why. Not part of [`run`]: loading them takes tens of milliseconds,
+/// which every run's start would pay for a list only `sendpath probe` shows.
+pub fn copy_counters() -> Vec<CopyCounterState> {
     open_copy_counter().1
 }
 
@@ -366,7 +368,7 @@ pub fn run() -> ProbeReport {
         pipe_max_size_bytes: read_num("/proc/sys/fs/pipe-max-size"),
         predictions: Vec::new(),
         offloads: probe_offloads(),
-        copy_counters: probe_copy_counters(),
+        copy_counters: Vec::new(),
     };
     r.predictions = predictions(&r);
     r
