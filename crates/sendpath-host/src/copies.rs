@@ -45,15 +45,15 @@ pub struct Counter {
     pub unavailable: Option<String>,
 }
 
-/// Bytes copied by one thread (or, for `deferred`, by the host) since it was watched.
+/// Bytes copied by one thread since it was watched, each direction `None` where its counter
+/// did not attach (what was copied after a zero-copy send is host-wide:
+/// [`CopyCounter::deferred`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Copied {
     /// Received data copied into user memory.
-    pub to_user: u64,
+    pub to_user: Option<u64>,
     /// Data copied from user memory.
-    pub from_user: u64,
-    /// Zero-copy buffers copied after the send (host-wide; only in [`CopyCounter::deferred`]).
-    pub deferred: u64,
+    pub from_user: Option<u64>,
 }
 
 /// The loaded programs and the map of watched threads.
@@ -173,10 +173,10 @@ impl CopyCounter {
 
     /// What thread `tid` copied since it was watched; `None` when it is not watched.
     pub fn read(&self, tid: i32) -> Option<Copied> {
+        let counts = |kind| self.unavailable(kind).is_none();
         self.map.get(&(tid as u32), 0).ok().map(|v| Copied {
-            to_user: v[0],
-            from_user: v[1],
-            deferred: 0,
+            to_user: counts(CopyKind::ToUser).then_some(v[0]),
+            from_user: counts(CopyKind::FromUser).then_some(v[1]),
         })
     }
 

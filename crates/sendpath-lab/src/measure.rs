@@ -4,7 +4,7 @@ use crate::probe::CopyCounterState;
 use crate::window::{
     ContextSwitches, CpuNsPerByte, CpuWindow, HeapWindow, KernelCopied, Repeat, RoleCounts,
 };
-use sendpath_host::copies::{CopyCounter, CopyKind};
+use sendpath_host::copies::CopyCounter;
 use sendpath_host::cpu::{ProcessCpu, SystemCpu, ThreadCpu};
 use sendpath_host::perf::{HwEvent, PerfCounter};
 use std::time::Instant;
@@ -121,6 +121,11 @@ impl RoleCalls {
     }
 }
 
+/// How much a counter read `start`, then `end`, grew; `None` unless both were read.
+pub(crate) fn grew(start: Option<u64>, end: Option<u64>) -> Option<u64> {
+    start.zip(end).map(|(a, b)| b.saturating_sub(a))
+}
+
 /// The sum of `counters` now.
 fn calls_now(counters: &[PerfCounter]) -> Option<u64> {
     counters.iter().map(|c| c.read().ok()).sum()
@@ -146,22 +151,21 @@ impl RoleReading {
             .iter()
             .map(|&t| context_switches_in(&format!("/proc/self/task/{t}/status")))
             .collect();
-        let copied = |kind, f: fn(&sendpath_host::copies::Copied) -> u64| {
-            let c = copies.filter(|c| c.unavailable(kind).is_none())?;
-            tids.iter().map(|&t| c.read(t).as_ref().map(f)).sum()
+        let copied = |f: fn(sendpath_host::copies::Copied) -> Option<u64>| {
+            let c = copies?;
+            tids.iter().map(|&t| c.read(t).and_then(f)).sum()
         };
         RoleReading {
             switches: switches.map(|v| v.into_iter().sum()),
             calls: calls.and_then(calls_now),
-            to_user: copied(CopyKind::ToUser, |c| c.to_user),
-            from_user: copied(CopyKind::FromUser, |c| c.from_user),
+            to_user: copied(|c| c.to_user),
+            from_user: copied(|c| c.from_user),
         }
     }
 
     /// What changed from `self` to `end`: switches, and calls less the counters' own reads
     /// (none: they are read from another thread).
     fn since(self, end: RoleReading) -> RoleReading {
-        let grew = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
         RoleReading {
             switches: self.switches.zip(end.switches).map(|(a, b)| b.since(a)),
             calls: grew(self.calls, end.calls),
@@ -198,10 +202,7 @@ impl RolesReading {
                 to_user_sender: s.to_user,
                 to_user_receiver: r.and_then(|r| r.to_user),
                 from_user_receiver: r.and_then(|r| r.from_user),
-                deferred: self
-                    .deferred
-                    .zip(end.deferred)
-                    .map(|(a, b)| b.saturating_sub(a)),
+                deferred: grew(self.deferred, end.deferred),
             }),
         }
     }

@@ -18,7 +18,7 @@
 
 use super::{Cache, Method, Sink, TransferConfig, TransferRepeat, TransferResults, TransferRow};
 use crate::cancel::Cancel;
-use crate::measure::{process_cpu_ns, thread_context_switches, thread_cpu_ns, SyscallCount};
+use crate::measure::{grew, process_cpu_ns, thread_context_switches, thread_cpu_ns, SyscallCount};
 use crate::setting::{invalid, About, Setting};
 use crate::study::rows::round_order;
 use crate::units::fmt_size;
@@ -27,7 +27,7 @@ use crate::window::KernelCopied;
 use crate::workload::PatternFile;
 use anyhow::{bail, Context};
 use sendpath::Msg;
-use sendpath_host::copies::{Copied, CopyCounter, CopyKind};
+use sendpath_host::copies::{Copied, CopyCounter};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
@@ -209,18 +209,12 @@ impl<'a> CopyWatch<'a> {
     /// not attach.
     fn end(self) -> Option<KernelCopied> {
         let (s, r) = (self.c.read(self.sender)?, self.c.read(self.receiver)?);
-        let to = self.c.unavailable(CopyKind::ToUser).is_none();
-        let from = self.c.unavailable(CopyKind::FromUser).is_none();
         Some(KernelCopied {
-            from_user_sender: from.then(|| s.from_user.saturating_sub(self.start.from_user)),
-            to_user_sender: to.then(|| s.to_user.saturating_sub(self.start.to_user)),
-            to_user_receiver: to.then_some(r.to_user),
-            from_user_receiver: from.then_some(r.from_user),
-            deferred: self
-                .c
-                .deferred()
-                .zip(self.deferred)
-                .map(|(b, a)| b.saturating_sub(a)),
+            from_user_sender: grew(self.start.from_user, s.from_user),
+            to_user_sender: grew(self.start.to_user, s.to_user),
+            to_user_receiver: r.to_user,
+            from_user_receiver: r.from_user,
+            deferred: grew(self.deferred, self.c.deferred()),
         })
     }
 }
