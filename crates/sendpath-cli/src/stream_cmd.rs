@@ -183,18 +183,17 @@ fn check_runtime(a: &StreamArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first flag among `also` and those that take the receiver away from this process or
-/// from one TCP connection per thread: what a check of our own receiver refuses.
-fn not_own_tcp_receiver(a: &StreamArgs, also: (bool, &'static str)) -> Option<&'static str> {
+/// The first flag, among those that take the receiver from one TCP connection per thread of
+/// a sendpath receiver and then `also`, that is set: what a check of that receiver refuses.
+fn not_one_tcp_connection(a: &StreamArgs, also: &[(bool, &'static str)]) -> Option<&'static str> {
     [
         (a.proto == Protocol::Udp, "--proto udp"),
         (a.connections > 1, "--connections"),
         (a.connect.is_some(), "--connect"),
-        (a.remote.agent.is_some(), "--agent"),
-        also,
     ]
-    .into_iter()
-    .find_map(|(on, flag)| on.then_some(flag))
+    .iter()
+    .chain(also)
+    .find_map(|&(on, flag)| on.then_some(flag))
 }
 
 /// Refuses what `--recv zerocopy` cannot map: it is our own receiver of one TCP connection
@@ -203,15 +202,7 @@ fn check_recv_zerocopy(a: &StreamArgs) -> anyhow::Result<()> {
     if a.run.recv != RecvMode::Zerocopy {
         return Ok(());
     }
-    let flag = [
-        (a.proto == Protocol::Udp, "--proto udp"),
-        (a.connections > 1, "--connections"),
-        (a.connect.is_some(), "--connect"),
-        (a.msg_latency, "--msg-latency"),
-    ]
-    .into_iter()
-    .find_map(|(on, flag)| on.then_some(flag));
-    if let Some(flag) = flag {
+    if let Some(flag) = not_one_tcp_connection(a, &[(a.msg_latency, "--msg-latency")]) {
         bail!("--recv zerocopy maps the pages of one TCP connection per receiver thread (ours, or a sendpath agent's): drop {flag}");
     }
     Ok(())
@@ -224,8 +215,11 @@ fn check_msg_latency(a: &StreamArgs) -> anyhow::Result<()> {
     if !a.msg_latency {
         return Ok(());
     }
-    let discard = (a.run.recv == RecvMode::Discard, "--recv discard");
-    if let Some(flag) = not_own_tcp_receiver(a, discard) {
+    let also = [
+        (a.remote.agent.is_some(), "--agent"),
+        (a.run.recv == RecvMode::Discard, "--recv discard"),
+    ];
+    if let Some(flag) = not_one_tcp_connection(a, &also) {
         bail!("--msg-latency times each message at our own receiver reading its bytes over TCP, one connection per thread, on this host's clock: drop {flag}");
     }
     if !a.run.strategy.iter().any(|s| s.source() == Source::Memory) {
