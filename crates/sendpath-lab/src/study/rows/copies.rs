@@ -155,14 +155,11 @@ fn counted(r: &Results, path: Strategy, size: usize) -> Counted {
         row(Receiver::Discard),
         row(Receiver::Zerocopy),
     ];
-    let k = |i: usize| rows[i].and_then(|x| x.kernel_copies);
-    let any = |f: fn(&crate::window::KernelCopies) -> Option<f64>| {
-        (0..3).find_map(|i| k(i).as_ref().and_then(f))
-    };
+    let k = rows.map(|x| x.and_then(|x| x.kernel_copies));
     Counted {
-        receive: [0, 1, 2].map(|i| k(i).and_then(|k| k.receive_per_byte)),
-        send: any(|k| k.send_per_byte),
-        deferred: any(|k| k.deferred_per_byte),
+        receive: k.map(|k| k.and_then(|k| k.receive_per_byte)),
+        send: k.iter().flatten().find_map(|k| k.send_per_byte),
+        deferred: k.iter().flatten().find_map(|k| k.deferred_per_byte),
         zc_copied: rows
             .iter()
             .flatten()
