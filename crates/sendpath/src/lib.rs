@@ -79,7 +79,9 @@ mod sys;
 #[cfg(feature = "tokio")]
 pub use aio::AsyncSender;
 pub use buffer::{Buf, SharedPool};
-pub use driver::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig, UringDriver};
+pub use driver::{
+    ArenaConfig, ConnId, DriverConfig, Event, RecvBuf, RecvConfig, Reserved, UringDriver,
+};
 pub use error::Error;
 pub use policy::adaptive::{AdaptiveConfig, Decisions};
 pub use policy::InflightLimits;
@@ -91,7 +93,8 @@ pub use profile::{
 pub use send::Order;
 pub use socket::Socket;
 pub use stats::{
-    leaked_on_drop, Fallbacks, LatencySummaryNs, SendStats, SendStatsSummary, ZerocopyCounts,
+    leaked_on_drop, ArenaCounts, Fallbacks, LatencySummaryNs, SendStats, SendStatsSummary,
+    ZerocopyCounts,
 };
 pub use strategy::{open, DataCopy, FileRange, Msg, Options, SendPath, Source, Strategy};
 pub use sys::uring::RingSetup;

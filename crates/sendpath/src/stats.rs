@@ -266,6 +266,32 @@ impl ZerocopyCounts {
     }
 }
 
+/// How a ring connection's buffers came from its driver's arena ([`crate::ArenaConfig`]).
+///
+/// ```
+/// let a = sendpath::ArenaCounts { slots: 90, heap: 10, registered_requests: 80 };
+/// assert_eq!(a.slots + a.heap, 100); // new buffers, by where they came from
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArenaCounts {
+    /// New buffers that were a slot of the arena.
+    pub slots: u64,
+    /// New buffers that came from the heap instead: no slot was free, or the message was
+    /// larger than a slot.
+    pub heap: u64,
+    /// Requests (SEND, SEND_ZC, vectored SENDMSG_ZC) that named their bytes by the arena's
+    /// registration index, so the kernel pinned nothing per send.
+    pub registered_requests: u64,
+}
+
+impl ArenaCounts {
+    fn add(&mut self, o: &ArenaCounts) {
+        self.slots += o.slots;
+        self.heap += o.heap;
+        self.registered_requests += o.registered_requests;
+    }
+}
+
 /// What one send path (or one ring connection) did, counted as it went.
 ///
 /// ```no_run
@@ -302,6 +328,9 @@ pub struct SendStats {
     /// `uring-zc`, `adaptive` and the async sender; 0 on the others (`mmap-send`, `splice`,
     /// `vmsplice`, `uring-splice`). [`SendStats::messages_per_call`] reads it.
     pub calls: u64,
+    /// Where a ring connection's buffers came from, when its driver has an arena; `None`
+    /// otherwise.
+    pub arena: Option<ArenaCounts>,
 }
 
 impl Default for SendStats {
@@ -316,6 +345,7 @@ impl Default for SendStats {
             decisions: None,
             uring_order: None,
             calls: 0,
+            arena: None,
         }
     }
 }
@@ -345,6 +375,11 @@ impl SendStats {
         // Both histograms grow as needed, so adding cannot fail for lack of range.
         let _ = self.completion_latency_ns.add(&o.completion_latency_ns);
         self.uring_order = self.uring_order.or(o.uring_order);
+        match (&mut self.arena, &o.arena) {
+            (Some(a), Some(b)) => a.add(b),
+            (None, Some(b)) => self.arena = Some(*b),
+            _ => {}
+        }
         match (&mut self.decisions, &o.decisions) {
             (Some(d), Some(e)) => d.merge(e),
             (None, Some(e)) => self.decisions = Some(*e),
@@ -365,6 +400,7 @@ impl SendStats {
             decisions: self.decisions,
             uring_order: self.uring_order,
             messages_per_call: self.messages_per_call(),
+            arena: self.arena,
         }
     }
 }
@@ -403,6 +439,9 @@ pub struct SendStatsSummary {
     /// its calls.
     #[serde(default)]
     pub messages_per_call: Option<f64>,
+    /// Where a ring connection's buffers came from; null without an arena.
+    #[serde(default)]
+    pub arena: Option<ArenaCounts>,
 }
 
 #[cfg(test)]

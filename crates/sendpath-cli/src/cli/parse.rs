@@ -125,6 +125,10 @@ pub(super) fn pipe_size(s: &str) -> Result<usize, String> {
     bounded_size(s, "the pipe size", 4096, 1 << 30)
 }
 
+pub(super) fn arena_size(s: &str) -> Result<usize, String> {
+    bounded_size(s, "the arena size", 4096, 1 << 30)
+}
+
 pub(super) fn file_size(s: &str) -> Result<usize, String> {
     bounded_size(s, "the file size", 4096, 1 << 40)
 }

@@ -89,6 +89,12 @@ pub(crate) struct RunArgs {
     /// Send SEND_ZC from registered (fixed) buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
+    /// uring, uring-zc: write messages in place into an arena of SIZE bytes (4K..1G) the ring
+    /// registers once, cut in slots of the message size, and send SEND_ZC by its index
+    /// (SEND by address); past `ulimit -l` the ring registers what the kernel allows and
+    /// says so.
+    #[arg(long, value_name = "SIZE", value_parser = arena_size)]
+    pub arena: Option<usize>,
     /// How io_uring keeps a connection's queued sends in order (uring, uring-zc, adaptive):
     /// vectored (one SENDMSG or SENDMSG_ZC over them), linked (one SEND or SEND_ZC each, in a
     /// linked chain), or auto (vectored where the kernel has it, without --fixed-buffers).
@@ -172,6 +178,11 @@ impl RunArgs {
             uring_depth: self.uring_depth as usize,
             copy_batch: self.copy_batch as usize,
             uring_fixed_buffers: self.fixed_buffers,
+            // Cut per point into slots of its message size (the lab's `arena_for`).
+            uring_arena: self.arena.map(|bytes| sendpath::ArenaConfig {
+                slot_size: bytes,
+                slots: 1,
+            }),
             uring_order: match self.uring_order.as_str() {
                 "vectored" => Some(sendpath::Order::Vectored),
                 "linked" => Some(sendpath::Order::Linked),

@@ -133,6 +133,10 @@ pub struct Repeat {
     /// null where the path does not count its calls (`SendStats::calls`).
     #[serde(default)]
     pub messages_per_call: Option<f64>,
+    /// `--arena`: the share of io_uring requests that named their bytes by the arena's
+    /// registration index (zero-copy requests from its registered part); null without one.
+    #[serde(default)]
+    pub arena_registered: Option<f64>,
     /// Bytes sent, received and verified over the whole repeat (warmup included).
     pub integrity: Integrity,
     /// Why the repeat was cut short after its window (its receivers stopped before every byte
@@ -443,6 +447,37 @@ impl From<crate::traffic::RecvMode> for Receiver {
 impl std::fmt::Display for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(self.name())
+    }
+}
+
+/// The share of a window's io_uring requests sent by the arena's registration index; `None`
+/// without an arena or requests.
+pub(crate) fn arena_registered(stats: &sendpath::SendStats) -> Option<f64> {
+    let a = stats.arena?;
+    (stats.calls > 0).then(|| a.registered_requests as f64 / stats.calls as f64)
+}
+
+/// How a point's messages reach its ring ([`Row::uring_buffers`]): `arena` or `owned` for
+/// `uring` and `uring-zc`, `None` for the others.
+pub(crate) fn uring_buffers(
+    strategy: sendpath::Strategy,
+    opts: &sendpath::Options,
+) -> Option<String> {
+    use sendpath::Strategy::{Uring, UringZc};
+    let name = if opts.uring_arena.is_some() {
+        "arena"
+    } else {
+        "owned"
+    };
+    matches!(strategy, Uring | UringZc).then(|| name.to_string())
+}
+
+/// `--arena` cut for one point: the arena's bytes in slots of the point's message size.
+pub(crate) fn arena_for(opts: &mut sendpath::Options, size: usize) {
+    if let Some(a) = &mut opts.uring_arena {
+        let bytes = a.slot_size * a.slots;
+        a.slot_size = size.max(1);
+        a.slots = (bytes / size.max(1).next_multiple_of(4096)).max(1);
     }
 }
 

@@ -5,7 +5,8 @@
 //! it: right after the call for copying paths, after the completion notification for zero-copy
 //! paths. So no safe code can write to a buffer the kernel may still be reading.
 
-use crate::sys::mem::PageBuf;
+use crate::sys::mem::{ArenaMem, ArenaSlot, PageBuf};
+use std::sync::Arc;
 
 /// The byte that every buffer handed out by [`BufPool::take`] and [`Buf::pages`] is filled with
 /// when it is created or grown. Untouched anonymous memory (`vec![0; n]` above the allocator's
@@ -42,6 +43,11 @@ enum Storage {
     Pages(PageBuf),
     /// Immutable bytes shared by every [`Buf::share`] of one buffer (a server's body).
     Shared(std::sync::Arc<[u8]>),
+    /// The first `len` bytes of a slot of a driver's arena ([`crate::ArenaConfig`]).
+    Arena {
+        slot: ArenaSlot,
+        len: usize,
+    },
 }
 
 impl std::fmt::Debug for Buf {
@@ -49,6 +55,7 @@ impl std::fmt::Debug for Buf {
         f.debug_struct("Buf")
             .field("len", &self.len())
             .field("pages", &matches!(self.data, Storage::Pages(_)))
+            .field("arena", &self.is_arena())
             .field("fixed", &self.fixed)
             .finish()
     }
@@ -187,6 +194,16 @@ impl Buf {
                 v.resize(len, FILL);
                 *self = Buf::from(v);
             }
+            Storage::Arena { slot, len: n } => {
+                if len <= slot.capacity() {
+                    *n = len;
+                } else {
+                    // Past the slot: the bytes move to the heap, and the slot goes back.
+                    let mut v = slot.bytes(*n).to_vec();
+                    v.resize(len, FILL);
+                    *self = Buf::from(v);
+                }
+            }
             Storage::Pages(p) => {
                 if len != p.len() {
                     // Pages are never recycled (see vmsplice); a new size gets new pages, and
@@ -205,6 +222,7 @@ impl Buf {
             Storage::Aligned { v, off } => &v[*off..],
             Storage::Pages(p) => p.as_slice(),
             Storage::Shared(a) => a,
+            Storage::Arena { slot, len } => slot.bytes(*len),
         }
     }
 
@@ -218,6 +236,7 @@ impl Buf {
             Storage::Heap(v) => v,
             Storage::Aligned { v, off } => &mut v[*off..],
             Storage::Pages(p) => p.as_mut_slice(),
+            Storage::Arena { slot, len } => slot.bytes_mut(*len),
             Storage::Shared(_) => unreachable!("made private above"),
         }
     }
@@ -233,7 +252,13 @@ impl Buf {
             Storage::Aligned { v, off } => v.capacity() - off,
             Storage::Pages(p) => p.len(),
             Storage::Shared(a) => a.len(),
+            Storage::Arena { slot, .. } => slot.capacity(),
         }
+    }
+
+    /// Whether the bytes are in a slot of a driver's arena.
+    pub(crate) fn is_arena(&self) -> bool {
+        matches!(self.data, Storage::Arena { .. })
     }
 }
 
@@ -310,6 +335,10 @@ pub(crate) struct BufPool {
     spares: Vec<Vec<Buf>>,
     /// How many buffers this pool has allocated in total.
     pub allocated: u64,
+    /// The driver's arena, which new buffers come from first.
+    arena: Option<Arc<ArenaMem>>,
+    arena_slots: u64,
+    arena_misses: u64,
 }
 
 impl BufPool {
@@ -324,18 +353,57 @@ impl BufPool {
     #[inline]
     pub(crate) fn take(&mut self, len: usize) -> Buf {
         let reused = self.free.pop();
+        if reused.is_none() {
+            if let Some(b) = self.take_slot(len) {
+                return b;
+            }
+        }
         self.allocated += u64::from(reused.is_none());
         reuse_or_new(reused, len)
     }
 
-    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
-    /// [`Buf::fresh`] buffer are dropped instead.
+    /// Takes new buffers of up to a slot from `arena` before allocating any.
+    pub(crate) fn use_arena(&mut self, arena: Arc<ArenaMem>) {
+        self.arena = Some(arena);
+    }
+
+    /// A slot of the arena holding `len` bytes, if there is an arena, `len` fits a slot and one
+    /// is free; counts the buffers that came from the heap instead.
+    fn take_slot(&mut self, len: usize) -> Option<Buf> {
+        let arena = self.arena.as_ref()?;
+        let slot = (len <= arena.slot_size()).then(|| arena.take()).flatten();
+        match slot {
+            Some(slot) => {
+                self.arena_slots += 1;
+                Some(Buf::of(Storage::Arena { slot, len }))
+            }
+            None => {
+                self.arena_misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Buffers taken from the arena, and new ones that had to come from the heap instead (no
+    /// free slot, or larger than a slot).
+    pub(crate) fn arena_counts(&self) -> Option<(u64, u64)> {
+        self.arena
+            .as_ref()
+            .map(|_| (self.arena_slots, self.arena_misses))
+    }
+
+    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]), a
+    /// [`Buf::fresh`] buffer, and a heap buffer of a pool that has an arena are dropped
+    /// instead.
     #[inline]
     pub(crate) fn put(&mut self, mut b: Buf) {
         if let Some(home) = b.home.take() {
             return home.put(b);
         }
-        if !b.fresh && !matches!(b.data, Storage::Shared(_)) {
+        // With an arena, a heap buffer (for a message larger than a slot, or when none was
+        // free) is not kept: reused, it would stand in for a slot.
+        let heap_beside_arena = self.arena.is_some() && !b.is_arena();
+        if !b.fresh && !matches!(b.data, Storage::Shared(_)) && !heap_beside_arena {
             self.free.push(b);
         }
     }

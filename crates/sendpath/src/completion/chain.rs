@@ -87,6 +87,11 @@ pub(crate) fn settle_chain(chain: &[ChainEntry], results: &[ChainResult]) -> Set
             // locked-memory limit) fails the links before it with ECANCELED: it goes by copy
             // on the resend, or the chain would fail the same way for ever.
             by_copy(entries, &mut s);
+        } else if res < 0 && !matches!(-res, libc::ECANCELED | libc::EINTR | libc::EAGAIN) {
+            // A link the kernel refused to prepare (EINVAL, EFAULT) fails the links before it
+            // with ECANCELED: resending would fail the same way for ever.
+            s.error = Some(-res);
+            return s;
         } else if res >= 0 && res as usize == want {
             // A link ran although an earlier one failed: its bytes overtook the earlier ones.
             s.error = Some(libc::EIO);
@@ -140,6 +145,15 @@ mod tests {
             "{:?}",
             s.resend
         );
+    }
+
+    #[test]
+    fn a_link_refused_after_cancelled_links_ends_the_connection() {
+        // A link the kernel could not prepare (EINVAL) cancels the links before it; sending
+        // them all again would be refused the same way, round after round.
+        let c = [e(0, 10, false), e(1, 10, false), e(2, 10, false)];
+        let s = settle(&c, &[-libc::ECANCELED, -libc::ECANCELED, -libc::EINVAL]);
+        assert_eq!(s.error, Some(libc::EINVAL));
     }
 
     /// Results of a chain of one-entry requests (linked SENDs).

@@ -10,12 +10,14 @@
 //!   spliced behind a response head), reported as [`Event`]s;
 //! - `splice.rs`: the I/O-free rules of a file range going through a pipe.
 
+mod arena;
 mod config;
 mod pass;
 mod server;
 mod splice;
 mod wait;
 
+pub use arena::{ArenaConfig, Reserved};
 pub use config::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig};
 
 use crate::send::{Chooser, ConnState, Order, StateConfig, ZcConfig};
@@ -100,6 +102,8 @@ pub struct UringDriver {
     note: Option<String>,
     /// How timed waits batch completions ([`UringDriver::batch_waits`]).
     batch: Option<BatchWait>,
+    /// The registered memory new buffers come from first ([`ArenaConfig`]).
+    arena: Option<std::sync::Arc<crate::sys::mem::ArenaMem>>,
 }
 
 impl std::fmt::Debug for UringDriver {
@@ -144,15 +148,27 @@ impl UringDriver {
         if asked == Some(Order::Vectored) && order_for(asked, ops, false) != Order::Vectored {
             note = Some("vectored sends need SENDMSG and SENDMSG_ZC: sending linked chains".into());
         }
-        if cfg.options.uring_fixed_buffers {
+        let arena_cfg = cfg.options.uring_arena;
+        if cfg.options.uring_fixed_buffers || arena_cfg.is_some() {
             let per_conn = cfg.options.inflight.max_sends + 2 * depth;
-            let table = (per_conn * conns).min(1 << 14) as u32;
-            if let Err(e) = ring.enable_fixed_buffers(table) {
+            let table = match cfg.options.uring_fixed_buffers {
+                true => (per_conn * conns).min(1 << 14) as u32,
+                false => 0,
+            };
+            if let Err(e) = ring.enable_fixed_buffers(table + u32::from(arena_cfg.is_some())) {
                 note = Some(format!(
                     "registering fixed buffers failed ({e}): sending from unregistered buffers"
                 ));
             }
         }
+        let arena = match arena_cfg {
+            Some(a) => {
+                let (mem, why) = arena::set_up(&mut ring, a)?;
+                note = why.or(note);
+                Some(mem)
+            }
+            None => None,
+        };
         Ok(UringDriver {
             ring,
             serial: config::next_ring_serial(),
@@ -177,6 +193,7 @@ impl UringDriver {
             usage_reporting,
             note,
             batch: None,
+            arena,
         })
     }
 
@@ -251,6 +268,9 @@ impl UringDriver {
     pub(crate) fn add_with_chooser(&mut self, sock: Socket, chooser: Chooser) -> Result<ConnId> {
         sock.check(Waits::OnTheRing)?;
         let mut state = ConnState::new(self.state_config(&chooser), chooser);
+        if let Some(a) = &self.arena {
+            state.use_arena(a.clone());
+        }
         if crate::sys::socket::is_datagram(sock.as_fd()) {
             state.set_datagrams();
         }

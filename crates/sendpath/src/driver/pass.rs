@@ -447,11 +447,8 @@ fn push_request(
         let (req, registered) = ring.push_slot(fd, slot, part.range.clone(), s.op, s.link)?;
         return Ok(Pushed { req, registered });
     }
-    let req = ring.push_vectored(fd, s.parts, s.queue, s.op, s.link, tag)?;
-    Ok(Pushed {
-        req,
-        registered: false,
-    })
+    let (req, registered) = ring.push_vectored(fd, s.parts, s.queue, s.op, s.link, tag)?;
+    Ok(Pushed { req, registered })
 }
 
 #[cfg(test)]

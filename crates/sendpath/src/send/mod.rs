@@ -207,7 +207,17 @@ impl ConnState {
 
     /// A buffer of `len` bytes to fill: one the kernel has released, or a new one.
     pub(crate) fn take_buf(&mut self, len: usize) -> Buf {
-        self.pool.take(len)
+        let b = self.pool.take(len);
+        if let (Some(a), Some((slots, heap))) = (&mut self.stats.arena, self.pool.arena_counts()) {
+            (a.slots, a.heap) = (slots, heap);
+        }
+        b
+    }
+
+    /// Takes new buffers from `arena` (slots of a driver's registered arena) before the heap.
+    pub(crate) fn use_arena(&mut self, arena: std::sync::Arc<crate::sys::mem::ArenaMem>) {
+        self.pool.use_arena(arena);
+        self.stats.arena = Some(crate::stats::ArenaCounts::default());
     }
 
     /// Buffers ready for reuse.

@@ -166,6 +166,9 @@ impl ConnState {
         }
         let n = parts.len();
         self.stats.calls += 1;
+        if let (Some(a), true) = (&mut self.stats.arena, p.registered) {
+            a.registered_requests += 1;
+        }
         if zc {
             self.stats.zerocopy.attempts += n as u64;
             self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };

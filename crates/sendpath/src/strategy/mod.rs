@@ -463,6 +463,10 @@ pub struct Options {
     pub uring_report_usage: bool,
     /// Send SEND_ZC from registered (fixed) buffers.
     pub uring_fixed_buffers: bool,
+    /// New buffers of a ring's connections come from one arena the ring registers once,
+    /// and its sends name them by index ([`ArenaConfig`](crate::ArenaConfig)); `None`: from
+    /// the heap.
+    pub uring_arena: Option<crate::ArenaConfig>,
     /// How a connection's queued sends keep their order on io_uring; `None` for the fastest
     /// the kernel has (vectored, else linked: [`Order`](crate::Order)).
     pub uring_order: Option<crate::Order>,
@@ -491,6 +495,7 @@ impl Default for Options {
             uring_depth: 8,
             uring_report_usage: true,
             uring_fixed_buffers: false,
+            uring_arena: None,
             uring_order: None,
             pipe_size: 1 << 20,
             file: None,

@@ -208,3 +208,127 @@ impl Drop for FileMap {
         }
     }
 }
+
+/// One anonymous mapping cut into slots of one size: the memory an io_uring driver registers
+/// once and sends from by index ([`crate::ArenaConfig`]). Each slot is owned by at most one
+/// [`ArenaSlot`] at a time: the free list hands an index out once and takes it back when that
+/// slot is dropped, so a slot's bytes are never reachable from two places.
+pub(crate) struct ArenaMem {
+    ptr: *mut u8,
+    map_len: usize,
+    slot_size: usize,
+    free: std::sync::Mutex<Vec<u32>>,
+}
+
+// SAFETY: the mapping is only reached through ArenaSlots, each the sole owner of its bytes;
+// the free list is behind a lock.
+unsafe impl Send for ArenaMem {}
+// SAFETY: as above: shared references to ArenaMem give no access to any slot's bytes.
+unsafe impl Sync for ArenaMem {}
+
+impl std::fmt::Debug for ArenaMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArenaMem")
+            .field("slot_size", &self.slot_size)
+            .field("slots", &(self.map_len / self.slot_size))
+            .finish()
+    }
+}
+
+impl ArenaMem {
+    /// `slots` slots of `slot_size` bytes (rounded up to whole pages), every byte written with
+    /// `fill` so each page is the process's own (never the shared zero page).
+    pub(crate) fn new(slot_size: usize, slots: usize, fill: u8) -> io::Result<ArenaMem> {
+        let ps = page_size();
+        let slot_size = slot_size.max(1).div_ceil(ps) * ps;
+        let map_len = slot_size
+            .checked_mul(slots.max(1))
+            .filter(|n| *n <= 1 << 30)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let ptr = map(
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+        )?;
+        // SAFETY: the fresh mapping is `map_len` writable bytes no one else can reach yet.
+        unsafe { std::ptr::write_bytes(ptr, fill, map_len) };
+        let n = (map_len / slot_size) as u32;
+        Ok(ArenaMem {
+            ptr,
+            map_len,
+            slot_size,
+            free: std::sync::Mutex::new((0..n).rev().collect()),
+        })
+    }
+
+    /// Bytes per slot (whole pages).
+    pub(crate) fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// The first byte and length of the whole mapping, for registering it.
+    pub(crate) fn region(&self) -> (usize, usize) {
+        (self.ptr as usize, self.map_len)
+    }
+
+    /// A free slot, owned by the caller until dropped; `None` when every slot is taken.
+    pub(crate) fn take(self: &std::sync::Arc<Self>) -> Option<ArenaSlot> {
+        let index = self.free.lock().ok()?.pop()?;
+        Some(ArenaSlot {
+            mem: self.clone(),
+            index,
+        })
+    }
+}
+
+impl Drop for ArenaMem {
+    fn drop(&mut self) {
+        // SAFETY: the last reference is gone, so no ArenaSlot (and no buffer the kernel may
+        // still read: the ring leaks those, with their Arc) points into the mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
+/// The sole owner of one slot of an [`ArenaMem`]; the slot goes back to the free list when
+/// this is dropped.
+pub(crate) struct ArenaSlot {
+    mem: std::sync::Arc<ArenaMem>,
+    index: u32,
+}
+
+impl ArenaSlot {
+    /// The slot's first `len` bytes (`len` at most the slot size).
+    pub(crate) fn bytes(&self, len: usize) -> &[u8] {
+        let len = len.min(self.mem.slot_size);
+        // SAFETY: the slot is `slot_size` bytes inside the live mapping (the Arc keeps it),
+        // owned by self alone.
+        unsafe { std::slice::from_raw_parts(self.start(), len) }
+    }
+
+    /// The slot's first `len` bytes, writable.
+    pub(crate) fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        let len = len.min(self.mem.slot_size);
+        // SAFETY: as in `bytes`; `&mut self` and the slot's sole ownership make this the only
+        // reference to these bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.start(), len) }
+    }
+
+    /// Bytes in the slot.
+    pub(crate) fn capacity(&self) -> usize {
+        self.mem.slot_size
+    }
+
+    fn start(&self) -> *mut u8 {
+        // SAFETY: `index < map_len / slot_size`, so the offset stays inside the mapping.
+        unsafe { self.mem.ptr.add(self.index as usize * self.mem.slot_size) }
+    }
+}
+
+impl Drop for ArenaSlot {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.mem.free.lock() {
+            f.push(self.index);
+        }
+    }
+}

@@ -82,7 +82,7 @@ pub(crate) fn export(e: &dyn Exporter, doc: &Document<'_>, path: &Path) -> anyho
 
 /// CSV header, one column per field a spreadsheet needs. Empty cells are values that were not
 /// measured.
-pub(crate) const CSV_HEADER: [&str; 89] = [
+pub(crate) const CSV_HEADER: [&str; 91] = [
     "workload",
     "strategy",
     "size_bytes",
@@ -168,6 +168,8 @@ pub(crate) const CSV_HEADER: [&str; 89] = [
     "uring_order",
     "tcp_congestion",
     "messages_per_call",
+    "uring_buffers",
+    "arena_registered",
     "recv_mapped_fraction",
     "kernel_copies_receive_per_byte",
     "kernel_copies_send_per_byte",
@@ -351,6 +353,8 @@ fn per_mib_columns(row: &Row) -> Vec<String> {
         row.uring_order.clone().unwrap_or_default(),
         row.tcp_congestion.clone().unwrap_or_default(),
         opt(row.messages_per_call),
+        row.uring_buffers.clone().unwrap_or_default(),
+        opt(row.arena_registered),
         opt(row.recv_mapped_fraction),
         opt(row.kernel_copies.and_then(|k| k.receive_per_byte)),
         opt(row.kernel_copies.and_then(|k| k.send_per_byte)),

@@ -235,6 +235,15 @@ pub struct Row {
     /// requests, `copy` with `--copy-batch`); null where the path does not count its calls.
     #[serde(default)]
     pub messages_per_call: Option<f64>,
+    /// How messages reached an io_uring path: `owned` (buffers the library hands out and
+    /// takes back, from the heap) or `arena` (`--arena`: written in place in slots of memory
+    /// the ring registered once); null for the paths off the ring.
+    #[serde(default)]
+    pub uring_buffers: Option<String>,
+    /// `--arena`: the share of requests sent by the arena's registration index, median over
+    /// the repeats (zero-copy requests; SEND takes no registered buffer); null without one.
+    #[serde(default)]
+    pub arena_registered: Option<f64>,
     /// `--recv zerocopy`: the share of the bytes received that the receiver mapped
     /// (`TCP_ZEROCOPY_RECEIVE`) rather than copied, over the repeats; null for the other
     /// receivers.
@@ -340,6 +349,9 @@ impl Row {
         if self.fixed_buffers {
             v.push("fixed".into());
         }
+        if self.uring_buffers.as_deref() == Some("arena") {
+            v.push("arena".into());
+        }
         if let Some(b) = &self.burst {
             v.push(format!("burst {b}"));
         }
@@ -370,6 +382,7 @@ impl Row {
             && self.alloc == crate::traffic::mix::Alloc::Pool
             && self.gso_segment_bytes.is_none()
             && !self.fixed_buffers
+            && self.uring_buffers.as_deref() != Some("arena")
             && self.burst.is_none()
     }
 
@@ -439,6 +452,7 @@ impl Row {
             .collect();
         self.cpu_ns_per_byte = CpuNsPerByte::median_of(&cpu);
         self.messages_per_call = self.median_of(|r| r.messages_per_call);
+        self.arena_registered = self.median_of(|r| r.arena_registered);
         self.summarise_latency();
         self.summarise_counts();
         self.per_mib = PerMib::of(self);

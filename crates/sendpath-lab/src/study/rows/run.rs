@@ -139,6 +139,7 @@ impl Point {
                 burst: p.burst.map(|b| b.name()),
                 runtime: p.runtime,
                 uring_order: crate::window::uring_order(p.strategy),
+                uring_buffers: crate::window::uring_buffers(p.strategy, &p.opts),
                 tcp_congestion: (p.proto == crate::traffic::datagram::Protocol::Tcp)
                     .then(|| congestion::in_effect(p.congestion.as_deref()))
                     .flatten(),

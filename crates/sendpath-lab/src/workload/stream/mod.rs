@@ -536,6 +536,7 @@ fn outcome(pt: &StreamPoint, w: Window, ended: Ended, cpu_mhz: Option<f64>) -> O
     repeat.file_resident_fraction = w.resident;
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.messages_per_call = ended.stats.messages_per_call();
+    repeat.arena_registered = crate::window::arena_registered(&ended.stats);
     repeat.integrity = ended.integrity;
     repeat.cut_short = stall::cut_short(pt, &w, &ended, &repeat);
     if let Some(h) = &ended.latency {

@@ -65,6 +65,7 @@ pub(super) fn run_once(
     let mut repeat = s0.window(&s1, bytes, bytes / pt.size as u64, pt.threads, cpu_mhz);
     repeat.zerocopy = zerocopy_counts(&ended.stats);
     repeat.messages_per_call = ended.stats.messages_per_call();
+    repeat.arena_registered = crate::window::arena_registered(&ended.stats);
     repeat.integrity = ended.integrity;
     repeat.datagrams = Some(ended.datagrams);
     Ok(Some(Outcome::new(repeat, ended.note, &ended.stats)))
@@ -122,7 +123,8 @@ fn start_sender(
     i: usize,
     tids: &mpsc::Sender<(bool, i32)>,
 ) -> JoinHandle<Sent> {
-    let (strategy, size, opts) = (pt.strategy, pt.size, pt.opts.clone());
+    let (strategy, size, mut opts) = (pt.strategy, pt.size, pt.opts.clone());
+    crate::window::arena_for(&mut opts, size);
     let seg = pt.gso.map_or(size, usize::from);
     let fill = pt.recv == RecvMode::Verify;
     let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());

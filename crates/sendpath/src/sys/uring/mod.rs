@@ -163,6 +163,11 @@ pub(crate) struct SendRing {
     fixed: Option<FixedTable>,
     /// Why registering buffers stopped, when the kernel refused (memlock, for one).
     fixed_error: Option<io::Error>,
+    /// The registered part of the driver's arena (first byte, length): table entry 0.
+    arena: Option<(usize, usize)>,
+    /// Vectored zero-copy sends whose iovecs all lie in the arena go by index (`SENDMSG_ZC`
+    /// with registered iovecs, Linux 6.15).
+    vectored_fixed: bool,
     /// Requests pushed so far: the high half of each request id.
     requests: u32,
     /// Slots with completions outstanding.
@@ -240,6 +245,8 @@ impl SendRing {
                         released: Vec::new(),
                         fixed: None,
                         fixed_error: None,
+                        arena: None,
+                        vectored_fixed: false,
                         requests: 0,
                         busy: 0,
                         tag_busy: Vec::new(),

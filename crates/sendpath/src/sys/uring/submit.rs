@@ -10,6 +10,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Instant;
 
+/// `IORING_RECVSEND_FIXED_BUF` from `<linux/io_uring.h>`: the request's bytes are in the
+/// registered buffer `buf_index`.
+const RECVSEND_FIXED_BUF: u16 = 1 << 2;
+
 /// A ring's registered-buffer table: (address, capacity) per entry, filled in order.
 pub(super) struct FixedTable {
     pub(super) keys: Vec<(usize, usize)>,
@@ -48,6 +52,59 @@ impl SendRing {
                 false
             }
         }
+    }
+
+    /// Registers the first `len` bytes at `base` (a driver's arena) as entry 0 of the table,
+    /// which must be new: zero-copy requests whose bytes lie inside it go by index (SEND_ZC,
+    /// and vectored SENDMSG_ZC where the kernel has registered iovecs: 6.15).
+    /// When the kernel refuses (`ENOMEM` past `ulimit -l`), tries half as much, down to
+    /// `unit` bytes. Returns how many bytes are registered and the first refusal.
+    pub(crate) fn register_arena(
+        &mut self,
+        base: usize,
+        len: usize,
+        unit: usize,
+    ) -> (usize, Option<io::Error>) {
+        let Some(table) = self.fixed.as_mut().filter(|t| t.used == 0) else {
+            return (0, Some(io::Error::from_raw_os_error(libc::EBUSY)));
+        };
+        let (mut try_len, mut first) = (len, None);
+        while try_len >= unit.max(1) {
+            let iov = libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: try_len,
+            };
+            // SAFETY: the iovec describes a live mapping the driver keeps (in an Arc) for as
+            // long as any buffer in it may be in a request; the kernel pins its pages and only
+            // reads them (sendpath issues no *_FIXED read ops).
+            match unsafe {
+                self.ring
+                    .submitter()
+                    .register_buffers_update(0, &[iov], None)
+            } {
+                Ok(_) => {
+                    table.keys[0] = (base, try_len);
+                    table.used = 1;
+                    self.arena = Some((base, try_len));
+                    return (try_len, first);
+                }
+                Err(e) => {
+                    let again = e.raw_os_error() == Some(libc::ENOMEM);
+                    first.get_or_insert(e);
+                    if !again {
+                        break;
+                    }
+                    try_len = (try_len / 2) / unit.max(1) * unit.max(1);
+                }
+            }
+        }
+        (0, first)
+    }
+
+    /// Lets vectored zero-copy sends from the arena go by index (the kernel takes registered
+    /// iovecs for `SENDMSG_ZC`: Linux 6.15).
+    pub(crate) fn set_vectored_fixed(&mut self, on: bool) {
+        self.vectored_fixed = on;
     }
 
     /// Registers `buf` now (see [`SendRing::register_buf`]); `false` when fixed buffers are
@@ -137,7 +194,9 @@ impl SendRing {
     /// (or `SENDMSG_ZC` for `Op::SendZc`) with `MSG_WAITALL`, see sendmsg(2). Each new part's
     /// buffer, taken from the front of `queue`, goes to the ring first, and the part names the
     /// slot that now holds it. With `link`, the next SQE runs only after this one completes in
-    /// full. Returns the request id. A held part whose slot is not live, or a new one without
+    /// full. Returns the request id and whether it sends by index from the arena (a
+    /// zero-copy request whose every part lies in it, where the kernel takes registered
+    /// iovecs). A held part whose slot is not live, or a new one without
     /// its buffer, is an error (`EBADSLT`), and nothing is queued.
     pub(crate) fn push_vectored(
         &mut self,
@@ -147,7 +206,7 @@ impl SendRing {
         op: Op,
         link: bool,
         tag: u32,
-    ) -> io::Result<u64> {
+    ) -> io::Result<(u64, bool)> {
         let mut new = queue.iter();
         let all_live = parts.iter().all(|p| match p.payload {
             Payload::Held(slot) => self.live(slot, &p.range),
@@ -165,6 +224,7 @@ impl SendRing {
         slots.clear();
         iovs.clear();
         let now = self.clock(op);
+        let mut fixed = self.vectored_fixed && matches!(op, Op::SendZc { .. });
         for part in parts.iter_mut() {
             let slot = match part.payload {
                 Payload::New => self.hold(queue.pop_front().expect("checked above"), tag, now),
@@ -174,6 +234,7 @@ impl SendRing {
             let s = self.slots[slot as usize].as_mut().expect("live");
             s.pending += 1;
             let bytes = &s.buf.as_slice()[part.range.clone()];
+            fixed &= in_region(self.arena, bytes);
             iovs.push(libc::iovec {
                 iov_base: bytes.as_ptr() as *mut libc::c_void,
                 iov_len: bytes.len(),
@@ -187,7 +248,7 @@ impl SendRing {
         group.hdr.msg_iovlen = iovs.len();
         (group.slots, group.iovs) = (slots, iovs);
         (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
-        let entry = sendmsg_entry(fd, &group.hdr, op, link, req);
+        let entry = sendmsg_entry(fd, &group.hdr, op, link, fixed, req);
         loop {
             // SAFETY: the SQE points at the group's header, which points at its iovecs, which
             // point into buffers held in the group's slots. The group is reused, and each slot
@@ -195,7 +256,7 @@ impl SendRing {
             // and iovecs are kept that long although the kernel copies them at submission).
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
-                return Ok(req);
+                return Ok((req, fixed));
             }
             self.submit()?;
         }
@@ -216,7 +277,10 @@ impl SendRing {
         if !self.live(slot, &range) {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         }
-        if matches!(op, Op::SendZc { .. }) {
+        let in_arena = self.slots[slot as usize]
+            .as_ref()
+            .is_some_and(|s| in_region(self.arena, &s.buf.as_slice()[range.clone()]));
+        if matches!(op, Op::SendZc { .. }) && !in_arena {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
@@ -235,6 +299,11 @@ impl SendRing {
                 == Some((s.buf.as_slice().as_ptr() as usize, s.buf.capacity()))
         });
         let fd = types::Fd(fd.as_raw_fd());
+        // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
+        // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
+        let zc = matches!(op, Op::SendZc { .. });
+        let in_arena = in_arena && zc;
+        let fixed = if in_arena { Some(0) } else { fixed };
         let entry = match op {
             Op::Send => opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
                 .flags(libc::MSG_WAITALL)
@@ -257,7 +326,7 @@ impl SendRing {
         } else {
             entry
         };
-        let registered = fixed.is_some() && matches!(op, Op::SendZc { .. });
+        let registered = fixed.is_some() && zc;
         self.request_started(tag);
         loop {
             // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
@@ -273,13 +342,21 @@ impl SendRing {
     }
 }
 
+/// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
+fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
+    let (p, n) = (bytes.as_ptr() as usize, bytes.len());
+    region.is_some_and(|(base, len)| p >= base && p + n <= base + len)
+}
+
 /// The SQE of a vectored send of `hdr`'s iovecs on `fd`: `IORING_OP_SENDMSG`, or
-/// `SENDMSG_ZC` for `Op::SendZc`, with `MSG_WAITALL`, linked to the next when `link`.
+/// `SENDMSG_ZC` for `Op::SendZc`, with `MSG_WAITALL`, linked to the next when `link`; a
+/// `fixed` SENDMSG_ZC's iovecs name bytes of registered buffer 0 (the arena).
 fn sendmsg_entry(
     fd: BorrowedFd<'_>,
     hdr: &libc::msghdr,
     op: Op,
     link: bool,
+    fixed: bool,
     req: u64,
 ) -> squeue::Entry {
     let (fd, hdr) = (types::Fd(fd.as_raw_fd()), hdr as *const libc::msghdr);
@@ -289,11 +366,13 @@ fn sendmsg_entry(
             .build(),
         Op::SendZc { report_usage } => opcode::SendMsgZc::new(fd, hdr)
             .flags(libc::MSG_WAITALL as u32)
-            .ioprio(if report_usage {
-                IORING_SEND_ZC_REPORT_USAGE
-            } else {
-                0
-            })
+            .ioprio(
+                if report_usage {
+                    IORING_SEND_ZC_REPORT_USAGE
+                } else {
+                    0
+                } | if fixed { RECVSEND_FIXED_BUF } else { 0 },
+            )
             .build(),
     };
     let entry = entry.user_data(req);

@@ -1,0 +1,199 @@
+//! Sending in place: one arena of memory the driver registers with the ring once, cut into
+//! slots that connections write their messages into and send by index. A slot goes back to
+//! the arena only after the kernel's last completion for it, as any buffer does.
+
+use super::UringDriver;
+use crate::sys::mem::ArenaMem;
+use crate::sys::uring::SendRing;
+use crate::{Buf, ConnId, Error, Result};
+use std::sync::Arc;
+
+/// A driver's arena ([`Options::uring_arena`](crate::Options::uring_arena)): `slots` slots of
+/// `slot_size` bytes (rounded up to whole pages), in one mapping the driver registers with its
+/// ring, so SEND and SEND_ZC name their bytes by index and the kernel pins nothing per send.
+/// New buffers ([`UringDriver::reserve`], [`UringDriver::take_buf`], a `uring` path's
+/// [`SendPath::take_buf`](crate::SendPath::take_buf)) come from it while a slot is free and
+/// the message fits one; the others come from the heap, counted in
+/// [`ArenaCounts`](crate::ArenaCounts).
+///
+/// The default, 64 slots of 64 KiB, is 4 MiB: within the 8 MiB a normal user may lock
+/// (`ulimit -l`). Past that limit the driver registers as much as the kernel allows, halving
+/// down to one slot, sends from the rest by address, and says so in [`UringDriver::note`].
+///
+/// ```
+/// use sendpath::{ArenaConfig, Options};
+/// let opts = Options { uring_arena: Some(ArenaConfig { slot_size: 4096, slots: 1024 }), ..Options::default() };
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// Bytes per slot: the largest message sent in place.
+    pub slot_size: usize,
+    /// Number of slots, shared by every connection of the driver.
+    pub slots: usize,
+}
+
+impl Default for ArenaConfig {
+    fn default() -> Self {
+        ArenaConfig {
+            slot_size: 64 << 10,
+            slots: 64,
+        }
+    }
+}
+
+/// Maps the arena and registers it as the ring's buffer 0 (the ring's table must be new).
+/// Returns it, with a note when the kernel registered less than all of it.
+pub(super) fn set_up(
+    ring: &mut SendRing,
+    cfg: ArenaConfig,
+) -> Result<(Arc<ArenaMem>, Option<String>)> {
+    let mem = ArenaMem::new(cfg.slot_size, cfg.slots, crate::buffer::FILL)
+        .map_err(Error::sys("mmap (the arena)"))?;
+    let (base, len) = mem.region();
+    let (done, refused) = ring.register_arena(base, len, mem.slot_size());
+    ring.set_vectored_fixed(kernel_at_least(6, 15));
+    let note = refused.map(|e| {
+        let mib = |n: usize| n as f64 / f64::from(1 << 20);
+        format!(
+            "the kernel registered {:.1} of the arena's {:.1} MiB ({e}; `ulimit -l` caps what a normal user may register): sends from the rest go by address, and the kernel pins their pages per send",
+            mib(done),
+            mib(len)
+        )
+    });
+    Ok((Arc::new(mem), note))
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_string_lossy();
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (nums.next().unwrap_or(0), nums.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// A message being written in place: `len` bytes of a slot of the driver's arena (or of a
+/// heap buffer, when no slot is free or the message is larger than one), which
+/// [`Reserved::commit`] queues on its connection. Dropped without committing, the slot goes
+/// back. The connection's driver is borrowed until then.
+///
+/// ```no_run
+/// # fn f(ring: &mut sendpath::UringDriver, id: sendpath::ConnId) -> sendpath::Result<()> {
+/// let mut msg = ring.reserve(id, 4096)?;
+/// msg.fill(b'x'); // written where the kernel will read it
+/// msg.commit()?; // queued by index; submitted by the next run()
+/// # Ok(()) }
+/// ```
+pub struct Reserved<'a> {
+    driver: &'a mut UringDriver,
+    id: ConnId,
+    buf: Option<Buf>,
+}
+
+impl std::fmt::Debug for Reserved<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reserved")
+            .field("conn", &self.id)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Reserved<'_> {
+    /// Shortens the message to `len` bytes (a longer `len` changes nothing).
+    pub fn truncate(&mut self, len: usize) {
+        if let Some(b) = self.buf.as_mut().filter(|b| len < b.len()) {
+            b.resize(len);
+        }
+    }
+
+    /// Queues the message on its connection as one whole message, to be submitted by the
+    /// next [`UringDriver::run`]. On an error (the connection failed or closed meanwhile)
+    /// the slot goes back and nothing is sent.
+    pub fn commit(mut self) -> Result<()> {
+        let buf = self
+            .buf
+            .take()
+            .expect("a Reserved holds its buffer until it ends");
+        self.driver.push(self.id, buf, true).map_err(|(e, buf)| {
+            self.driver.put_back(self.id, buf);
+            e
+        })
+    }
+}
+
+impl std::ops::Deref for Reserved<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], |b| b.as_slice())
+    }
+}
+
+impl std::ops::DerefMut for Reserved<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.as_mut().map_or(&mut [], |b| b.as_mut_slice())
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.driver.put_back(self.id, buf);
+        }
+    }
+}
+
+impl UringDriver {
+    /// `len` bytes to write a message into, in place: a slot of the arena when the driver has
+    /// one ([`ArenaConfig`]) and the message fits, so the kernel reads the bytes where they
+    /// were written and by index. [`Reserved::commit`] queues it; a slot comes back only after
+    /// the kernel's last completion for it. `WouldBlock` when the connection's queue is full
+    /// (run, then reserve again), the connection's error when it failed,
+    /// [`Error::UnknownConn`] for an id that names no open connection.
+    ///
+    /// ```no_run
+    /// # fn f(ring: &mut sendpath::UringDriver, id: sendpath::ConnId) -> sendpath::Result<()> {
+    /// while ring.room(id) == 0 {
+    ///     ring.run(true)?; // the queue is full: let the kernel take some
+    /// }
+    /// let mut msg = ring.reserve(id, 1400)?;
+    /// msg[..5].copy_from_slice(b"hello");
+    /// msg.truncate(5);
+    /// msg.commit()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn reserve(&mut self, id: ConnId, len: usize) -> Result<Reserved<'_>> {
+        self.conn_error(id)?;
+        if self.room(id) == 0 {
+            return Err(Error::sys("io_uring SEND (queue full)")(
+                std::io::ErrorKind::WouldBlock.into(),
+            ));
+        }
+        let buf = self.take_buf(id, len)?;
+        Ok(Reserved {
+            driver: self,
+            id,
+            buf: Some(buf),
+        })
+    }
+
+    /// A buffer taken for `id` and not sent goes back to its pool (a slot, to the arena).
+    fn put_back(&mut self, id: ConnId, buf: Buf) {
+        if let Ok(c) = self.conn_mut(id) {
+            c.state.on_released(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_running_kernel_is_at_least_itself_and_not_past_far_future() {
+        assert!(kernel_at_least(2, 6));
+        assert!(!kernel_at_least(99, 0));
+    }
+}
