@@ -142,6 +142,30 @@ mod on_tokio {
     }
 
     #[test]
+    fn async_sends_from_the_arena_go_by_index_and_stay_byte_exact() {
+        if !sendpath::probe().io_uring.send_zc {
+            return common::skip("io_uring SEND_ZC unavailable here");
+        }
+        let rt = runtime();
+        let (s, rx) = connect(Duration::from_millis(20));
+        let opts = Options {
+            uring_arena: Some(sendpath::ArenaConfig::default()),
+            ..Options::default()
+        };
+        let sent = rt.block_on(async {
+            let mut tx = AsyncSender::open(Strategy::UringZc, s, &opts).unwrap();
+            let sent = stream(&mut tx, 65536, 300).await;
+            let stats = tx.close(Duration::from_secs(5)).await.unwrap();
+            assert_eq!((stats.bytes, stats.leaked_buffers), (sent, 0));
+            let a = stats.arena.expect("a ring with an arena counts it");
+            assert!(a.slots > 0 && a.registered_requests > 0, "{a:?}");
+            sent
+        });
+        let v = rx.join().unwrap();
+        assert_eq!((v.mismatches, v.bytes_verified()), (0, sent));
+    }
+
+    #[test]
     fn sendfile_on_the_runtime_is_byte_exact() {
         let rt = runtime();
         let (s, rx) = connect(Duration::from_millis(50));

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
 //!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
-//!     [--fixed] [--fixed-file] [--pool] [--bufs 1] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
+//!     [--fixed] [--arena] [--fixed-file] [--pool] [--bufs 1] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
 //!     [--pipe-size N] [--gso SEG] [--mtu 65535] [--verify]
 //! ```
 //!
@@ -25,7 +25,9 @@
 //! batches up to 16 or 64 KiB): their bytes are no longer all in the L1 cache. Paths: `copy` (`send`), `gather` (`sendmsg`, one iovec),
 //! `msg-zerocopy` (`sendmsg(MSG_ZEROCOPY)`, the error queue read every `--reap-every` sends),
 //! `uring` (`IORING_OP_SEND`, `MSG_WAITALL`) and `uring-zc` (`IORING_OP_SEND_ZC` with usage
-//! reporting; `--fixed` for a registered buffer), `--depth` in flight: `--order linked` is a
+//! reporting; `--fixed` for a registered buffer per pool buffer; `--arena` for one registered
+//! region cut in slots, sent by index as sendpath's `--arena` does, vectored SENDMSG_ZC
+//! included), `--depth` in flight: `--order linked` is a
 //! chain of `--depth` linked requests, the next once it is done (sendpath's way with registered
 //! buffers or `--uring-order linked`), `none` keeps `--depth` unlinked requests in flight (on TCP their bytes may interleave out of
 //! order), `vectored` one `SENDMSG`/`SENDMSG_ZC` over `--depth` buffers at a time (sendpath's
@@ -67,7 +69,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--arena] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -88,6 +90,7 @@ pub(crate) struct Args {
     pub(crate) depth: usize,
     pub(crate) order: Option<Order>,
     pub(crate) fixed: bool,
+    pub(crate) arena: bool,
     pub(crate) fixed_file: bool,
     pub(crate) pool: bool,
     /// How many buffers `copy`, `serialize` and `gather` send from in turn.
@@ -167,6 +170,7 @@ fn parse() -> Result<Args, String> {
         depth: 8,
         order: None,
         fixed: false,
+        arena: false,
         fixed_file: false,
         pool: false,
         bufs: 1,
@@ -195,6 +199,7 @@ fn parse() -> Result<Args, String> {
             "--reap-every" => a.reap_every = num(it.next(), "--reap-every")?.max(1.0) as usize,
             "--mtu" => a.mtu = num(it.next(), "--mtu")? as u32,
             "--fixed" => a.fixed = true,
+            "--arena" => a.arena = true,
             "--fixed-file" => a.fixed_file = true,
             "--pool" => a.pool = true,
             "--bufs" => a.bufs = num(it.next(), "--bufs")? as usize,
@@ -233,6 +238,11 @@ fn check(a: Args) -> Result<Args, String> {
     let lib_order = matches!(a.order, None | Some(Order::Linked | Order::Vectored));
     if a.lib && (a.udp || !lib_order || a.fixed_file) {
         return Err(format!("--lib sends as the library does (TCP, ordered, no registered socket): drop --proto udp, --fixed-file, and --order other than linked or vectored: {USAGE}"));
+    }
+    if a.arena && (a.fixed || a.lib || !matches!(a.path.as_str(), "uring" | "uring-zc")) {
+        return Err(format!(
+            "--arena is for uring and uring-zc, without --fixed or --lib: {USAGE}"
+        ));
     }
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
         return Err(format!("--order bundle is for uring (send bundles have no zero-copy form), from one buffer (not --pool): {USAGE}"));
@@ -307,7 +317,11 @@ fn main() {
         a.path,
         a.size,
         a.gso.map_or(String::new(), |g| format!(" gso {g}")),
-        if a.fixed { " fixed" } else { "" },
+        match (a.fixed, a.arena) {
+            (true, _) => " fixed",
+            (_, true) => " arena",
+            _ => "",
+        },
         if a.pool { " pool" } else { "" },
         match a.bufs {
             1 => String::new(),

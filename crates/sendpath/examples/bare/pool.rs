@@ -12,6 +12,8 @@ pub(crate) struct Pool {
     cap: usize,
     /// Whether a buffer waits for the kernel (`--pool`) or goes back at once.
     pub(crate) hold: bool,
+    /// `--arena`: every buffer is a slot of `bufs[0]`, `stride` bytes apart.
+    stride: Option<usize>,
 }
 
 impl Pool {
@@ -24,12 +26,35 @@ impl Pool {
             size,
             cap: if hold { cap.max(1) } else { 1 },
             hold,
+            stride: None,
         };
         p.grow();
         while all && p.bufs.len() < p.cap {
             p.grow();
         }
         p
+    }
+
+    /// `--arena`: `cap` page-aligned slots of one region, made now, each held until the kernel
+    /// releases it (as `--pool`).
+    pub(crate) fn arena(size: usize, cap: usize) -> Pool {
+        let stride = size.next_multiple_of(4096);
+        Pool {
+            bufs: vec![vec![crate::route::BYTE; stride * cap.max(1) + 4096]],
+            free: (0..cap.max(1)).rev().collect(),
+            size,
+            cap: cap.max(1),
+            hold: true,
+            stride: Some(stride),
+        }
+    }
+
+    /// The whole region of an arena, for registering it as one buffer.
+    pub(crate) fn region(&self) -> Option<&[u8]> {
+        let s = self.stride?;
+        let b = &self.bufs[0];
+        let at = b.as_ptr().align_offset(4096);
+        Some(&b[at..at + s * self.cap])
     }
 
     fn grow(&mut self) {
@@ -39,7 +64,7 @@ impl Pool {
 
     /// A free buffer's index, or `None` when all `cap` are with the kernel.
     pub(crate) fn take(&mut self) -> Option<usize> {
-        if self.free.is_empty() && self.bufs.len() < self.cap {
+        if self.free.is_empty() && self.stride.is_none() && self.bufs.len() < self.cap {
             self.grow();
         }
         match self.hold {
@@ -56,6 +81,11 @@ impl Pool {
     }
 
     pub(crate) fn buf(&self, i: usize) -> &[u8] {
+        if let Some(s) = self.stride {
+            let b = &self.bufs[0];
+            let at = b.as_ptr().align_offset(4096) + i * s;
+            return &b[at..at + self.size];
+        }
         let b = &self.bufs[i];
         let at = b.as_ptr().align_offset(4096);
         &b[at..at + self.size]

@@ -129,7 +129,10 @@ impl Route {
         // Zero-copy sends wait for notifications: up to sendpath's in-flight cap (256) more.
         let zc = matches!(a.path.as_str(), "msg-zerocopy" | "uring-zc");
         let cap = 2 * a.depth + if zc { 256 } else { 0 };
-        let mut pool = Pool::new(a.size, a.pool, cap, a.fixed);
+        let mut pool = match a.arena {
+            true => Pool::arena(a.size, cap),
+            false => Pool::new(a.size, a.pool, cap, a.fixed),
+        };
         let p = &mut pool;
         match a.path.as_str() {
             "msg-zerocopy" => sys::msg_zerocopy(fd, p, until, a.reap_every, &mut self.zc_next),

@@ -13,6 +13,8 @@ pub(crate) struct Cfg {
     depth: usize,
     zc: bool,
     fixed: bool,
+    /// One registered region (buffer 0) that every request names by index.
+    arena: bool,
     fixed_file: bool,
     order: Order,
 }
@@ -23,6 +25,7 @@ impl Cfg {
             depth: a.depth,
             zc: a.path == "uring-zc",
             fixed: a.fixed,
+            arena: a.arena,
             fixed_file: a.fixed_file,
             order,
         }
@@ -32,6 +35,7 @@ impl Cfg {
 const BGID: u16 = 7;
 const REPORT_USAGE: u16 = 1 << 3; // IORING_SEND_ZC_REPORT_USAGE
 const NOTIF_COPIED: u32 = 1 << 31; // IORING_NOTIF_USAGE_ZC_COPIED
+const FIXED_BUF: u16 = 1 << 2; // IORING_RECVSEND_FIXED_BUF: iovecs in registered buffer 0
 
 /// A ring as sendpath's: one submitting thread, completions' task work run when it waits
 /// (SINGLE_ISSUER | DEFER_TASKRUN); `SENDPATH_URING_SETUP=coop` for COOP_TASKRUN.
@@ -51,7 +55,14 @@ pub(crate) fn ring(entries: usize) -> io::Result<IoUring> {
 /// request and notification.
 pub(crate) fn send(fd: RawFd, pool: &mut Pool, until: Instant, cfg: Cfg) -> io::Result<Tally> {
     let mut ring = ring(4 * cfg.depth)?;
-    if cfg.fixed {
+    if let Some(r) = pool.region() {
+        let iov = libc::iovec {
+            iov_base: r.as_ptr() as *mut _,
+            iov_len: r.len(),
+        };
+        // SAFETY: the region outlives the ring (the caller's borrow spans this function).
+        unsafe { ring.submitter().register_buffers(&[iov])? };
+    } else if cfg.fixed {
         let iovs: Vec<libc::iovec> = pool
             .all()
             .map(|b| libc::iovec {
@@ -127,7 +138,11 @@ impl Entries<'_> {
                 if self.cfg.zc {
                     opcode::SendZc::new($t, p, n)
                         .zc_flags(REPORT_USAGE)
-                        .buf_index(self.cfg.fixed.then_some(i as u16))
+                        .buf_index(match (self.cfg.fixed, self.cfg.arena) {
+                            (true, _) => Some(i as u16),
+                            (_, true) => Some(0),
+                            _ => None,
+                        })
                         .flags(w)
                         .build()
                 } else {
@@ -147,7 +162,7 @@ impl Entries<'_> {
             ($t:expr) => {
                 if self.cfg.zc {
                     opcode::SendMsgZc::new($t, m)
-                        .ioprio(REPORT_USAGE)
+                        .ioprio(REPORT_USAGE | if self.cfg.arena { FIXED_BUF } else { 0 })
                         .flags(w)
                         .build()
                 } else {
