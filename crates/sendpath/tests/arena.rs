@@ -137,6 +137,9 @@ fn a_reservation_dropped_or_refused_gives_its_slot_back() {
         (1, 0),
         "one slot, taken again and again: {a:?}"
     );
+    d.close(id);
+    let e = d.reserve(id, 10).unwrap_err();
+    assert!(matches!(e, sendpath::Error::UnknownConn { .. }), "{e}");
 }
 
 #[test]

@@ -165,6 +165,7 @@ impl UringDriver {
     /// # Ok(()) }
     /// ```
     pub fn reserve(&mut self, id: ConnId, len: usize) -> Result<Reserved<'_>> {
+        self.open_conn_mut(id)?;
         self.conn_error(id)?;
         if self.room(id) == 0 {
             return Err(Error::sys("io_uring SEND (queue full)")(
