@@ -5,7 +5,8 @@
 //! it: right after the call for copying paths, after the completion notification for zero-copy
 //! paths. So no safe code can write to a buffer the kernel may still be reading.
 
-use crate::sys::mem::{ArenaMem, ArenaSlot, PageBuf};
+pub(crate) use crate::sys::mem::ArenaMem;
+use crate::sys::mem::{ArenaSlot, PageBuf};
 use std::sync::Arc;
 
 /// The byte that every buffer handed out by [`BufPool::take`] and [`Buf::pages`] is filled with

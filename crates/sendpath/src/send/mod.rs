@@ -215,7 +215,7 @@ impl ConnState {
     }
 
     /// Takes new buffers from `arena` (slots of a driver's registered arena) before the heap.
-    pub(crate) fn use_arena(&mut self, arena: std::sync::Arc<crate::sys::mem::ArenaMem>) {
+    pub(crate) fn use_arena(&mut self, arena: std::sync::Arc<crate::buffer::ArenaMem>) {
         self.pool.use_arena(arena);
         self.stats.arena = Some(crate::stats::ArenaCounts::default());
     }
