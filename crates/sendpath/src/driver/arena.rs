@@ -48,6 +48,13 @@ pub(super) fn set_up(
     ring: &mut SendRing,
     cfg: ArenaConfig,
 ) -> Result<(Arc<ArenaMem>, Option<String>)> {
+    let bytes = cfg.slot_size.checked_mul(cfg.slots);
+    if cfg.slot_size == 0 || cfg.slots == 0 || bytes.is_none_or(|b| b > 1 << 30) {
+        return Err(Error::Config(format!(
+            "an arena of {} slots of {} bytes: give at least one slot of at least one byte, and at most 1 GiB in all (ArenaConfig)",
+            cfg.slots, cfg.slot_size
+        )));
+    }
     let mem = ArenaMem::new(cfg.slot_size, cfg.slots, crate::buffer::FILL)
         .map_err(Error::sys("mmap (the arena)"))?;
     let (base, len) = mem.region();
@@ -191,6 +198,25 @@ impl UringDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_or_oversized_arena_is_refused_naming_the_setting() {
+        for (slot_size, slots) in [(0, 8), (4096, 0), (1 << 20, 2048)] {
+            let options = crate::Options {
+                uring_arena: Some(ArenaConfig { slot_size, slots }),
+                ..crate::Options::default()
+            };
+            let cfg = crate::DriverConfig {
+                options,
+                ..crate::DriverConfig::default()
+            };
+            match UringDriver::new(cfg) {
+                Err(Error::Config(m)) => assert!(m.contains("ArenaConfig"), "{m}"),
+                Err(e) => crate::test_support::skip(&format!("io_uring unavailable: {e}")),
+                Ok(_) => panic!("{slot_size} x {slots} was taken"),
+            }
+        }
+    }
 
     #[test]
     fn the_running_kernel_is_at_least_itself_and_not_past_far_future() {
