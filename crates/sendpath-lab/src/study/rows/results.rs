@@ -727,6 +727,34 @@ mod tests {
     }
 
     #[test]
+    fn an_arena_too_small_for_its_zero_copy_sends_says_so() {
+        let row = |share: f64| {
+            let mut r = Row::default();
+            for round in 0..3 {
+                let mut rep = Repeat {
+                    round,
+                    throughput_gbps: 10.0,
+                    arena_registered: Some(share),
+                    ..Default::default()
+                };
+                rep.zerocopy.counts.attempts = 1000;
+                r.repeats.push(rep);
+            }
+            r.summarise();
+            r.warnings.join("\n")
+        };
+        let small = row(0.02);
+        assert!(
+            small.contains("only 2% of the requests") && small.contains("--arena"),
+            "{small}"
+        );
+        assert!(
+            !row(0.99).contains("--arena"),
+            "an arena that served the sends is not warned of"
+        );
+    }
+
+    #[test]
     fn notifications_are_summed_and_their_latency_summarised_over_repeats() {
         let mut r = Row::default();
         for (round, (notifs, p99, max)) in [(10, 50.0, 400.0), (40, 70.0, 900.0), (0, 0.0, 0.0)]

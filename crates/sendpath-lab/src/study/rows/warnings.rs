@@ -42,6 +42,7 @@ impl Row {
         }
         self.warnings.extend(self.datagram_warnings());
         self.warnings.extend(self.fallback_warning());
+        self.warnings.extend(self.arena_warning());
         self.warnings.extend(self.window_warnings());
         if self.repeats.len() == 1 {
             self.warnings
@@ -64,6 +65,20 @@ impl Row {
                 self.integrity.mismatches
             ));
         }
+    }
+
+    /// `--arena` with zero-copy sends, most of which did not go by index: the arena was too
+    /// small for the buffers in flight (connections x depth, plus those awaiting
+    /// notification), so they came from the heap.
+    fn arena_warning(&self) -> Option<String> {
+        let share = self.arena_registered?;
+        let zc = self.zerocopy.counts.attempts > 0;
+        (zc && share < 0.5).then(|| {
+            format!(
+                "--arena: only {:.0}% of the requests named the arena by index; the rest came from the heap, as the arena had too few slots for the buffers in flight: give --arena more bytes",
+                share * 100.0
+            )
+        })
     }
 
     /// What a UDP row's figures are: the send side only on the black-hole route; what was
