@@ -274,10 +274,10 @@ impl ZerocopyCounts {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArenaCounts {
-    /// New buffers that were a slot of the arena.
+    /// Buffers handed out that were slots of the arena (messages written in place).
     pub slots: u64,
-    /// New buffers that came from the heap instead: no slot was free, or the message was
-    /// larger than a slot.
+    /// Buffers handed out from the heap instead: no slot was free, or the message was larger
+    /// than a slot.
     pub heap: u64,
     /// Requests (SEND, SEND_ZC, vectored SENDMSG_ZC) that named their bytes by the arena's
     /// registration index, so the kernel pinned nothing per send.

@@ -336,8 +336,10 @@ pub(crate) struct BufPool {
     spares: Vec<Vec<Buf>>,
     /// How many buffers this pool has allocated in total.
     pub allocated: u64,
-    /// The driver's arena, which new buffers come from first.
+    /// The driver's arena, which buffers that fit a slot come from; `free` then holds only
+    /// slots, and `heap` the released heap buffers.
     arena: Option<Arc<ArenaMem>>,
+    heap: Vec<Buf>,
     arena_slots: u64,
     arena_misses: u64,
 }
@@ -353,59 +355,62 @@ impl BufPool {
     /// message, or with [`FILL`]).
     #[inline]
     pub(crate) fn take(&mut self, len: usize) -> Buf {
-        let reused = self.free.pop();
-        if reused.is_none() {
-            if let Some(b) = self.take_slot(len) {
-                return b;
-            }
+        if self.arena.is_some() {
+            return self.take_with_arena(len);
         }
+        let reused = self.free.pop();
         self.allocated += u64::from(reused.is_none());
         reuse_or_new(reused, len)
     }
 
-    /// Takes new buffers of up to a slot from `arena` before allocating any.
+    /// Hands out slots of `arena` for the messages that fit one.
     pub(crate) fn use_arena(&mut self, arena: Arc<ArenaMem>) {
         self.arena = Some(arena);
     }
 
-    /// A slot of the arena holding `len` bytes, if there is an arena, `len` fits a slot and one
-    /// is free; counts the buffers that came from the heap instead.
-    fn take_slot(&mut self, len: usize) -> Option<Buf> {
-        let arena = self.arena.as_ref()?;
-        let slot = (len <= arena.slot_size()).then(|| arena.take()).flatten();
-        match slot {
-            Some(slot) => {
-                self.arena_slots += 1;
+    /// With an arena: for a message that fits a slot, a released slot, else a free one of the
+    /// arena; otherwise (larger than a slot, or no slot free) a released heap buffer, else a
+    /// new one. Counts which.
+    fn take_with_arena(&mut self, len: usize) -> Buf {
+        if let Some(arena) = self.arena.as_ref().filter(|a| len <= a.slot_size()) {
+            let slot = self.free.pop().or_else(|| {
+                let slot = arena.take()?;
                 Some(Buf::of(Storage::Arena { slot, len }))
-            }
-            None => {
-                self.arena_misses += 1;
-                None
+            });
+            if let Some(mut b) = slot {
+                b.resize(len);
+                self.arena_slots += 1;
+                return b;
             }
         }
+        self.arena_misses += 1;
+        let reused = self.heap.pop();
+        self.allocated += u64::from(reused.is_none());
+        reuse_or_new(reused, len)
     }
 
-    /// Buffers taken from the arena, and new ones that had to come from the heap instead (no
-    /// free slot, or larger than a slot).
+    /// Buffers handed out that were slots of the arena, and those that came from the heap
+    /// instead (no slot free, or larger than a slot).
     pub(crate) fn arena_counts(&self) -> Option<(u64, u64)> {
         self.arena
             .as_ref()
             .map(|_| (self.arena_slots, self.arena_misses))
     }
 
-    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]), a
-    /// [`Buf::fresh`] buffer, and a heap buffer of a pool that has an arena are dropped
-    /// instead.
+    /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
+    /// [`Buf::fresh`] buffer are dropped instead.
     #[inline]
     pub(crate) fn put(&mut self, mut b: Buf) {
         if let Some(home) = b.home.take() {
             return home.put(b);
         }
-        // With an arena, a heap buffer (for a message larger than a slot, or when none was
-        // free) is not kept: reused, it would stand in for a slot.
-        let heap_beside_arena = self.arena.is_some() && !b.is_arena();
-        if !b.fresh && !matches!(b.data, Storage::Shared(_)) && !heap_beside_arena {
-            self.free.push(b);
+        if b.fresh || matches!(b.data, Storage::Shared(_)) {
+            return;
+        }
+        // With an arena, heap buffers wait apart, so a message that fits a slot gets one.
+        match self.arena.is_some() && !b.is_arena() {
+            true => self.heap.push(b),
+            false => self.free.push(b),
         }
     }
 
@@ -444,6 +449,28 @@ impl BufPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_an_arena_a_message_that_fits_gets_a_slot_and_heap_buffers_are_reused() {
+        let mut p = BufPool::new();
+        p.use_arena(Arc::new(ArenaMem::new(4096, 1, FILL).unwrap()));
+        let big = p.take(10_000);
+        assert!(!big.is_arena());
+        p.put(big);
+        // A free heap buffer does not stand in for a slot...
+        let small = p.take(100);
+        assert!(small.is_arena() && small.len() == 100);
+        // ...and a second message larger than a slot reuses the heap buffer.
+        let big = p.take(9_000);
+        assert!(!big.is_arena());
+        assert_eq!(p.allocated, 1, "the heap buffer was allocated once");
+        // The one slot is taken: a message that fits one comes from the heap, counted.
+        let more = p.take(100);
+        assert!(!more.is_arena());
+        assert_eq!(p.arena_counts(), Some((1, 3)));
+        p.put(small);
+        assert!(p.take(4096).is_arena(), "the slot came back");
+    }
 
     #[test]
     fn a_shared_buffer_goes_home_from_any_thread_and_is_taken_by_another() {
