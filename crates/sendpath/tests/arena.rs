@@ -5,8 +5,7 @@ mod common;
 
 use sendpath::{ArenaConfig, DriverConfig, Options, Order, Strategy, UringDriver};
 use sendpath_host::pattern::{self, Verifier};
-use std::io::Read;
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::time::Duration;
 
 const SLOT: usize = 16 << 10;
@@ -36,24 +35,9 @@ fn driver(connections: usize, order: Order, slots: usize) -> Option<UringDriver>
 }
 
 /// A loopback connection and a thread that reads it to EOF, verifying every byte.
-fn connection() -> (
-    TcpStream,
-    std::thread::JoinHandle<std::io::Result<Verifier>>,
-) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (mut s, _) = l.accept().unwrap();
-    let rx = std::thread::spawn(move || {
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let (mut v, mut buf) = (Verifier::new(), vec![0u8; 64 << 10]);
-        loop {
-            match s.read(&mut buf)? {
-                0 => return Ok(v),
-                n => v.check(&buf[..n]),
-            }
-        }
-    });
-    (tx, rx)
+fn connection() -> (TcpStream, std::thread::JoinHandle<Verifier>) {
+    let (addr, rx) = common::receiver(Duration::ZERO);
+    (TcpStream::connect(addr).unwrap(), rx)
 }
 
 /// Sends `msgs` messages on each connection through reserve and commit, sizes varying from
@@ -105,7 +89,7 @@ fn send_in_place(strategy: Strategy, order: Order, conns: usize, msgs: usize) {
             .unwrap();
     }
     for (c, h) in rx.into_iter().enumerate() {
-        let v = h.join().unwrap().unwrap();
+        let v = h.join().unwrap();
         assert_eq!(v.mismatches, 0, "{strategy} {order:?} connection {c}");
         assert_eq!(v.bytes_verified(), offset[c], "connection {c}");
     }

@@ -340,8 +340,6 @@ pub(crate) struct BufPool {
     /// slots, and `heap` the released heap buffers.
     arena: Option<Arc<ArenaMem>>,
     heap: Vec<Buf>,
-    arena_slots: u64,
-    arena_misses: u64,
 }
 
 impl BufPool {
@@ -370,7 +368,7 @@ impl BufPool {
 
     /// With an arena: for a message that fits a slot, a released slot, else a free one of the
     /// arena; otherwise (larger than a slot, or no slot free) a released heap buffer, else a
-    /// new one. Counts which.
+    /// new one.
     fn take_with_arena(&mut self, len: usize) -> Buf {
         if let Some(arena) = self.arena.as_ref().filter(|a| len <= a.slot_size()) {
             let slot = self.free.pop().or_else(|| {
@@ -379,22 +377,12 @@ impl BufPool {
             });
             if let Some(mut b) = slot {
                 b.resize(len);
-                self.arena_slots += 1;
                 return b;
             }
         }
-        self.arena_misses += 1;
         let reused = self.heap.pop();
         self.allocated += u64::from(reused.is_none());
         reuse_or_new(reused, len)
-    }
-
-    /// Buffers handed out that were slots of the arena, and those that came from the heap
-    /// instead (no slot free, or larger than a slot).
-    pub(crate) fn arena_counts(&self) -> Option<(u64, u64)> {
-        self.arena
-            .as_ref()
-            .map(|_| (self.arena_slots, self.arena_misses))
     }
 
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
@@ -467,7 +455,6 @@ mod tests {
         // The one slot is taken: a message that fits one comes from the heap, counted.
         let more = p.take(100);
         assert!(!more.is_arena());
-        assert_eq!(p.arena_counts(), Some((1, 3)));
         p.put(small);
         assert!(p.take(4096).is_arena(), "the slot came back");
     }

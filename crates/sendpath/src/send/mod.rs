@@ -208,8 +208,11 @@ impl ConnState {
     /// A buffer of `len` bytes to fill: one the kernel has released, or a new one.
     pub(crate) fn take_buf(&mut self, len: usize) -> Buf {
         let b = self.pool.take(len);
-        if let (Some(a), Some((slots, heap))) = (&mut self.stats.arena, self.pool.arena_counts()) {
-            (a.slots, a.heap) = (slots, heap);
+        if let Some(a) = &mut self.stats.arena {
+            match b.is_arena() {
+                true => a.slots += 1,
+                false => a.heap += 1,
+            }
         }
         b
     }

@@ -214,23 +214,20 @@ impl Drop for FileMap {
 /// [`ArenaSlot`] at a time: the free list hands an index out once and takes it back when that
 /// slot is dropped, so a slot's bytes are never reachable from two places.
 pub(crate) struct ArenaMem {
-    ptr: *mut u8,
-    map_len: usize,
+    pages: PageBuf,
     slot_size: usize,
     free: std::sync::Mutex<Vec<u32>>,
 }
 
-// SAFETY: the mapping is only reached through ArenaSlots, each the sole owner of its bytes;
+// SAFETY: the pages are only reached through ArenaSlots, each the sole owner of its bytes;
 // the free list is behind a lock.
-unsafe impl Send for ArenaMem {}
-// SAFETY: as above: shared references to ArenaMem give no access to any slot's bytes.
 unsafe impl Sync for ArenaMem {}
 
 impl std::fmt::Debug for ArenaMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArenaMem")
             .field("slot_size", &self.slot_size)
-            .field("slots", &(self.map_len / self.slot_size))
+            .field("slots", &(self.pages.len() / self.slot_size))
             .finish()
     }
 }
@@ -239,24 +236,16 @@ impl ArenaMem {
     /// `slots` slots of `slot_size` bytes (rounded up to whole pages), every byte written with
     /// `fill` so each page is the process's own (never the shared zero page).
     pub(crate) fn new(slot_size: usize, slots: usize, fill: u8) -> io::Result<ArenaMem> {
-        let ps = page_size();
-        let slot_size = slot_size.max(1).div_ceil(ps) * ps;
-        let map_len = slot_size
+        let slot_size = slot_size.max(1).next_multiple_of(page_size());
+        let len = slot_size
             .checked_mul(slots.max(1))
             .filter(|n| *n <= 1 << 30)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let ptr = map(
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-        )?;
-        // SAFETY: the fresh mapping is `map_len` writable bytes no one else can reach yet.
-        unsafe { std::ptr::write_bytes(ptr, fill, map_len) };
-        let n = (map_len / slot_size) as u32;
+        let mut pages = PageBuf::new(len)?;
+        pages.as_mut_slice().fill(fill);
+        let n = (len / slot_size) as u32;
         Ok(ArenaMem {
-            ptr,
-            map_len,
+            pages,
             slot_size,
             free: std::sync::Mutex::new((0..n).rev().collect()),
         })
@@ -269,7 +258,7 @@ impl ArenaMem {
 
     /// The first byte and length of the whole mapping, for registering it.
     pub(crate) fn region(&self) -> (usize, usize) {
-        (self.ptr as usize, self.map_len)
+        (self.pages.as_ptr() as usize, self.pages.len())
     }
 
     /// A free slot, owned by the caller until dropped; `None` when every slot is taken.
@@ -279,14 +268,6 @@ impl ArenaMem {
             mem: self.clone(),
             index,
         })
-    }
-}
-
-impl Drop for ArenaMem {
-    fn drop(&mut self) {
-        // SAFETY: the last reference is gone, so no ArenaSlot (and no buffer the kernel may
-        // still read: the ring leaks those, with their Arc) points into the mapping.
-        unsafe { libc::munmap(self.ptr.cast(), self.map_len) };
     }
 }
 
@@ -320,8 +301,15 @@ impl ArenaSlot {
     }
 
     fn start(&self) -> *mut u8 {
-        // SAFETY: `index < map_len / slot_size`, so the offset stays inside the mapping.
-        unsafe { self.mem.ptr.add(self.index as usize * self.mem.slot_size) }
+        // SAFETY: `index < len / slot_size`, so the offset stays inside the mapping, which
+        // lives as long as the Arc (a buffer the kernel may still read is leaked by the ring,
+        // Arc and all, so the pages are never unmapped under it).
+        unsafe {
+            self.mem
+                .pages
+                .as_ptr()
+                .add(self.index as usize * self.mem.slot_size)
+        }
     }
 }
 

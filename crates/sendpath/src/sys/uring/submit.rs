@@ -234,7 +234,7 @@ impl SendRing {
             let s = self.slots[slot as usize].as_mut().expect("live");
             s.pending += 1;
             let bytes = &s.buf.as_slice()[part.range.clone()];
-            fixed &= in_region(self.arena, bytes);
+            fixed = fixed && in_region(self.arena, bytes);
             iovs.push(libc::iovec {
                 iov_base: bytes.as_ptr() as *mut libc::c_void,
                 iov_len: bytes.len(),
@@ -277,10 +277,14 @@ impl SendRing {
         if !self.live(slot, &range) {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         }
-        let in_arena = self.slots[slot as usize]
-            .as_ref()
-            .is_some_and(|s| in_region(self.arena, &s.buf.as_slice()[range.clone()]));
-        if matches!(op, Op::SendZc { .. }) && !in_arena {
+        // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
+        // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
+        let zc = matches!(op, Op::SendZc { .. });
+        let in_arena = zc
+            && self.slots[slot as usize]
+                .as_ref()
+                .is_some_and(|s| in_region(self.arena, &s.buf.as_slice()[range.clone()]));
+        if zc && !in_arena {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
@@ -299,10 +303,6 @@ impl SendRing {
                 == Some((s.buf.as_slice().as_ptr() as usize, s.buf.capacity()))
         });
         let fd = types::Fd(fd.as_raw_fd());
-        // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
-        // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
-        let zc = matches!(op, Op::SendZc { .. });
-        let in_arena = in_arena && zc;
         let fixed = if in_arena { Some(0) } else { fixed };
         let entry = match op {
             Op::Send => opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
