@@ -112,6 +112,41 @@ fn a_wrong_byte_fails_the_twins_receiver_naming_its_offset() {
     );
 }
 
+/// `--recv copy` reads every byte out without checking it (the peer tools' receiver): the same
+/// wrong expected byte that fails `--verify` above passes, the run still checks that every
+/// byte sent was read, and an unknown receiver is refused with exit status 2.
+#[test]
+fn a_copying_receiver_reads_every_byte_and_checks_none() {
+    for path in ["copy", "sendfile"] {
+        let args = [
+            path,
+            "64K",
+            "--seconds",
+            "0.1",
+            "--warmup",
+            "0",
+            "--file-size",
+            "1M",
+            "--recv",
+            "copy",
+        ];
+        let Some(out) = run_env(&args, Some(("SENDPATH_BARE_EXPECT", "0x5b"))) else {
+            return;
+        };
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{path}: {e}");
+    }
+    let Some(out) = run(&["copy", "4K", "--recv", "mmap"]) else {
+        return;
+    };
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--recv takes copy, discard or verify, not `mmap`"),
+        "{e}"
+    );
+}
+
 #[test]
 fn every_io_uring_order_runs() {
     for (path, order) in [

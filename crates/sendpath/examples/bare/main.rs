@@ -11,8 +11,9 @@
 //!
 //! TCP (the default): a loopback connection whose receiver, a thread of this program (pinned to
 //! R), discards with `recv(MSG_TRUNC)` `--recv-size` bytes at a time, as `stream --recv
-//! discard` does; with `--verify` it reads every byte out instead and checks it is the 0x5a
-//! every path writes (a wrong byte ends the run naming its offset). UDP: a namespace whose veth peer is down, a permanent neighbour; the device
+//! discard` does; with `--recv copy` it reads every byte out instead, as `stream --recv copy`
+//! does, and with `--verify` also checks each is the 0x5a every path writes (a wrong byte ends
+//! the run naming its offset). UDP: a namespace whose veth peer is down, a permanent neighbour; the device
 //! drops every frame at its queue, so nothing copies zero-copy pages (root). It sends for
 //! `--warmup` unmeasured, as sendpath does before a window, then for `--seconds`, and prints
 //! one line: bytes per second, sends per second, completions and how
@@ -69,7 +70,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--arena] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--arena] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--recv copy|discard|verify] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -106,6 +107,9 @@ pub(crate) struct Args {
     pub(crate) congestion: Option<String>,
     /// `--verify`: the receiver reads every byte out and checks it is the byte written.
     pub(crate) verify: bool,
+    /// `--recv copy`: the receiver reads every byte out (`read()`, as `stream --recv copy`),
+    /// checking none; `--recv discard` (the default) drops them with `recv(MSG_TRUNC)`.
+    pub(crate) recv_copy: bool,
 }
 
 /// A size with an optional K/M/G suffix (powers of 1024).
@@ -180,6 +184,7 @@ fn parse() -> Result<Args, String> {
         cpu: None,
         recv_size: None,
         verify: false,
+        recv_copy: false,
         file_size: 64 << 20,
         pipe_size: 1 << 20,
         congestion: None,
@@ -205,6 +210,17 @@ fn parse() -> Result<Args, String> {
             "--bufs" => a.bufs = num(it.next(), "--bufs")? as usize,
             "--lib" => a.lib = true,
             "--verify" => a.verify = true,
+            "--recv" => match it.next().as_deref() {
+                Some("copy") => a.recv_copy = true,
+                Some("discard") => a.recv_copy = false,
+                Some("verify") => a.verify = true,
+                v => {
+                    let v = v.unwrap_or("nothing");
+                    return Err(format!(
+                        "--recv takes copy, discard or verify, not `{v}`: {USAGE}"
+                    ));
+                }
+            },
             "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
             "--file-size" => a.file_size = size(it.next(), "--file-size")?,

@@ -73,14 +73,15 @@ impl Route {
         }
         // As `stream --recv discard` reads: the message size clamped to 16 KiB..1 MiB.
         let read = a.recv_size.unwrap_or(a.size.clamp(16 << 10, 1 << 20));
-        let (cpu, verify) = (a.cpu.and_then(|c| c.1), a.verify);
+        let (cpu, verify, copy) = (a.cpu.and_then(|c| c.1), a.verify, a.recv_copy);
         let receiver = std::thread::spawn(move || {
             if let Some(c) = cpu {
                 sys::pin(c)?;
             }
-            match verify {
-                true => sys::verify(rx.as_raw_fd(), read, expected()),
-                false => sys::discard(rx.as_raw_fd(), read),
+            match (verify, copy) {
+                (true, _) => sys::read_out(rx.as_raw_fd(), read, Some(expected())),
+                (false, true) => sys::read_out(rx.as_raw_fd(), read, None),
+                (false, false) => sys::discard(rx.as_raw_fd(), read),
             }
         });
         let lib = match a.lib {

@@ -77,19 +77,22 @@ pub(super) fn discard(fd: RawFd, read: usize) -> io::Result<u64> {
 }
 
 /// `read()` of `read` bytes at a time until the end of the stream, every byte checked to be
-/// `byte`; how many were read, or an error naming the first wrong byte's offset.
-pub(super) fn verify(fd: RawFd, read: usize, byte: u8) -> io::Result<u64> {
+/// `byte` when one is given; how many were read, or an error naming the first wrong byte's
+/// offset.
+pub(super) fn read_out(fd: RawFd, read: usize, byte: Option<u8>) -> io::Result<u64> {
     let mut buf = vec![0u8; read.max(1)];
     let mut total = 0u64;
     loop {
         match rustix::io::read(sock(fd), &mut buf) {
             Ok(0) => return Ok(total),
             Ok(n) => {
-                if let Some(i) = buf[..n].iter().position(|&b| b != byte) {
+                let wrong = byte.and_then(|x| buf[..n].iter().position(|&b| b != x));
+                if let Some(i) = wrong {
                     return Err(io::Error::other(format!(
-                        "byte {} of the stream is {:#04x} where {byte:#04x} was expected",
+                        "byte {} of the stream is {:#04x} where {:#04x} was expected",
                         total + i as u64,
-                        buf[i]
+                        buf[i],
+                        byte.unwrap_or_default()
                     )));
                 }
                 total += n as u64;
