@@ -147,6 +147,46 @@ fn a_copying_receiver_reads_every_byte_and_checks_none() {
     );
 }
 
+/// UDP on the black-hole route through the library's own path in bare's loop (`--lib --proto
+/// udp`, what `scripts/udp-vs-bare`'s `lib` case runs): datagrams go, and every zero-copy send's
+/// notification comes back before the run ends (the path's `finish` waits for them).
+#[test]
+fn the_library_sends_udp_in_the_twins_loop() {
+    for path in ["copy", "msg-zerocopy", "uring", "uring-zc"] {
+        let args = [
+            path,
+            "1400",
+            "--lib",
+            "--proto",
+            "udp",
+            "--seconds",
+            "0.2",
+            "--warmup",
+            "0.05",
+        ];
+        let Some(out) = run(&args) else { return };
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if !out.status.success() && err.contains("run as root") {
+            common::skip("the black-hole route needs root (a network namespace)");
+            return;
+        }
+        assert!(out.status.success(), "bare {args:?}: {err}");
+        let count = |what: &str| -> u64 {
+            let before = text.split(&format!(" {what},")).next().unwrap_or_default();
+            let n = before.rsplit(' ').next().unwrap_or_default();
+            n.parse()
+                .unwrap_or_else(|_| panic!("no {what} count in: {text}"))
+        };
+        assert!(count("sends") > 0, "{path}: {text}");
+        if path.ends_with("zc") || path == "msg-zerocopy" {
+            assert_eq!(count("completions"), count("sends"), "{path}: {text}");
+        }
+    }
+}
+
 #[test]
 fn every_io_uring_order_runs() {
     for (path, order) in [
@@ -261,6 +301,10 @@ fn bad_input_is_refused_with_status_2() {
         (
             &["uring", "64K", "--lib", "--order", "none"][..],
             "--lib sends as the library does",
+        ),
+        (
+            &["copy", "64000", "--lib", "--proto", "udp", "--gso", "1400"][..],
+            "drop --gso",
         ),
         (&["uring", "4K", "--bufs", "4"][..], "--bufs takes"),
         (&["copy", "4K", "--bufs", "0"][..], "--bufs takes"),

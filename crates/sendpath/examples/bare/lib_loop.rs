@@ -7,7 +7,7 @@ use super::{Args, Tally};
 use sendpath::{FileRange, Options, SendPath, Source, Strategy};
 use std::fs::File;
 use std::io;
-use std::net::TcpStream;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,9 @@ pub(crate) struct LibPath {
 }
 
 impl LibPath {
-    /// Opens `a.path` on a duplicate of `tx`, with the library's default options at bare's
-    /// depth and order (and `file`, for the file paths).
-    pub(crate) fn open(a: &Args, tx: &TcpStream, file: Option<&File>) -> Result<LibPath, String> {
+    /// Opens `a.path` on `sock` (a duplicate of the route's socket), with the library's
+    /// default options at bare's depth and order (and `file`, for the file paths).
+    pub(crate) fn open(a: &Args, sock: OwnedFd, file: Option<&File>) -> Result<LibPath, String> {
         let strategy = Strategy::parse(&a.path).map_err(|e| e.to_string())?;
         let mut opts = Options {
             uring_depth: a.depth,
@@ -43,7 +43,6 @@ impl LibPath {
             }
             None => 0,
         };
-        let sock = std::os::fd::OwnedFd::from(tx.try_clone().map_err(|e| e.to_string())?);
         let path = sendpath::open(strategy, sock, &opts).map_err(|e| e.to_string())?;
         Ok(LibPath {
             path,

@@ -252,8 +252,8 @@ fn check(a: Args) -> Result<Args, String> {
         return Err(format!("--proto udp runs the memory paths: {USAGE}"));
     }
     let lib_order = matches!(a.order, None | Some(Order::Linked | Order::Vectored));
-    if a.lib && (a.udp || !lib_order || a.fixed_file) {
-        return Err(format!("--lib sends as the library does (TCP, ordered, no registered socket): drop --proto udp, --fixed-file, and --order other than linked or vectored: {USAGE}"));
+    if a.lib && (a.gso.is_some() || !lib_order || a.fixed_file) {
+        return Err(format!("--lib sends as the library does (one datagram per send, ordered, no registered socket): drop --gso, --fixed-file, and --order other than linked or vectored: {USAGE}"));
     }
     if a.arena && (a.fixed || a.lib || !matches!(a.path.as_str(), "uring" | "uring-zc")) {
         return Err(format!(

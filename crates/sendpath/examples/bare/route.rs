@@ -7,7 +7,7 @@ use super::{sys, Args, Tally};
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -53,11 +53,15 @@ impl Route {
         if a.udp {
             let ns = Blackhole::create(a.mtu)?;
             let sock = ns.socket(a.gso)?;
+            let lib = match a.lib {
+                true => Some(LibPath::open(a, dup(&sock)?, None)?),
+                false => None,
+            };
             let link = Link::Udp { sock, _ns: ns };
             return Ok(Route {
                 link,
                 zc_next: 0,
-                lib: None,
+                lib,
             });
         }
         let file = match is_file_path(&a.path) {
@@ -85,7 +89,7 @@ impl Route {
             }
         });
         let lib = match a.lib {
-            true => Some(LibPath::open(a, &tx, file.as_ref())?),
+            true => Some(LibPath::open(a, dup(&tx)?, file.as_ref())?),
             false => None,
         };
         let link = Link::Tcp { tx, receiver, file };
@@ -269,4 +273,9 @@ impl Drop for Blackhole {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
+}
+
+/// A duplicate of `sock`'s descriptor, for the library's path to own.
+fn dup(sock: &impl AsFd) -> Result<OwnedFd, String> {
+    sock.as_fd().try_clone_to_owned().map_err(|e| e.to_string())
 }
