@@ -314,7 +314,7 @@ impl ConnState {
 
     /// The result CQE of request `req`: `res` bytes or `-errno`, `more` when a notification
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
-    pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: u64) {
+    pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: Option<u64>) {
         let i = (self.requests.iter()).position(|r| r.req == req && r.res.is_none());
         if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
             self.count_transmitted(i, res as usize);
@@ -350,7 +350,7 @@ impl ConnState {
     }
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED`.
-    pub(crate) fn on_notification(&mut self, req: u64, copied: bool, age_ns: u64) {
+    pub(crate) fn on_notification(&mut self, req: u64, copied: bool, age_ns: Option<u64>) {
         self.stats.zerocopy.notifications += 1;
         let outcome = self.ledger.on_notification(req, copied);
         self.count_notif(Some(outcome), age_ns);
@@ -361,7 +361,7 @@ impl ConnState {
         self.pool.put(buf);
     }
 
-    fn count_notif(&mut self, outcome: Option<NotifOutcome>, age_ns: u64) {
+    fn count_notif(&mut self, outcome: Option<NotifOutcome>, age_ns: Option<u64>) {
         match outcome {
             Some(NotifOutcome::Completion { copied, sends }) => {
                 let n = sends as u64;
@@ -369,7 +369,9 @@ impl ConnState {
                 self.stats.zerocopy.copied += if copied { n } else { 0 };
                 self.chooser.on_completions(n, if copied { n } else { 0 });
                 self.stats.decisions = self.chooser.decisions();
-                crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age_ns, n);
+                if let Some(age) = age_ns {
+                    crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age, n);
+                }
             }
             Some(NotifOutcome::Unexpected) => self.stats.zerocopy.unexpected += 1,
             Some(NotifOutcome::NoData) | None => {}
@@ -510,9 +512,9 @@ mod tests {
             let c = k.submit(st);
             for x in &c {
                 let zc = matches!(x.3, SendOp::SendZc { .. });
-                st.on_result(x.1, len as i32, zc, 0);
+                st.on_result(x.1, len as i32, zc, None);
                 if zc {
-                    st.on_notification(x.1, copied, 0);
+                    st.on_notification(x.1, copied, None);
                 }
             }
             ops.push(c.iter().map(|x| x.3).collect());
@@ -568,8 +570,8 @@ mod tests {
         fill(&mut st, 2, 1 << 20);
         let c = k.submit(&mut st);
         assert_eq!(c[0].3, zc);
-        st.on_result(c[0].1, -libc::ENOMEM, false, 0);
-        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, -libc::ENOMEM, false, None);
+        st.on_result(c[1].1, -libc::ECANCELED, false, None);
         let d = st.stats().decisions.unwrap();
         assert_eq!((d.cap_halvings, d.cap), (1, cfg.cap_max / 2));
         assert_eq!(st.stats().zerocopy.fallbacks.enomem, 1);
@@ -649,7 +651,7 @@ mod tests {
         assert!(k.submit(&mut st).is_empty());
         // Results in any order settle the chain once all are in.
         for i in [2, 0, 1] {
-            st.on_result(c[i].1, 10, false, 0);
+            st.on_result(c[i].1, 10, false, None);
         }
         assert!(!st.chain_in_flight());
         assert_eq!(st.stats().bytes, 30);
@@ -673,7 +675,7 @@ mod tests {
         // The flush ends with the queue: the next partial batch waits again.
         let c = k.log.clone();
         for x in &c {
-            st.on_result(x.1, 10, false, 0);
+            st.on_result(x.1, 10, false, None);
         }
         fill(&mut st, 1, 10);
         assert!(!st.ready());
@@ -686,9 +688,9 @@ mod tests {
         fill(&mut st, 3, 10);
         let c = k.submit(&mut st);
         fill(&mut st, 1, 10);
-        st.on_result(c[0].1, 4, false, 0);
-        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
-        st.on_result(c[2].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, 4, false, None);
+        st.on_result(c[1].1, -libc::ECANCELED, false, None);
+        st.on_result(c[2].1, -libc::ECANCELED, false, None);
         assert_eq!(st.stats().short_sends, 1);
         assert_eq!(st.stats().bytes, 4);
         let mut un = Vec::new();
@@ -713,10 +715,10 @@ mod tests {
         assert!(c
             .iter()
             .all(|x| x.3 == SendOp::SendZc { report_usage: true }));
-        st.on_result(c[0].1, -libc::ENOMEM, true, 0);
-        st.on_result(c[1].1, -libc::ECANCELED, true, 0);
-        st.on_notification(c[0].1, false, 0);
-        st.on_notification(c[1].1, false, 0);
+        st.on_result(c[0].1, -libc::ENOMEM, true, None);
+        st.on_result(c[1].1, -libc::ECANCELED, true, None);
+        st.on_notification(c[0].1, false, None);
+        st.on_notification(c[1].1, false, None);
         assert_eq!(st.stats().zerocopy.fallbacks.enomem, 1);
         assert_eq!(
             st.stats().zerocopy.completions,
@@ -726,9 +728,9 @@ mod tests {
         let r = k.submit(&mut st);
         assert_eq!(r[0].3, SendOp::Send);
         assert_eq!(r[1].3, SendOp::SendZc { report_usage: true });
-        st.on_result(r[0].1, 100, false, 0);
-        st.on_result(r[1].1, 100, true, 0);
-        st.on_notification(r[1].1, true, 5);
+        st.on_result(r[0].1, 100, false, None);
+        st.on_result(r[1].1, 100, true, None);
+        st.on_notification(r[1].1, true, Some(5));
         assert_eq!(st.stats().bytes, 200);
         assert_eq!(
             (st.stats().zerocopy.completions, st.stats().zerocopy.copied),
@@ -746,11 +748,11 @@ mod tests {
         let c = k.submit(&mut st);
         assert!(c.iter().any(|x| x.1 >> 32 == 0), "the ids wrapped");
         for x in &c {
-            st.on_result(x.1, 8, true, 0);
+            st.on_result(x.1, 8, true, None);
         }
         assert_eq!(st.zc_inflight(), 4, "notifications still due");
         for (i, x) in c.iter().enumerate().rev() {
-            st.on_notification(x.1, i % 2 == 0, 0);
+            st.on_notification(x.1, i % 2 == 0, None);
         }
         assert_eq!(st.zc_inflight(), 0);
         assert_eq!(
@@ -758,7 +760,7 @@ mod tests {
             (4, 2)
         );
         assert_eq!(st.stats().zerocopy.unexpected, 0);
-        st.on_notification(c[0].1, true, 0);
+        st.on_notification(c[0].1, true, None);
         assert_eq!(st.stats().zerocopy.unexpected, 1);
     }
 
@@ -791,8 +793,8 @@ mod tests {
         fill(&mut st, 2, 8);
         let c = k.submit(&mut st);
         fill(&mut st, 1, 8);
-        st.on_result(c[0].1, -libc::ECONNRESET, false, 0);
-        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, -libc::ECONNRESET, false, None);
+        st.on_result(c[1].1, -libc::ECANCELED, false, None);
         assert_eq!(st.error(), Some(libc::ECONNRESET));
         assert_eq!(st.room(), 0);
         assert!(st.push(Buf::zeroed(1), true).is_err());
@@ -806,9 +808,30 @@ mod tests {
     #[test]
     fn a_result_for_no_link_is_counted_not_trusted() {
         let mut st = state(2, false, Choice::Copy);
-        st.on_result(9, 10, false, 0);
+        st.on_result(9, 10, false, None);
         assert_eq!(st.stats().zerocopy.unexpected, 1);
         assert_eq!(st.stats().bytes, 0);
+    }
+
+    /// Only the timed notifications (one zero-copy request in the ring's sample) are in the
+    /// latency histogram; every notification still completes its sends.
+    #[test]
+    fn an_untimed_notification_completes_its_sends_without_a_latency() {
+        let mut k = Kernel::new(1);
+        let mut st = vectored(2, true, Choice::ZeroCopy);
+        for age in [None, Some(5)] {
+            fill(&mut st, 2, 100);
+            let c = k.submit(&mut st);
+            st.on_result(c[0].1, 200, true, age);
+            st.on_notification(c[0].1, false, age);
+        }
+        let s = st.stats();
+        assert_eq!(s.zerocopy.completions, 4);
+        assert_eq!(
+            s.completion_latency_ns.len(),
+            2,
+            "the timed request's two sends"
+        );
     }
 
     fn vectored(depth: usize, zc: bool, choice: Choice) -> ConnState {
@@ -827,12 +850,12 @@ mod tests {
         assert!(c.iter().all(|x| x.1 == c[0].1), "one request: {c:?}");
         assert!(c.iter().all(|x| !x.4), "nothing to link to");
         assert_eq!(st.zc_inflight(), 4, "each buffer counts against the cap");
-        st.on_result(c[0].1, 400, true, 0);
+        st.on_result(c[0].1, 400, true, None);
         assert_eq!((st.stats().bytes, st.zc_inflight()), (400, 4));
         let mut un = Vec::new();
         st.drain_unheld(&mut un);
         assert_eq!(un, [0, 1, 2, 3]);
-        st.on_notification(c[0].1, true, 7);
+        st.on_notification(c[0].1, true, Some(7));
         let s = st.stats();
         assert_eq!(
             (
@@ -859,7 +882,7 @@ mod tests {
         fill(&mut st, 4, 10);
         let c = k.submit(&mut st);
         fill(&mut st, 2, 10);
-        st.on_result(c[0].1, 15, false, 0);
+        st.on_result(c[0].1, 15, false, None);
         assert_eq!((st.stats().bytes, st.stats().short_sends), (15, 1));
         let mut un = Vec::new();
         st.drain_unheld(&mut un);
@@ -869,7 +892,7 @@ mod tests {
         let got: Vec<_> = r.iter().map(|x| (x.0, x.2.clone())).collect();
         assert_eq!(got, [(1, 5..10), (2, 0..10), (3, 0..10), (4, 0..10)]);
         assert!(r.iter().all(|x| x.1 == r[0].1));
-        st.on_result(r[0].1, 35, false, 0);
+        st.on_result(r[0].1, 35, false, None);
         assert_eq!(st.stats().bytes, 50);
         assert!(!st.chain_in_flight());
     }
@@ -880,8 +903,8 @@ mod tests {
         let mut st = vectored(4, true, Choice::ZeroCopy);
         fill(&mut st, 4, 10);
         let c = k.submit(&mut st);
-        st.on_result(c[0].1, 15, true, 0);
-        st.on_notification(c[0].1, false, 0);
+        st.on_result(c[0].1, 15, true, None);
+        st.on_notification(c[0].1, false, None);
         assert_eq!(
             st.stats().zerocopy.completions,
             2,
@@ -889,8 +912,8 @@ mod tests {
         );
         let r = k.submit(&mut st);
         assert_eq!(r.len(), 3);
-        st.on_result(r[0].1, 25, true, 0);
-        st.on_notification(r[0].1, false, 0);
+        st.on_result(r[0].1, 25, true, None);
+        st.on_notification(r[0].1, false, None);
         // The buffer cut in two is in both requests, as a short SEND_ZC and its rest are.
         assert_eq!(st.stats().zerocopy.completions, 5);
         assert_eq!((st.stats().bytes, st.zc_inflight()), (40, 0));
@@ -914,8 +937,8 @@ mod tests {
             "max_sends is 4"
         );
         // The zero-copy request could not pin its pages: all six go again, by copy, in one.
-        st.on_result(c[0].1, -libc::ENOMEM, false, 0);
-        st.on_result(c[4].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, -libc::ENOMEM, false, None);
+        st.on_result(c[4].1, -libc::ECANCELED, false, None);
         assert_eq!(st.stats().zerocopy.fallbacks.enomem, 4);
         let r = k.submit(&mut st);
         assert!(r.iter().all(|x| x.1 == r[0].1 && x.3 == SendOp::Send));
@@ -940,16 +963,16 @@ mod tests {
         let mut st = state(3, false, Choice::Copy);
         fill(&mut st, 3, 10);
         let c = k.submit(&mut st);
-        st.on_result(c[0].1, 4, false, 0);
-        st.on_result(c[1].1, -libc::ECANCELED, false, 0);
-        st.on_result(c[2].1, -libc::ECANCELED, false, 0);
+        st.on_result(c[0].1, 4, false, None);
+        st.on_result(c[1].1, -libc::ECANCELED, false, None);
+        st.on_result(c[2].1, -libc::ECANCELED, false, None);
         // The resend's first request goes in; the ring refuses the second.
         assert!(submit_refusing_after_one(&mut st, &mut k).is_err());
         st.fail(libc::EBUSY);
         let mut un = Vec::new();
         st.drain_unheld(&mut un);
         assert_eq!(un, [1, 2], "the slots not pushed; slot 0 is in the kernel");
-        st.on_result(k.log.last().unwrap().1, 6, false, 0);
+        st.on_result(k.log.last().unwrap().1, 6, false, None);
         st.drain_unheld(&mut un);
         assert_eq!(un, [1, 2, 0]);
         // A new buffer not pushed goes back to the pool.

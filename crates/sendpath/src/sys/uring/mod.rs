@@ -105,9 +105,9 @@ pub(crate) struct Cqe {
     pub(crate) more: bool,
     /// Nanoseconds since the request's buffer went to the ring (for a vectored request,
     /// since it was pushed), read for a notification and for a result a notification follows
-    /// (what a zero-copy outcome is timed from); 0 for a result that ends its request, whose
-    /// age nothing reads.
-    pub(crate) age_ns: u64,
+    /// (what a zero-copy outcome is timed from), when the request was one of the timed ones
+    /// ([`SendRing::clock`]); `None` otherwise.
+    pub(crate) age_ns: Option<u64>,
 }
 
 /// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
@@ -148,10 +148,10 @@ pub(crate) struct SendRing {
     /// and becomes its single issuer.
     enabled: bool,
     slots: Vec<Option<Slot>>,
-    /// When each slot's buffer went to the ring.
-    held_at: Vec<Instant>,
-    /// The clock as [`SendRing::clock`] last read it.
-    last_clock: Instant,
+    /// When each slot's buffer went to the ring (ns on `clock`), for the sampled ones.
+    held_at: Vec<Option<u64>>,
+    /// Times one zero-copy push in [`crate::stats::SendClock`]'s sample.
+    clock: crate::stats::SendClock,
     free: Vec<u32>,
     /// Vectored requests, in flight or free for reuse (`free_groups`).
     groups: Vec<Group>,
@@ -238,7 +238,7 @@ impl SendRing {
                         enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
                         slots: Vec::new(),
                         held_at: Vec::new(),
-                        last_clock: Instant::now(),
+                        clock: crate::stats::SendClock::new(),
                         free: Vec::new(),
                         groups: Vec::new(),
                         free_groups: Vec::new(),
@@ -437,12 +437,12 @@ impl SendRing {
                 notif,
                 res,
                 more,
-                age_ns: match notif || more {
-                    true => {
-                        let now = *now.get_or_insert_with(Instant::now);
-                        now.duration_since(pushed_at).as_nanos() as u64
+                age_ns: match (notif || more, pushed_at) {
+                    (true, Some(at)) => {
+                        let now = *now.get_or_insert_with(|| self.clock.now_ns());
+                        Some(now.saturating_sub(at))
                     }
-                    false => 0,
+                    _ => None,
                 },
             });
         }

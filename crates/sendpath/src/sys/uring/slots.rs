@@ -5,7 +5,6 @@
 
 use super::SendRing;
 use crate::buffer::Buf;
-use std::time::Instant;
 
 /// One cache line per slot: a buffer the ring holds goes in with one line written. When it
 /// went to the ring is kept beside ([`SendRing::held_at`]).
@@ -29,7 +28,10 @@ pub(super) struct Group {
     pub(super) tag: u32,
     /// Completions still expected: the result, then the notification if it said `F_MORE`.
     pub(super) pending: u32,
-    pub(super) pushed_at: Instant,
+    /// When it went to the ring, for one zero-copy request in [`SendClock`]'s sample.
+    ///
+    /// [`SendClock`]: crate::stats::SendClock
+    pub(super) pushed_at: Option<u64>,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
@@ -45,7 +47,7 @@ impl Group {
             hdr: Box::new(unsafe { std::mem::zeroed() }),
             tag: 0,
             pending: 0,
-            pushed_at: Instant::now(),
+            pushed_at: None,
         }
     }
 }
@@ -53,7 +55,7 @@ impl Group {
 impl SendRing {
     /// Puts `buf` in a free slot, held for its owner, pushed at `now`; send from it with
     /// [`SendRing::push_slot`].
-    pub(crate) fn hold(&mut self, buf: Buf, tag: u32, now: Instant) -> u32 {
+    pub(crate) fn hold(&mut self, buf: Buf, tag: u32, now: Option<u64>) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -107,7 +109,7 @@ impl SendRing {
     /// One completion of a request on `slot` came in (`more`: another will follow). Releases
     /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
     /// its buffer went to the ring; `None` for a slot not in use.
-    pub(super) fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Instant)> {
+    pub(super) fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Option<u64>)> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         s.pending = s.pending.saturating_sub(1) + u32::from(more);
         let done = (s.tag, self.held_at[slot as usize]);
@@ -122,7 +124,7 @@ impl SendRing {
 
     /// One completion of vectored request `g` came in: one for each of its slots. After its
     /// last, the group is free for another request.
-    pub(super) fn group_completed(&mut self, g: u32, more: bool) -> Option<(u32, Instant)> {
+    pub(super) fn group_completed(&mut self, g: u32, more: bool) -> Option<(u32, Option<u64>)> {
         let group = self.groups.get_mut(g as usize).filter(|g| g.pending > 0)?;
         group.pending = group.pending - 1 + u32::from(more);
         let done = (group.tag, group.pushed_at);

@@ -8,7 +8,6 @@ use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::Instant;
 
 /// `IORING_RECVSEND_FIXED_BUF` from `<linux/io_uring.h>`: the request's bytes are in the
 /// registered buffer `buf_index`.
@@ -174,14 +173,15 @@ impl SendRing {
         Ok((slot, req, registered))
     }
 
-    /// When a buffer pushed for `op` went to the ring: the clock for a zero-copy send, whose
-    /// notification is timed from it; for a copy, whose completion nothing times, the last
-    /// time read (no clock read per send).
-    pub(crate) fn clock(&mut self, op: Op) -> Instant {
-        if matches!(op, Op::SendZc { .. }) {
-            self.last_clock = Instant::now();
+    /// When a buffer pushed for `op` went to the ring, for the zero-copy sends whose
+    /// notification is timed: one in [`crate::stats::SendClock`]'s sample (a clock read per
+    /// send cost about 2% at 1400 B); `None` for the others and for a copy, whose completion
+    /// nothing times.
+    pub(crate) fn clock(&mut self, op: Op) -> Option<u64> {
+        match op {
+            Op::SendZc { .. } => self.clock.timed(),
+            _ => None,
         }
-        self.last_clock
     }
 
     /// The next request id's high half: 30 bits, clear of `AUX` (bit 63) and `GROUP` (62).
