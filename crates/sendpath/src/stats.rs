@@ -28,8 +28,9 @@ pub fn leaked_on_drop() -> u64 {
 /// The longest a dropped path waits for the kernel's last completions.
 pub(crate) const DROP_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// The clock of a MSG_ZEROCOPY sender's completion latencies: nanoseconds since it opened,
-/// read for one zero-copy send in [`SendClock::EVERY`]. Reading the clock for every send cost
+/// The clock of completion latencies (a MSG_ZEROCOPY sender's, a ring's zero-copy
+/// requests'): nanoseconds since it was made, read for one zero-copy send in
+/// [`SendClock::EVERY`]. Reading the clock for every send cost
 /// 2-3% of the throughput at 4 KiB (measured), and one in 16 still gives tens of thousands of
 /// samples a second; the largest latency is the largest of those.
 #[derive(Debug)]
@@ -314,9 +315,10 @@ pub struct SendStats {
     /// Buffers never handed back because the kernel had not released them when the path was
     /// closed (the drain timed out); they are leaked rather than reused.
     pub leaked_buffers: u64,
-    /// Send-call-to-completion latency of zero-copy sends, nanoseconds: of every send on
-    /// io_uring, of one zero-copy send in 16 on `msg-zerocopy` (a clock read per send cost
-    /// 2-3% of its throughput at 4 KiB), so its largest is the largest of those.
+    /// Send-call-to-completion latency of zero-copy sends, nanoseconds: of one zero-copy send
+    /// in 16 on `msg-zerocopy`, of one zero-copy request in 16 on io_uring (each of its sends
+    /// counted), as a clock read per send cost 2-3% of the throughput at 4 KiB; so its largest
+    /// is the largest of those.
     pub completion_latency_ns: Histogram<u64>,
     /// What the adaptive sender decided; `None` for the fixed paths.
     pub decisions: Option<Decisions>,
