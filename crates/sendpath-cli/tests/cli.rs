@@ -1193,6 +1193,35 @@ fn an_arena_past_the_locked_memory_limit_shrinks_says_so_and_ends() {
     assert!(said(&o), "the table says the arena shrank: {o}");
 }
 
+/// With a size mix the arena is cut in slots of the mix's largest message, not of its mean
+/// (`size` with a mix): before, a mix of 1 KiB and 32 KiB messages sent under 1% of its
+/// zero-copy requests by index, its 32 KiB messages too large for a slot.
+#[test]
+fn an_arena_with_a_size_mix_holds_its_largest_messages() {
+    let v = json_of(&[
+        "stream",
+        "-s",
+        "uring-zc",
+        "--size-mix",
+        "1K:50,32K:50",
+        "--arena",
+        "16M",
+        "--recv",
+        "verify",
+        "-t",
+        "0.5",
+        "-n",
+        "1",
+        "--warmup",
+        "0.1",
+    ]);
+    let r = &v["results"][0];
+    assert_eq!(r["uring_buffers"], "arena", "{r}");
+    assert_eq!(r["repeats"][0]["integrity"]["mismatches"], 0, "{r}");
+    let share = r["arena_registered"].as_f64().unwrap();
+    assert!(share > 0.5, "most requests by index: {share} in {r}");
+}
+
 /// As a normal user, zero-copy sends run into the locked-memory limit (`ulimit -l`, 8 MiB
 /// here; root is exempt): they must fall back to copy, counted by reason, and the run must end
 /// on time. Before, uring-zc resent a chain the kernel refused for ever and never ended.

@@ -124,7 +124,7 @@ fn start_sender(
     tids: &mpsc::Sender<(bool, i32)>,
 ) -> JoinHandle<Sent> {
     let (strategy, size, mut opts) = (pt.strategy, pt.size, pt.opts.clone());
-    crate::window::arena_for(&mut opts, size);
+    crate::window::arena_for(&mut opts, pt.largest_message());
     let seg = pt.gso.map_or(size, usize::from);
     let fill = pt.recv == RecvMode::Verify;
     let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());
