@@ -169,13 +169,15 @@ fn print_profile(profile: &Profile) {
     }
 }
 
-/// The route the flags name (`--proto`, `--topology`, `--fixed-buffers`), its namespace made.
+/// The route the flags name (`--proto`, `--topology`, `--fixed-buffers`, `--arena`), its
+/// namespace made.
 fn route(a: &CalibrateArgs) -> anyhow::Result<calibrate::Route> {
     let udp = a.proto == sendpath_lab::traffic::datagram::Protocol::Udp;
     Ok(calibrate::Route {
         proto: a.proto,
         netns: a.topology.create(false, udp)?,
         fixed_buffers: a.fixed_buffers,
+        arena: a.arena,
     })
 }
 

@@ -56,7 +56,7 @@ fn calibrate_writes_a_profile_that_probe_shows_and_adaptive_uses() {
             assert!(p["gbps"].as_f64().unwrap() > 0.0, "{p}");
         }
     }
-    assert_eq!(v["environment"]["route"], "loopback");
+    assert_eq!(v["environment"]["route"], "loopback uring-zc-in-place");
 
     // probe shows it, in the table and the JSON.
     let out = sendpath()

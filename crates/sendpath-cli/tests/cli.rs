@@ -1222,6 +1222,55 @@ fn an_arena_with_a_size_mix_holds_its_largest_messages() {
     assert!(share > 0.5, "most requests by index: {share} in {r}");
 }
 
+/// By default each io_uring path sends the way it measured faster: `uring-zc` in place (most
+/// of its requests by the arena's index), `uring` from owned buffers; `--arena off` sends both
+/// from owned buffers. Every byte arrives either way.
+#[test]
+fn by_default_uring_zc_is_written_in_place_and_uring_is_not() {
+    let buffers = |extra: &[&str]| {
+        let mut args = vec![
+            "stream",
+            "-s",
+            "uring,uring-zc",
+            "-l",
+            "16K",
+            "--recv",
+            "verify",
+            "-t",
+            "0.3",
+            "-n",
+            "1",
+            "--warmup",
+            "0.1",
+        ];
+        args.extend_from_slice(extra);
+        let v = json_of(&args);
+        let rows = v["results"].as_array().unwrap().clone();
+        for r in &rows {
+            assert_eq!(r["repeats"][0]["integrity"]["mismatches"], 0, "{r}");
+        }
+        rows.iter()
+            .map(|r| {
+                let share = r["arena_registered"].as_f64();
+                (
+                    r["strategy"].as_str().unwrap().to_string(),
+                    r["uring_buffers"].as_str().unwrap().to_string(),
+                    share,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let auto = buffers(&[]);
+    let zc = auto.iter().find(|x| x.0 == "uring-zc").unwrap();
+    assert_eq!(zc.1, "arena", "{auto:?}");
+    assert!(zc.2.unwrap() > 0.5, "most requests by index: {auto:?}");
+    let uring = auto.iter().find(|x| x.0 == "uring").unwrap();
+    assert_eq!((uring.1.as_str(), uring.2), ("owned", None), "{auto:?}");
+    for x in buffers(&["--arena", "off"]) {
+        assert_eq!((x.1.as_str(), x.2), ("owned", None), "{x:?}");
+    }
+}
+
 /// As a normal user, zero-copy sends run into the locked-memory limit (`ulimit -l`, 8 MiB
 /// here; root is exempt): they must fall back to copy, counted by reason, and the run must end
 /// on time. Before, uring-zc resent a chain the kernel refused for ever and never ended.

@@ -125,8 +125,16 @@ pub(super) fn pipe_size(s: &str) -> Result<usize, String> {
     bounded_size(s, "the pipe size", 4096, 1 << 30)
 }
 
-pub(super) fn arena_size(s: &str) -> Result<usize, String> {
-    bounded_size(s, "the arena size", 4096, 1 << 30)
+/// `--arena`: `auto`, `off`, or the arena's size.
+pub(super) fn arena(s: &str) -> Result<sendpath_lab::window::Arena, String> {
+    use sendpath_lab::window::Arena;
+    match s {
+        "auto" => Ok(Arena::Auto),
+        "off" => Ok(Arena::Off),
+        _ => bounded_size(s, "the arena size", 4096, 1 << 30)
+            .map(Arena::Bytes)
+            .map_err(|e| format!("{e}; or auto, off")),
+    }
 }
 
 pub(super) fn file_size(s: &str) -> Result<usize, String> {

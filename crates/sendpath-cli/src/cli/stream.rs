@@ -89,12 +89,14 @@ pub(crate) struct RunArgs {
     /// Send SEND_ZC from registered (fixed) buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
-    /// uring, uring-zc: write messages in place into an arena of SIZE bytes (4K..1G) the ring
-    /// registers once, cut in slots of the message size, and send SEND_ZC by its index
-    /// (SEND by address); past `ulimit -l` the ring registers what the kernel allows and
-    /// says so.
-    #[arg(long, value_name = "SIZE", value_parser = arena_size)]
-    pub arena: Option<usize>,
+    /// Which io_uring paths write messages in place, into an arena the ring registers once
+    /// (cut in slots of the message size; SEND_ZC by its index, SEND by address): auto (the
+    /// faster way per path, as measured: uring-zc and adaptive in place from 4 MiB, uring
+    /// from owned buffers; owned with --fixed-buffers), off (every path owned), or SIZE
+    /// (4K..1G: uring, uring-zc and adaptive in place from SIZE bytes). Past `ulimit -l` the
+    /// ring registers what the kernel allows and says so.
+    #[arg(long, value_name = "auto|off|SIZE", default_value = "auto", value_parser = arena)]
+    pub arena: sendpath_lab::window::Arena,
     /// How io_uring keeps a connection's queued sends in order (uring, uring-zc, adaptive):
     /// vectored (one SENDMSG or SENDMSG_ZC over them), linked (one SEND or SEND_ZC each, in a
     /// linked chain), or auto (vectored where the kernel has it, without --fixed-buffers).
@@ -164,9 +166,10 @@ pub(crate) enum Metrics {
 }
 
 impl RunArgs {
-    /// The send paths' options; `profile` is what [`load_profile`] returned.
+    /// `strategy`'s options; `profile` is what [`load_profile`] returned.
     pub(crate) fn options(
         &self,
+        strategy: sendpath::Strategy,
         profile: Option<std::sync::Arc<sendpath::Profile>>,
     ) -> sendpath::Options {
         sendpath::Options {
@@ -179,10 +182,7 @@ impl RunArgs {
             copy_batch: self.copy_batch as usize,
             uring_fixed_buffers: self.fixed_buffers,
             // Cut per point into slots of its message size (the lab's `arena_for`).
-            uring_arena: self.arena.map(|bytes| sendpath::ArenaConfig {
-                slot_size: bytes,
-                slots: 1,
-            }),
+            uring_arena: self.arena.config_for(strategy, self.fixed_buffers),
             uring_order: match self.uring_order.as_str() {
                 "vectored" => Some(sendpath::Order::Vectored),
                 "linked" => Some(sendpath::Order::Linked),

@@ -25,10 +25,13 @@ pub struct Route {
     pub netns: Option<std::sync::Arc<crate::topology::Netns>>,
     /// SEND_ZC from registered buffers (`--fixed-buffers`).
     pub fixed_buffers: bool,
+    /// Which paths write their messages in place (`--arena`).
+    pub arena: crate::window::Arena,
 }
 
 impl Route {
-    /// In words, as the profile records it: `loopback`, `udp blackhole fixed-buffers`.
+    /// In words, as the profile records it: `loopback uring-zc-in-place`, `udp blackhole
+    /// fixed-buffers`.
     pub fn describe(&self) -> String {
         let mut v = Vec::new();
         if self.proto == crate::traffic::datagram::Protocol::Udp {
@@ -42,7 +45,15 @@ impl Route {
         if self.fixed_buffers {
             v.push("fixed-buffers");
         }
+        if self.in_place(sendpath::Strategy::UringZc) {
+            v.push("uring-zc-in-place");
+        }
         v.join(" ")
+    }
+
+    /// Whether `path`'s windows write their messages in place.
+    fn in_place(&self, path: sendpath::Strategy) -> bool {
+        self.arena.config_for(path, self.fixed_buffers).is_some()
     }
 }
 
@@ -64,6 +75,7 @@ pub fn point(w: &Window, duration: Duration, warmup: Duration, route: &Route) ->
         cold: false,
         opts: sendpath::Options {
             uring_fixed_buffers: route.fixed_buffers,
+            uring_arena: route.arena.config_for(w.path, route.fixed_buffers),
             ..Default::default()
         },
         mix: None,

@@ -458,18 +458,60 @@ pub(crate) fn arena_registered(stats: &sendpath::SendStats) -> Option<f64> {
 }
 
 /// How a point's messages reach its ring ([`Row::uring_buffers`]): `arena` or `owned` for
-/// `uring` and `uring-zc`, `None` for the others.
+/// `uring`, `uring-zc` and `adaptive` (its ring's tiers), `None` for the others.
 pub(crate) fn uring_buffers(
     strategy: sendpath::Strategy,
     opts: &sendpath::Options,
 ) -> Option<String> {
-    use sendpath::Strategy::{Uring, UringZc};
+    use sendpath::Strategy::{Adaptive, Uring, UringZc};
     let name = if opts.uring_arena.is_some() {
         "arena"
     } else {
         "owned"
     };
-    matches!(strategy, Uring | UringZc).then(|| name.to_string())
+    matches!(strategy, Uring | UringZc | Adaptive).then(|| name.to_string())
+}
+
+/// `--arena`: which io_uring paths write their messages in place, in an arena their ring
+/// registers once, and which send from owned buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Arena {
+    /// Each path the way that measured faster (docs/results.md, "Written in place"):
+    /// `uring-zc` in place from the library's default arena (4 MiB), and `adaptive` too, as
+    /// `calibrate` measures its `uring-zc` tiers; `uring` from owned buffers (SEND takes no
+    /// registered buffer, and from the arena it was slower). With `--fixed-buffers`, owned.
+    #[default]
+    Auto,
+    /// Every path from owned buffers.
+    Off,
+    /// `uring`, `uring-zc` and `adaptive` in place, from an arena of this many bytes.
+    Bytes(usize),
+}
+
+impl Arena {
+    /// The arena `strategy` sends from under this choice (`fixed`: `--fixed-buffers`), in
+    /// slots of 4 KiB, cut again per point in slots of its message; `None`: owned buffers.
+    pub fn config_for(
+        self,
+        strategy: sendpath::Strategy,
+        fixed: bool,
+    ) -> Option<sendpath::ArenaConfig> {
+        use sendpath::Strategy::{Adaptive, Uring, UringZc};
+        let bytes = match self {
+            Arena::Off => return None,
+            Arena::Auto if fixed || !matches!(strategy, UringZc | Adaptive) => return None,
+            Arena::Auto => {
+                let d = sendpath::ArenaConfig::default();
+                d.slot_size * d.slots
+            }
+            Arena::Bytes(_) if !matches!(strategy, Uring | UringZc | Adaptive) => return None,
+            Arena::Bytes(b) => b,
+        };
+        Some(sendpath::ArenaConfig {
+            slot_size: 4096,
+            slots: bytes.div_ceil(4096),
+        })
+    }
 }
 
 /// `--arena` cut for one point: the arena's bytes in slots of the point's message size.
@@ -486,4 +528,45 @@ pub(crate) fn arena_for(opts: &mut sendpath::Options, size: usize) {
 /// the library's counters say ([`sendpath::SendStats::uring_order`]).
 pub(crate) fn uring_order(strategy: sendpath::Strategy) -> Option<String> {
     (strategy == sendpath::Strategy::UringSplice).then(|| "linked pairs".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sendpath::Strategy::{Adaptive, Copy, MsgZerocopy, Uring, UringZc};
+
+    fn bytes(a: Arena, s: sendpath::Strategy, fixed: bool) -> Option<usize> {
+        a.config_for(s, fixed).map(|c| c.slot_size * c.slots)
+    }
+
+    #[test]
+    fn auto_writes_in_place_only_the_paths_that_measured_faster_so() {
+        let default = sendpath::ArenaConfig::default();
+        let four_mib = Some(default.slot_size * default.slots);
+        assert_eq!(bytes(Arena::Auto, UringZc, false), four_mib);
+        assert_eq!(bytes(Arena::Auto, Adaptive, false), four_mib);
+        for s in [Uring, Copy, MsgZerocopy] {
+            assert_eq!(bytes(Arena::Auto, s, false), None, "{s}");
+        }
+        // Registered pool buffers asked for: owned.
+        assert_eq!(bytes(Arena::Auto, UringZc, true), None);
+        for s in [Uring, UringZc, Adaptive, Copy] {
+            assert_eq!(bytes(Arena::Off, s, false), None, "{s}");
+        }
+        assert_eq!(bytes(Arena::Bytes(16 << 20), Uring, false), Some(16 << 20));
+        assert_eq!(bytes(Arena::Bytes(16 << 20), Copy, false), None);
+    }
+
+    #[test]
+    fn an_arena_is_cut_again_in_slots_of_the_point_s_message() {
+        let mut opts = sendpath::Options {
+            uring_arena: Arena::Bytes(1 << 20).config_for(UringZc, false),
+            ..sendpath::Options::default()
+        };
+        arena_for(&mut opts, 1400);
+        let a = opts.uring_arena.expect("an arena");
+        assert_eq!((a.slot_size, a.slots), (1400, 256));
+        assert_eq!(uring_buffers(UringZc, &opts).as_deref(), Some("arena"));
+        assert_eq!(uring_buffers(Copy, &opts), None);
+    }
 }

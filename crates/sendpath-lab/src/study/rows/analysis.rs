@@ -238,13 +238,14 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
         .iter()
         .map(|t| match base.and_then(|b| paired(t, b).map(|p| (b, p))) {
             Some((b, p)) => format!(
-                "{} vs {}: {}{}",
+                "{} vs {}: {}{}{}",
                 t.strategy,
                 b.strategy,
                 p.describe(),
-                batching(t, b)
+                batching(t, b),
+                in_place(t)
             ),
-            None => format!("{}: not beaten", t.strategy),
+            None => format!("{}: not beaten{}", t.strategy, in_place(t)),
         })
         .collect();
     let names: Vec<&str> = top.iter().map(|t| t.strategy.name()).collect();
@@ -253,6 +254,17 @@ fn recommend(here: &[&Row], base: Option<&Row>) -> (String, String) {
         text.push_str("; the rounds cannot tell them apart");
     }
     (names.join(" or "), text)
+}
+
+/// How a path written in place sent, so a server author knows to send it that way too.
+fn in_place(t: &Row) -> String {
+    match t.in_place() {
+        true => format!(
+            " ({} wrote its messages in place, in an arena the ring registers: the library's `Options::uring_arena` and `UringDriver::reserve`)",
+            t.strategy
+        ),
+        false => String::new(),
+    }
 }
 
 /// What a comparison of `a` with `b` rests on when they put different numbers of messages in
@@ -684,6 +696,39 @@ mod tests {
         // Batched alike: the ratio is the paths', and nothing is added.
         let l = memory(8.0);
         assert!(!l.why.contains("batching"), "{}", l.why);
+    }
+
+    #[test]
+    fn a_winner_written_in_place_is_compared_and_says_how_it_sent() {
+        let in_place = |mut r: Row| {
+            r.uring_buffers = Some("arena".into());
+            r
+        };
+        let r = results(vec![
+            row("copy", 65536, &[2.0, 2.0, 2.1, 2.0, 2.0]),
+            in_place(row("uring-zc", 65536, &[4.0, 4.1, 4.0, 4.2, 4.0])),
+        ]);
+        let line = analyse(&r)
+            .recommendations
+            .into_iter()
+            .find(|x| x.source == "memory");
+        let l = line.expect("a memory line");
+        assert_eq!(l.path, "uring-zc", "{}", l.why);
+        assert!(
+            l.why.contains("in place") && l.why.contains("Options::uring_arena"),
+            "{}",
+            l.why
+        );
+        // An owned winner says nothing of an arena.
+        let r = results(vec![
+            row("copy", 65536, &[2.0, 2.0, 2.1, 2.0, 2.0]),
+            row("uring-zc", 65536, &[4.0, 4.1, 4.0, 4.2, 4.0]),
+        ]);
+        let l = analyse(&r)
+            .recommendations
+            .into_iter()
+            .find(|x| x.source == "memory");
+        assert!(!l.expect("a memory line").why.contains("in place"));
     }
 
     #[test]

@@ -349,7 +349,7 @@ impl Row {
         if self.fixed_buffers {
             v.push("fixed".into());
         }
-        if self.uring_buffers.as_deref() == Some("arena") {
+        if self.in_place() {
             v.push("arena".into());
         }
         if let Some(b) = &self.burst {
@@ -375,15 +375,20 @@ impl Row {
 
     /// One size from pooled buffers to a receiver that reads: the rows the crossover and
     /// recommendation analysis compares and the charts draw (a mix, fresh buffers or a
-    /// receiver that discards or maps are other questions, shown in the table).
+    /// receiver that discards or maps are other questions, shown in the table). An io_uring
+    /// path written in place (`--arena`) is plain: each path is compared the way it sends.
     pub(crate) fn is_plain(&self) -> bool {
         !matches!(self.recv_mode, Receiver::Discard | Receiver::Zerocopy)
             && self.size_mix.is_none()
             && self.alloc == crate::traffic::mix::Alloc::Pool
             && self.gso_segment_bytes.is_none()
             && !self.fixed_buffers
-            && self.uring_buffers.as_deref() != Some("arena")
             && self.burst.is_none()
+    }
+
+    /// Whether the path wrote its messages in place, in a registered arena (`--arena`).
+    pub(crate) fn in_place(&self) -> bool {
+        self.uring_buffers.as_deref() == Some("arena")
     }
 
     /// The median over repeats of a per-repeat value; `None` when no repeat has it.

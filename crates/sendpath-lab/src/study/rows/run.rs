@@ -160,6 +160,7 @@ impl Point {
                 alloc: p.alloc,
                 window_s: Some(p.duration.as_secs_f64()),
                 uring_order: crate::window::uring_order(p.strategy),
+                uring_buffers: crate::window::uring_buffers(p.strategy, &p.opts),
                 tcp_congestion: congestion::in_effect(p.congestion.as_deref()),
                 ..Default::default()
             },
