@@ -261,10 +261,16 @@ fn compare_runs(unit: &'static str, a: &Run<'_>, b: &Run<'_>) -> Result<Comparis
         }
     }
     if points.is_empty() {
-        return Err(
-            "the two runs have no point in common: compare runs of the same sweep, preset or study"
-                .into(),
-        );
+        let first = |r: &Run<'_>| {
+            r.points
+                .first()
+                .map_or("none".into(), |p| format!("`{}`", p.label))
+        };
+        return Err(format!(
+            "the two runs have no point in common (A's first is {}, B's {}): compare runs of the same sweep, preset or study, with the same flags (a row's variant, such as `arena` or `udp`, is part of its point)",
+            first(a),
+            first(b)
+        ));
     }
     let only_b = b
         .points
@@ -720,5 +726,7 @@ mod tests {
         let other = run(vec![row(Uring, &[1.0, 2.0])], "k");
         let e = compare(&a, &other).unwrap_err();
         assert!(e.contains("no point in common"), "{e}");
+        // It shows a point of each, so the difference (a path, a variant) can be seen.
+        assert!(e.contains("copy") && e.contains("uring"), "{e}");
     }
 }
