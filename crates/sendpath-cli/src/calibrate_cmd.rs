@@ -74,7 +74,7 @@ pub(crate) fn run(a: &CalibrateArgs, cancel: &Cancel) -> anyhow::Result<ExitCode
         rounds: a.repeat,
         tiebreak_rounds: a.tiebreak_rounds,
         seed,
-        route: route.describe(),
+        route: route.describe(&sizes(a)),
         options: sendpath::Options {
             uring_fixed_buffers: route.fixed_buffers,
             ..Default::default()

@@ -72,7 +72,10 @@ pub(crate) fn stream(a: &StreamArgs, cancel: &Cancel) -> anyhow::Result<std::pro
                     connect: a.connect,
                     cpus: a.cpu,
                     cold: a.cold,
-                    opts: a.run.options(strategy, profile.clone()),
+                    opts: a.run.options(
+                        (strategy, a.size_mix.as_ref().map_or(size, |m| m.max())),
+                        profile.clone(),
+                    ),
                     mix: a.size_mix.clone(),
                     alloc,
                     netns: netns.clone(),
@@ -483,7 +486,10 @@ pub(crate) fn rr(a: &RrArgs, cancel: &Cancel) -> anyhow::Result<std::process::Ex
                     warmup: a.run.warmup,
                     rate: a.rate,
                     cpus: a.cpu,
-                    opts: a.run.options(strategy, profile.clone()),
+                    opts: a.run.options(
+                        (strategy, a.size_mix.as_ref().map_or(response, |m| m.max())),
+                        profile.clone(),
+                    ),
                     mix: a.size_mix.clone(),
                     alloc,
                     agent: agent.clone(),

@@ -297,8 +297,8 @@ pub(crate) struct CalibrateArgs {
     /// Send SEND_ZC from registered (fixed) buffers, as adaptive will with --fixed-buffers.
     #[arg(long)]
     pub fixed_buffers: bool,
-    /// Which paths write their messages in place, as `stream --arena` (auto: uring-zc, as
-    /// adaptive's ring then sends its uring-zc tiers; off; or SIZE).
+    /// Which paths write their messages in place, as `stream --arena` (auto: uring-zc up to
+    /// 64 KiB, as adaptive's ring then sends its uring-zc tiers; off; or SIZE).
     #[arg(long, value_name = "auto|off|SIZE", default_value = "auto", value_parser = parse::arena)]
     pub arena: sendpath_lab::window::Arena,
     #[command(flatten)]

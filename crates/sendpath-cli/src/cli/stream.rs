@@ -91,10 +91,10 @@ pub(crate) struct RunArgs {
     pub fixed_buffers: bool,
     /// Which io_uring paths write messages in place, into an arena the ring registers once
     /// (cut in slots of the message size; SEND_ZC by its index, SEND by address): auto (the
-    /// faster way per path, as measured: uring-zc and adaptive in place from 4 MiB, uring
-    /// from owned buffers; owned with --fixed-buffers), off (every path owned), or SIZE
-    /// (4K..1G: uring, uring-zc and adaptive in place from SIZE bytes). Past `ulimit -l` the
-    /// ring registers what the kernel allows and says so.
+    /// faster way per path, as measured: uring-zc and adaptive in place from 4 MiB for
+    /// messages up to 64 KiB, uring from owned buffers; owned with --fixed-buffers), off
+    /// (every path owned), or SIZE (4K..1G: uring, uring-zc and adaptive in place from SIZE
+    /// bytes). Past `ulimit -l` the ring registers what the kernel allows and says so.
     #[arg(long, value_name = "auto|off|SIZE", default_value = "auto", value_parser = arena)]
     pub arena: sendpath_lab::window::Arena,
     /// How io_uring keeps a connection's queued sends in order (uring, uring-zc, adaptive):
@@ -166,10 +166,11 @@ pub(crate) enum Metrics {
 }
 
 impl RunArgs {
-    /// `strategy`'s options; `profile` is what [`load_profile`] returned.
+    /// The options of `strategy` sending messages of up to `largest` bytes; `profile` is
+    /// what [`load_profile`] returned.
     pub(crate) fn options(
         &self,
-        strategy: sendpath::Strategy,
+        (strategy, largest): (sendpath::Strategy, usize),
         profile: Option<std::sync::Arc<sendpath::Profile>>,
     ) -> sendpath::Options {
         sendpath::Options {
@@ -182,7 +183,7 @@ impl RunArgs {
             copy_batch: self.copy_batch as usize,
             uring_fixed_buffers: self.fixed_buffers,
             // Cut per point into slots of its message size (the lab's `arena_for`).
-            uring_arena: self.arena.config_for(strategy, self.fixed_buffers),
+            uring_arena: self.arena.config_for(strategy, self.fixed_buffers, largest),
             uring_order: match self.uring_order.as_str() {
                 "vectored" => Some(sendpath::Order::Vectored),
                 "linked" => Some(sendpath::Order::Linked),

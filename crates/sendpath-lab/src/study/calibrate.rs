@@ -30,30 +30,35 @@ pub struct Route {
 }
 
 impl Route {
-    /// In words, as the profile records it: `loopback uring-zc-in-place`, `udp blackhole
-    /// fixed-buffers`.
-    pub fn describe(&self) -> String {
-        let mut v = Vec::new();
-        if self.proto == crate::traffic::datagram::Protocol::Udp {
-            v.push("udp");
-        }
-        v.push(
-            self.netns
+    /// In words, as the profile of `sizes` records it: `loopback uring-zc-in-place`
+    /// (`uring-zc-in-place-to-64KiB` when the larger sizes' windows were owned), `udp
+    /// blackhole fixed-buffers`.
+    pub fn describe(&self, sizes: &[usize]) -> String {
+        let mut v = vec![
+            match self.proto {
+                crate::traffic::datagram::Protocol::Udp => "udp ".to_string(),
+                _ => String::new(),
+            } + self
+                .netns
                 .as_ref()
                 .map_or("loopback", |n| n.info().kind.as_str()),
-        );
+        ];
         if self.fixed_buffers {
-            v.push("fixed-buffers");
+            v.push("fixed-buffers".into());
         }
-        if self.in_place(sendpath::Strategy::UringZc) {
-            v.push("uring-zc-in-place");
+        let in_place = |s: &&usize| {
+            let zc = sendpath::Strategy::UringZc;
+            self.arena.config_for(zc, self.fixed_buffers, **s).is_some()
+        };
+        match sizes.iter().filter(in_place).max() {
+            Some(_) if sizes.iter().all(|s| in_place(&s)) => v.push("uring-zc-in-place".into()),
+            Some(&m) => v.push(format!(
+                "uring-zc-in-place-to-{}",
+                crate::units::fmt_size(m)
+            )),
+            None => {}
         }
         v.join(" ")
-    }
-
-    /// Whether `path`'s windows write their messages in place.
-    fn in_place(&self, path: sendpath::Strategy) -> bool {
-        self.arena.config_for(path, self.fixed_buffers).is_some()
     }
 }
 
@@ -75,7 +80,7 @@ pub fn point(w: &Window, duration: Duration, warmup: Duration, route: &Route) ->
         cold: false,
         opts: sendpath::Options {
             uring_fixed_buffers: route.fixed_buffers,
-            uring_arena: route.arena.config_for(w.path, route.fixed_buffers),
+            uring_arena: route.arena.config_for(w.path, route.fixed_buffers, size),
             ..Default::default()
         },
         mix: None,
@@ -112,4 +117,52 @@ pub fn run(
             }
         }))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::Arena;
+
+    #[test]
+    fn the_route_says_which_uring_zc_windows_were_written_in_place() {
+        let route = |arena, fixed_buffers| Route {
+            arena,
+            fixed_buffers,
+            ..Route::default()
+        };
+        let sizes = [4096, 64 << 10, 1 << 20];
+        assert_eq!(
+            route(Arena::Auto, false).describe(&sizes),
+            "loopback uring-zc-in-place-to-64KiB"
+        );
+        assert_eq!(
+            route(Arena::Auto, false).describe(&sizes[..2]),
+            "loopback uring-zc-in-place"
+        );
+        assert_eq!(
+            route(Arena::Bytes(64 << 20), false).describe(&sizes),
+            "loopback uring-zc-in-place"
+        );
+        assert_eq!(route(Arena::Off, false).describe(&sizes), "loopback");
+        assert_eq!(
+            route(Arena::Auto, true).describe(&sizes),
+            "loopback fixed-buffers"
+        );
+        // The windows themselves: in place exactly where the route says.
+        let opts = |size| match point(
+            &Window {
+                round: 0,
+                size,
+                path: sendpath::Strategy::UringZc,
+            },
+            Duration::ZERO,
+            Duration::ZERO,
+            &route(Arena::Auto, false),
+        ) {
+            Point::Stream(s) => s.opts.uring_arena.is_some(),
+            _ => unreachable!("a calibration window is a stream point"),
+        };
+        assert!(opts(64 << 10) && !opts(1 << 20));
+    }
 }

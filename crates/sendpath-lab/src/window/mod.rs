@@ -477,9 +477,11 @@ pub(crate) fn uring_buffers(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Arena {
     /// Each path the way that measured faster (docs/results.md, "Written in place"):
-    /// `uring-zc` in place from the library's default arena (4 MiB), and `adaptive` too, as
-    /// `calibrate` measures its `uring-zc` tiers; `uring` from owned buffers (SEND takes no
-    /// registered buffer, and from the arena it was slower). With `--fixed-buffers`, owned.
+    /// `uring-zc` in place from the library's default arena (4 MiB: 64 slots of 64 KiB), and
+    /// `adaptive` too, as `calibrate` measures its `uring-zc` tiers; `uring` from owned
+    /// buffers (SEND takes no registered buffer, and from the arena it was slower). Messages
+    /// larger than the default slot, where too few would fit to keep a window's sends in
+    /// place, and `--fixed-buffers` runs: owned.
     #[default]
     Auto,
     /// Every path from owned buffers.
@@ -489,21 +491,22 @@ pub enum Arena {
 }
 
 impl Arena {
-    /// The arena `strategy` sends from under this choice (`fixed`: `--fixed-buffers`), in
-    /// slots of 4 KiB, cut again per point in slots of its message; `None`: owned buffers.
+    /// The arena `strategy` sends messages of up to `largest` bytes from under this choice
+    /// (`fixed`: `--fixed-buffers`), in slots of 4 KiB, cut again per point in slots of its
+    /// message; `None`: owned buffers.
     pub fn config_for(
         self,
         strategy: sendpath::Strategy,
         fixed: bool,
+        largest: usize,
     ) -> Option<sendpath::ArenaConfig> {
         use sendpath::Strategy::{Adaptive, Uring, UringZc};
+        let d = sendpath::ArenaConfig::default();
         let bytes = match self {
             Arena::Off => return None,
-            Arena::Auto if fixed || !matches!(strategy, UringZc | Adaptive) => return None,
-            Arena::Auto => {
-                let d = sendpath::ArenaConfig::default();
-                d.slot_size * d.slots
-            }
+            Arena::Auto if fixed || largest > d.slot_size => return None,
+            Arena::Auto if !matches!(strategy, UringZc | Adaptive) => return None,
+            Arena::Auto => d.slot_size * d.slots,
             Arena::Bytes(_) if !matches!(strategy, Uring | UringZc | Adaptive) => return None,
             Arena::Bytes(b) => b,
         };
@@ -536,7 +539,8 @@ mod tests {
     use sendpath::Strategy::{Adaptive, Copy, MsgZerocopy, Uring, UringZc};
 
     fn bytes(a: Arena, s: sendpath::Strategy, fixed: bool) -> Option<usize> {
-        a.config_for(s, fixed).map(|c| c.slot_size * c.slots)
+        a.config_for(s, fixed, 64 << 10)
+            .map(|c| c.slot_size * c.slots)
     }
 
     #[test]
@@ -555,12 +559,17 @@ mod tests {
         }
         assert_eq!(bytes(Arena::Bytes(16 << 20), Uring, false), Some(16 << 20));
         assert_eq!(bytes(Arena::Bytes(16 << 20), Copy, false), None);
+        // Past the default slot, too few would fit in 4 MiB: owned, unless a size is given.
+        assert_eq!(Arena::Auto.config_for(UringZc, false, (64 << 10) + 1), None);
+        assert!(Arena::Bytes(4 << 20)
+            .config_for(UringZc, false, 1 << 20)
+            .is_some());
     }
 
     #[test]
     fn an_arena_is_cut_again_in_slots_of_the_point_s_message() {
         let mut opts = sendpath::Options {
-            uring_arena: Arena::Bytes(1 << 20).config_for(UringZc, false),
+            uring_arena: Arena::Bytes(1 << 20).config_for(UringZc, false, 1400),
             ..sendpath::Options::default()
         };
         arena_for(&mut opts, 1400);
