@@ -752,6 +752,12 @@ fn bad_values_get_clear_errors_not_panics() {
     );
     fails_with(&["stream", "--size", "2G"], &["between 1B and 1GiB"]);
     fails_with(&["stream", "--pipe-size", "3G"], &["between 4KiB and 1GiB"]);
+    for bad in ["0", "2G", "on"] {
+        fails_with(
+            &["stream", "--arena", bad],
+            &["auto, off, or a size of 4KiB..1GiB"],
+        );
+    }
     fails_with(
         &["stream", "--size", "1G", "--threads", "64", "-t", "0.1"],
         &["MiB available", "smaller --size"],

@@ -133,7 +133,9 @@ pub(super) fn arena(s: &str) -> Result<sendpath_lab::window::Arena, String> {
         "off" => Ok(Arena::Off),
         _ => bounded_size(s, "the arena size", 4096, 1 << 30)
             .map(Arena::Bytes)
-            .map_err(|e| format!("{e}; or auto, off")),
+            .map_err(|_| {
+                format!("`{s}` is not an arena: give auto, off, or a size of 4KiB..1GiB, e.g. 4M")
+            }),
     }
 }
 
