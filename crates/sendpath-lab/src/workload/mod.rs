@@ -268,16 +268,18 @@ impl PatternFile {
     }
 
     /// Drops the file's pages from the page cache (`posix_fadvise(DONTNEED)`), for a cold run.
-    /// Pages still in another CPU's LRU batch survive one call (seen here as up to 10% of a
-    /// file left resident), so it tries again, up to 3 times, while more than 1% remains.
+    /// Pages still in another CPU's LRU batch, or held for a moment by the kernel's own page
+    /// scanning (DAMON's, on these hosts), survive a call (seen here as up to 23% of a file
+    /// left resident after three calls 5 ms apart), so it tries again while more than 1%
+    /// remains, up to 6 times, waiting twice as long each time (5 to 80 ms, 155 ms in all).
     pub(crate) fn make_cold(&self) -> anyhow::Result<()> {
-        for _ in 0..3 {
+        for wait_ms in [5, 10, 20, 40, 80, 0] {
             sendpath_host::file::drop_page_cache(self.file.as_fd())
                 .context("posix_fadvise(DONTNEED)")?;
             if self.resident_fraction().is_none_or(|f| f <= 0.01) {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
         }
         Ok(())
     }
