@@ -182,7 +182,6 @@ impl RunArgs {
             uring_depth: self.uring_depth as usize,
             copy_batch: self.copy_batch as usize,
             uring_fixed_buffers: self.fixed_buffers,
-            // Cut per point into slots of its message size (the lab's `arena_for`).
             uring_arena: self.arena.config_for(strategy, self.fixed_buffers, largest),
             uring_order: match self.uring_order.as_str() {
                 "vectored" => Some(sendpath::Order::Vectored),

@@ -34,24 +34,24 @@ impl Route {
     /// (`uring-zc-in-place-to-64KiB` when the larger sizes' windows were owned), `udp
     /// blackhole fixed-buffers`.
     pub fn describe(&self, sizes: &[usize]) -> String {
-        let mut v = vec![
-            match self.proto {
-                crate::traffic::datagram::Protocol::Udp => "udp ".to_string(),
-                _ => String::new(),
-            } + self
-                .netns
-                .as_ref()
-                .map_or("loopback", |n| n.info().kind.as_str()),
-        ];
+        let mut v = Vec::new();
+        if self.proto == crate::traffic::datagram::Protocol::Udp {
+            v.push("udp".to_string());
+        }
+        let kind = self
+            .netns
+            .as_ref()
+            .map_or("loopback", |n| n.info().kind.as_str());
+        v.push(kind.to_string());
         if self.fixed_buffers {
             v.push("fixed-buffers".into());
         }
-        let in_place = |s: &&usize| {
-            let zc = sendpath::Strategy::UringZc;
-            self.arena.config_for(zc, self.fixed_buffers, **s).is_some()
-        };
-        match sizes.iter().filter(in_place).max() {
-            Some(_) if sizes.iter().all(|s| in_place(&s)) => v.push("uring-zc-in-place".into()),
+        let zc = sendpath::Strategy::UringZc;
+        let in_place: Vec<usize> = (sizes.iter().copied())
+            .filter(|&s| self.arena.config_for(zc, self.fixed_buffers, s).is_some())
+            .collect();
+        match in_place.iter().max() {
+            Some(_) if in_place.len() == sizes.len() => v.push("uring-zc-in-place".into()),
             Some(&m) => v.push(format!(
                 "uring-zc-in-place-to-{}",
                 crate::units::fmt_size(m)

@@ -492,8 +492,8 @@ pub enum Arena {
 
 impl Arena {
     /// The arena `strategy` sends messages of up to `largest` bytes from under this choice
-    /// (`fixed`: `--fixed-buffers`), in slots of 4 KiB, cut again per point in slots of its
-    /// message; `None`: owned buffers.
+    /// (`fixed`: `--fixed-buffers`), its bytes cut in slots of `largest` (at least one);
+    /// `None`: owned buffers.
     pub fn config_for(
         self,
         strategy: sendpath::Strategy,
@@ -510,19 +510,11 @@ impl Arena {
             Arena::Bytes(_) if !matches!(strategy, Uring | UringZc | Adaptive) => return None,
             Arena::Bytes(b) => b,
         };
+        let slot = largest.max(1);
         Some(sendpath::ArenaConfig {
-            slot_size: 4096,
-            slots: bytes.div_ceil(4096),
+            slot_size: slot,
+            slots: (bytes / slot.next_multiple_of(4096)).max(1),
         })
-    }
-}
-
-/// `--arena` cut for one point: the arena's bytes in slots of the point's message size.
-pub(crate) fn arena_for(opts: &mut sendpath::Options, size: usize) {
-    if let Some(a) = &mut opts.uring_arena {
-        let bytes = a.slot_size * a.slots;
-        a.slot_size = size.max(1);
-        a.slots = (bytes / size.max(1).next_multiple_of(4096)).max(1);
     }
 }
 
@@ -567,14 +559,16 @@ mod tests {
     }
 
     #[test]
-    fn an_arena_is_cut_again_in_slots_of_the_point_s_message() {
-        let mut opts = sendpath::Options {
+    fn an_arena_is_cut_in_slots_of_the_point_s_largest_message() {
+        let opts = sendpath::Options {
             uring_arena: Arena::Bytes(1 << 20).config_for(UringZc, false, 1400),
             ..sendpath::Options::default()
         };
-        arena_for(&mut opts, 1400);
         let a = opts.uring_arena.expect("an arena");
         assert_eq!((a.slot_size, a.slots), (1400, 256));
+        // A message larger than the arena still gets one slot.
+        let a = Arena::Bytes(1 << 20).config_for(Uring, false, 4 << 20);
+        assert_eq!(a.map(|a| (a.slot_size, a.slots)), Some((4 << 20, 1)));
         assert_eq!(uring_buffers(UringZc, &opts).as_deref(), Some("arena"));
         assert_eq!(uring_buffers(Copy, &opts), None);
     }

@@ -83,9 +83,7 @@ fn serve(
     };
     let mut req = vec![0u8; pt.request];
     let rd = s.try_clone()?;
-    let mut opts = pt.opts.clone();
-    crate::window::arena_for(&mut opts, pt.response);
-    let mut p = sendpath::open(pt.strategy, rd, &opts)?;
+    let mut p = sendpath::open(pt.strategy, rd, &pt.opts)?;
     let mut off = 0u64;
     loop {
         match s.read_exact(&mut req) {

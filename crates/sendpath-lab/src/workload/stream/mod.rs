@@ -85,12 +85,6 @@ impl StreamPoint {
     fn timed(&self) -> bool {
         self.msg_latency && self.strategy.source() == sendpath::Source::Memory
     }
-
-    /// The largest message a sender sends: a size mix's largest (`size` is then its mean),
-    /// else `size`; what an arena's slot must hold.
-    pub(crate) fn largest_message(&self) -> usize {
-        self.mix.as_ref().map_or(self.size, |m| m.max())
-    }
 }
 
 /// What one repeat produced.

@@ -187,7 +187,6 @@ impl Sender {
         let stall = super::stall_limit(pt);
         let mut opts = pt.opts.clone();
         opts.file = file.map(|f| f.file.clone());
-        crate::window::arena_for(&mut opts, pt.largest_message());
         let file_len = file.map_or(0, |f| f.len);
         let cold = pt.cold && file.is_some();
         let (first, limit) = file_part(file_len, i, pt.threads, cold);

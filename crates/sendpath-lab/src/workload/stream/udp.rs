@@ -123,8 +123,7 @@ fn start_sender(
     i: usize,
     tids: &mpsc::Sender<(bool, i32)>,
 ) -> JoinHandle<Sent> {
-    let (strategy, size, mut opts) = (pt.strategy, pt.size, pt.opts.clone());
-    crate::window::arena_for(&mut opts, pt.largest_message());
+    let (strategy, size, opts) = (pt.strategy, pt.size, pt.opts.clone());
     let seg = pt.gso.map_or(size, usize::from);
     let fill = pt.recv == RecvMode::Verify;
     let (stop, sent) = (shared.stop.clone(), shared.sent[i].clone());
