@@ -895,7 +895,17 @@ fn a_reset_mid_stream_is_an_error_that_names_the_offset() {
     }
     let mut s = s.expect("sink listening");
     s.write_all(&[7u8; 1000]).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The reset must come after the sink has read the 1000 bytes (on a busy host a fixed
+    // sleep was not always enough): wait until none are left unread at its end.
+    let waited = std::time::Instant::now();
+    while common::unread_by_peer(&s) != Some(0) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the sink did not read 1000 bytes within 10 s (unread: {:?})",
+            common::unread_by_peer(&s)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // SO_LINGER with a zero timeout: close() sends a reset instead of a clean FIN.
     rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
     drop(s);

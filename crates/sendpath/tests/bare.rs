@@ -85,6 +85,49 @@ fn every_path_sends_and_its_receiver_reads_every_byte() {
     }
 }
 
+/// `--arena`, bare's own loop and the library's (`--lib`): every byte read and checked, and
+/// the library's messages written in its arena (`N in place`): every one for `uring`, whose
+/// slots come back at each completion; some for `uring-zc`, whose slots wait for their
+/// notifications, so that past the arena's 256 slots of 16 KiB the rest come from the heap.
+#[test]
+fn the_in_place_twins_send_every_byte_and_the_library_s_from_its_arena() {
+    for p in ["uring", "uring-zc"] {
+        for lib in [None, Some("--lib")] {
+            let mut args = vec![p, "16K", "--seconds", "0.2", "--warmup", "0.05", "--arena"];
+            args.extend(lib);
+            args.push("--verify");
+            let Some(out) = run(&args) else { return };
+            let line = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "bare {args:?}: {line}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let sends = field(&line, " sends,");
+            assert!(sends > 0, "bare {args:?} sent nothing: {line}");
+            match lib {
+                Some(_) if p == "uring" => {
+                    assert!(field(&line, " in place") >= sends, "bare {args:?}: {line}")
+                }
+                Some(_) => assert!(field(&line, " in place") > 0, "bare {args:?}: {line}"),
+                None => assert!(!line.contains("in place"), "{line}"),
+            }
+        }
+    }
+}
+
+/// The number just before `label` in bare's line.
+fn field(line: &str, label: &str) -> u64 {
+    let before = &line[..line
+        .find(label)
+        .unwrap_or_else(|| panic!("no `{label}` in {line}"))];
+    before
+        .rsplit([' ', ','])
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before `{label}` in {line}"))
+}
+
 /// The check above can fail: a receiver told to expect another byte than the one written
 /// ends the run, naming the offset, with a non-zero exit (`SENDPATH_BARE_EXPECT` is the byte
 /// the receiver checks for, a test hook).
@@ -307,6 +350,14 @@ fn bad_input_is_refused_with_status_2() {
             "drop --gso",
         ),
         (&["uring", "4K", "--bufs", "4"][..], "--bufs takes"),
+        (
+            &["copy", "4K", "--arena"][..],
+            "--arena is for uring and uring-zc",
+        ),
+        (
+            &["uring-zc", "4K", "--arena", "--fixed"][..],
+            "without --fixed",
+        ),
         (&["copy", "4K", "--bufs", "0"][..], "--bufs takes"),
     ] {
         let Some(out) = run(args) else { return };

@@ -90,3 +90,29 @@ pub(crate) fn default_congestion() -> String {
         .trim()
         .to_owned()
 }
+
+/// Bytes written on `s` that its peer (a socket on this host, over IPv4) has not yet read:
+/// those not yet acknowledged (the transmit queue of `s`) and those received and not read (the
+/// receive queue at the other end), from `/proc/net/tcp`. `None` when either socket is not
+/// listed.
+pub(crate) fn unread_by_peer(s: &std::net::TcpStream) -> Option<u64> {
+    let hex = |a: std::net::SocketAddr| match a {
+        std::net::SocketAddr::V4(v4) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        )),
+        std::net::SocketAddr::V6(_) => None,
+    };
+    let (theirs, ours) = (hex(s.peer_addr().ok()?)?, hex(s.local_addr().ok()?)?);
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    // `tx_queue:rx_queue` of the socket at `local` connected to `remote`, in hex.
+    let queue = |local: &str, remote: &str, which: usize| {
+        table.lines().skip(1).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let q = (f.get(1) == Some(&local) && f.get(2) == Some(&remote)).then(|| f.get(4))??;
+            u64::from_str_radix(q.split(':').nth(which)?, 16).ok()
+        })
+    };
+    Some(queue(&ours, &theirs, 0)? + queue(&theirs, &ours, 1)?)
+}

@@ -27,6 +27,11 @@ impl LibPath {
         let mut opts = Options {
             uring_depth: a.depth,
             uring_fixed_buffers: a.fixed,
+            // As the stream harness's `--arena 4M`: 4 MiB cut into slots of the message size.
+            uring_arena: a.arena.then(|| sendpath::ArenaConfig {
+                slot_size: a.size,
+                slots: ((4usize << 20) / a.size.next_multiple_of(4096)).max(1),
+            }),
             zc_reap_every: a.reap_every,
             uring_order: match a.order {
                 Some(super::Order::Linked) => Some(sendpath::Order::Linked),
@@ -56,7 +61,12 @@ impl LibPath {
     /// file messages by `send_ranges`), then waits for the last completions.
     pub(crate) fn send(&mut self, a: &Args, until: Instant) -> io::Result<Tally> {
         let p = self.path.as_mut();
-        let before = (p.stats().zerocopy.completions, p.stats().zerocopy.copied);
+        let slots = |p: &dyn SendPath| p.stats().arena.as_ref().map(|a| a.slots);
+        let before = (
+            p.stats().zerocopy.completions,
+            p.stats().zerocopy.copied,
+            slots(p),
+        );
         let mut t = Tally::default();
         // As the stream harness batches: up to 16 messages, until one takes the batch to
         // 64 KiB, per `send_bufs` or `send_ranges`.
@@ -92,6 +102,7 @@ impl LibPath {
         p.finish(Duration::from_secs(2)).map_err(io::Error::other)?;
         t.completions = p.stats().zerocopy.completions - before.0;
         t.copied = p.stats().zerocopy.copied - before.1;
+        t.in_place = slots(p).map(|n| n - before.2.unwrap_or(0));
         Ok(t)
     }
 }

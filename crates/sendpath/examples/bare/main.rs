@@ -45,7 +45,9 @@
 //! `--lib` sends through the library instead (`sendpath::open` with its default options at
 //! `--depth`; see `lib_loop.rs`), on the same connection to the same receiver: bare against
 //! `bare --lib` is what the library adds, `bare --lib` against `sendpath stream` what the
-//! stream harness adds.
+//! stream harness adds. With `--arena` it writes each message in place, in a 4 MiB arena the
+//! library registers (`Options::uring_arena`, slots of the message size), as `stream --arena 4M`
+//! does.
 
 use std::time::{Duration, Instant};
 
@@ -255,9 +257,9 @@ fn check(a: Args) -> Result<Args, String> {
     if a.lib && (a.gso.is_some() || !lib_order || a.fixed_file) {
         return Err(format!("--lib sends as the library does (one datagram per send, ordered, no registered socket): drop --gso, --fixed-file, and --order other than linked or vectored: {USAGE}"));
     }
-    if a.arena && (a.fixed || a.lib || !matches!(a.path.as_str(), "uring" | "uring-zc")) {
+    if a.arena && (a.fixed || !matches!(a.path.as_str(), "uring" | "uring-zc")) {
         return Err(format!(
-            "--arena is for uring and uring-zc, without --fixed or --lib: {USAGE}"
+            "--arena is for uring and uring-zc, without --fixed: {USAGE}"
         ));
     }
     if a.order == Some(Order::Bundle) && (a.path != "uring" || a.pool) {
@@ -282,6 +284,8 @@ pub(crate) struct Tally {
     pub(crate) bytes: u64,
     pub(crate) completions: u64,
     pub(crate) copied: u64,
+    /// `--lib --arena`: buffers the library handed out from its arena (written in place).
+    pub(crate) in_place: Option<u64>,
 }
 
 fn fail(e: impl std::fmt::Display) -> ! {
@@ -329,7 +333,7 @@ fn main() {
         ));
     }
     println!(
-        "bare {} {} B{}{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied",
+        "bare {} {} B{}{}{}{}{}{}: {:.3} Gbit/s, {:.0} sends/s, {} sends, {} completions, {} copied{}",
         a.path,
         a.size,
         a.gso.map_or(String::new(), |g| format!(" gso {g}")),
@@ -350,7 +354,9 @@ fn main() {
         t.sends as f64 / secs,
         t.sends,
         t.completions,
-        t.copied
+        t.copied,
+        t.in_place
+            .map_or(String::new(), |n| format!(", {n} in place"))
     );
 }
 
