@@ -187,13 +187,13 @@ impl Buf {
                     let mut b = Buf::page_aligned(len, FILL);
                     let keep = v.len() - *off;
                     b.as_mut_slice()[..keep].copy_from_slice(&v[*off..]);
-                    *self = b;
+                    self.move_to(b);
                 }
             }
             Storage::Shared(a) => {
                 let mut v = a[..len.min(a.len())].to_vec();
                 v.resize(len, FILL);
-                *self = Buf::from(v);
+                self.move_to(Buf::from(v));
             }
             Storage::Arena { slot, len: n } => {
                 if len <= slot.capacity() {
@@ -202,17 +202,24 @@ impl Buf {
                     // Past the slot: the bytes move to the heap, and the slot goes back.
                     let mut v = slot.bytes(*n).to_vec();
                     v.resize(len, FILL);
-                    *self = Buf::from(v);
+                    self.move_to(Buf::from(v));
                 }
             }
             Storage::Pages(p) => {
                 if len != p.len() {
                     // Pages are never recycled (see vmsplice); a new size gets new pages, and
                     // heap memory if the mapping fails.
-                    *self = Buf::pages(len).unwrap_or_else(|_| Buf::filled(len, FILL));
+                    self.move_to(Buf::pages(len).unwrap_or_else(|_| Buf::filled(len, FILL)));
                 }
             }
         }
+    }
+
+    /// Takes `new`'s bytes (new memory, which no ring has registered), keeping where this
+    /// buffer goes when released: its shared pool, or freed if fresh.
+    fn move_to(&mut self, new: Buf) {
+        self.data = new.data;
+        self.fixed = None;
     }
 
     /// The bytes.
@@ -231,7 +238,7 @@ impl Buf {
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         if let Storage::Shared(a) = &self.data {
-            *self = Buf::from(a.to_vec());
+            self.move_to(Buf::from(a.to_vec()));
         }
         match &mut self.data {
             Storage::Heap(v) => v,
@@ -477,6 +484,30 @@ mod tests {
         let again = shared.clone().take(100);
         assert_eq!((again.len(), again.as_slice().as_ptr()), (100, at));
         assert_eq!(shared.free_len(), 0);
+    }
+
+    #[test]
+    fn a_buffer_grown_into_new_memory_keeps_its_home_and_its_freshness_not_its_registration() {
+        let shared = SharedPool::new();
+        let mut b = shared.take(4096);
+        b.fixed = Some(3);
+        b.as_mut_slice()[..3].copy_from_slice(b"abc");
+        b.resize(1 << 20);
+        assert_eq!((b.len(), &b.as_slice()[..3]), (1 << 20, &b"abc"[..]));
+        assert!(!b.is_fixed(), "new memory is not the registered one");
+        let mut local = BufPool::new();
+        local.put(b);
+        assert_eq!(
+            (shared.free_len(), local.free_len()),
+            (1, 0),
+            "it went home"
+        );
+        // A fresh buffer in new pages stays fresh (freed, not reused) when it grows.
+        let mut f = Buf::fresh(10, FILL);
+        f.data = Storage::Pages(PageBuf::new(4096).unwrap());
+        f.resize(3 * 4096);
+        local.put(f);
+        assert_eq!(local.free_len(), 0, "freed, not kept");
     }
 
     #[test]
