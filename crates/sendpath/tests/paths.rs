@@ -765,3 +765,29 @@ fn adaptive_keeps_byte_order_across_all_four_paths() {
     );
     assert_eq!(s.leaked_buffers, 0);
 }
+
+/// A server's shared pool ([`sendpath::SharedPool`]) gets back every buffer it handed out,
+/// whichever path sent it: once a copying path has sent it, once a zero-copy path's kernel
+/// let it go (`finish`), and from `vmsplice`, which sends a copy in pages of its own.
+#[test]
+fn every_memory_path_sends_shared_pool_buffers_home() {
+    for s in memory_paths() {
+        let (addr, rx) = common::receiver(NO_PAUSE);
+        let sock = std::net::TcpStream::connect(addr).unwrap();
+        let mut p = sendpath::open(s, sock, &Options::default()).unwrap();
+        let shared = sendpath::SharedPool::new();
+        // The buffers handed out, by address: one taken again once it came home is one.
+        let mut handed_out = std::collections::HashSet::new();
+        for i in 0..8 {
+            let mut b = shared.take(4096);
+            sendpath_host::pattern::fill(b.as_mut_slice(), i * 4096);
+            handed_out.insert(b.as_slice().as_ptr() as usize);
+            p.send_buf(b).unwrap();
+        }
+        p.finish(Duration::from_secs(2)).unwrap();
+        drop(p);
+        let v = rx.join().unwrap();
+        assert_eq!((v.bytes_verified(), v.mismatches), (8 * 4096, 0), "{s}");
+        assert_eq!(shared.free_len(), handed_out.len(), "{s}: each came home");
+    }
+}

@@ -145,10 +145,15 @@ impl Buf {
     pub(crate) fn into_pages(self) -> Result<PageBuf, Buf> {
         match self.data {
             Storage::Pages(p) => Ok(p),
-            heap => Err(Buf {
-                fixed: self.fixed,
-                ..Buf::of(heap)
-            }),
+            heap => Err(Buf { data: heap, ..self }),
+        }
+    }
+
+    /// Lets go of a buffer that no pool of the caller's keeps: back to its shared pool if it
+    /// came from one ([`SharedPool::take`]), else freed.
+    pub(crate) fn release(mut self) {
+        if let Some(home) = self.home.take() {
+            home.put(self);
         }
     }
 
@@ -508,6 +513,18 @@ mod tests {
         f.resize(3 * 4096);
         local.put(f);
         assert_eq!(local.free_len(), 0, "freed, not kept");
+    }
+
+    #[test]
+    fn a_shared_pool_buffer_not_in_pages_comes_back_from_into_pages_and_goes_home() {
+        let shared = SharedPool::new();
+        let b = shared.take(100);
+        let Err(back) = b.into_pages() else {
+            panic!("heap bytes are not pages")
+        };
+        back.release();
+        assert_eq!(shared.free_len(), 1, "it went home");
+        Buf::filled(10, FILL).release(); // no home: freed
     }
 
     #[test]

@@ -92,6 +92,7 @@ impl SendPath for Vmsplice {
                     let mut p = PageBuf::new(heap.len()).map_err(Error::sys("mmap"))?;
                     p.as_mut_slice().copy_from_slice(heap.as_slice());
                     self.staged_copies += 1;
+                    heap.release();
                     p
                 }
             };
