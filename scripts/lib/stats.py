@@ -13,6 +13,7 @@ def median_ci(xs, level=0.95):
     return best
 
 
-def ci_text(xs):
+def ci_text(xs, spec=".3f"):
+    """The interval as `[lo..hi]`, each bound formatted with `spec`."""
     best = median_ci(xs)
-    return f"[{best[0]:.3f}..{best[1]:.3f}]" if best else "[too few rounds]"
+    return f"[{best[0]:{spec}}..{best[1]:{spec}}]" if best else "[too few rounds]"

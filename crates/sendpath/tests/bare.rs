@@ -217,12 +217,7 @@ fn the_library_sends_udp_in_the_twins_loop() {
             return;
         }
         assert!(out.status.success(), "bare {args:?}: {err}");
-        let count = |what: &str| -> u64 {
-            let before = text.split(&format!(" {what},")).next().unwrap_or_default();
-            let n = before.rsplit(' ').next().unwrap_or_default();
-            n.parse()
-                .unwrap_or_else(|_| panic!("no {what} count in: {text}"))
-        };
+        let count = |what: &str| field(&text, &format!(" {what},"));
         assert!(count("sends") > 0, "{path}: {text}");
         if path.ends_with("zc") || path == "msg-zerocopy" {
             assert_eq!(count("completions"), count("sends"), "{path}: {text}");
