@@ -82,6 +82,15 @@ impl LibPath {
                     }
                     p.send_ranges(&ranges).map_err(io::Error::other)?;
                     ranges.clear();
+                } else if a.arena {
+                    // Written in place: the library's slot, filled where the kernel reads it.
+                    let verify = a.verify;
+                    p.send_in_place(per_batch, a.size, &mut |_, b| {
+                        if verify {
+                            b.fill(crate::route::BYTE);
+                        }
+                    })
+                    .map_err(io::Error::other)?;
                 } else {
                     for _ in 0..per_batch {
                         let mut b = p.take_buf(a.size);

@@ -113,6 +113,12 @@ impl Buf {
         b
     }
 
+    /// A whole slot of a driver's arena, as a buffer.
+    pub(crate) fn arena(slot: ArenaSlot) -> Buf {
+        let len = slot.capacity();
+        Buf::of(Storage::Arena { slot, len })
+    }
+
     /// A buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the pages can
     /// be given away to the kernel and unmapped instead of being reused), every byte written
     /// with a fill byte (`0x5A`).

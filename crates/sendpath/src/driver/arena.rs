@@ -96,7 +96,17 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 pub struct Reserved<'a> {
     driver: &'a mut UringDriver,
     id: ConnId,
-    buf: Option<Buf>,
+    at: Place,
+}
+
+/// Where a reserved message is written.
+enum Place {
+    /// A slot of the arena the ring keeps (its ring slot): nothing moves when it is queued.
+    Slot(u32),
+    /// A heap buffer, queued as any buffer is.
+    Buf(Buf),
+    /// Committed, or given back.
+    Gone,
 }
 
 impl std::fmt::Debug for Reserved<'_> {
@@ -104,6 +114,7 @@ impl std::fmt::Debug for Reserved<'_> {
         f.debug_struct("Reserved")
             .field("conn", &self.id)
             .field("len", &self.len())
+            .field("in_place", &matches!(self.at, Place::Slot(_)))
             .finish()
     }
 }
@@ -111,8 +122,10 @@ impl std::fmt::Debug for Reserved<'_> {
 impl Reserved<'_> {
     /// Shortens the message to `len` bytes (a longer `len` changes nothing).
     pub fn truncate(&mut self, len: usize) {
-        if let Some(b) = self.buf.as_mut().filter(|b| len < b.len()) {
-            b.resize(len);
+        match &mut self.at {
+            Place::Slot(slot) => self.driver.ring.truncate_unsent(*slot, len),
+            Place::Buf(b) if len < b.len() => b.resize(len),
+            _ => {}
         }
     }
 
@@ -120,34 +133,54 @@ impl Reserved<'_> {
     /// next [`UringDriver::run`]. On an error (the connection failed or closed meanwhile)
     /// the slot goes back and nothing is sent.
     pub fn commit(mut self) -> Result<()> {
-        let buf = self
-            .buf
-            .take()
-            .expect("a Reserved holds its buffer until it ends");
-        self.driver.push(self.id, buf, true).map_err(|(e, buf)| {
-            self.driver.put_back(self.id, buf);
-            e
-        })
+        match std::mem::replace(&mut self.at, Place::Gone) {
+            Place::Slot(slot) => {
+                let len = self.len_of(slot);
+                self.driver.push_held(self.id, slot, len).inspect_err(|_| {
+                    self.driver.ring.unhold(slot);
+                })
+            }
+            Place::Buf(buf) => self.driver.push(self.id, buf, true).map_err(|(e, buf)| {
+                self.driver.put_back(self.id, buf);
+                e
+            }),
+            Place::Gone => Ok(()),
+        }
+    }
+
+    fn len_of(&self, slot: u32) -> usize {
+        self.driver.ring.unsent_bytes(slot).map_or(0, <[u8]>::len)
     }
 }
 
 impl std::ops::Deref for Reserved<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.buf.as_ref().map_or(&[], |b| b.as_slice())
+        match &self.at {
+            Place::Slot(slot) => self.driver.ring.unsent_bytes(*slot).unwrap_or(&[]),
+            Place::Buf(b) => b.as_slice(),
+            Place::Gone => &[],
+        }
     }
 }
 
 impl std::ops::DerefMut for Reserved<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.buf.as_mut().map_or(&mut [], |b| b.as_mut_slice())
+        match &mut self.at {
+            Place::Slot(slot) => self.driver.ring.unsent_bytes_mut(*slot).unwrap_or(&mut []),
+            Place::Buf(b) => b.as_mut_slice(),
+            Place::Gone => &mut [],
+        }
     }
 }
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
-            self.driver.put_back(self.id, buf);
+        match std::mem::replace(&mut self.at, Place::Gone) {
+            // Never read by a request: the ring has it back at once.
+            Place::Slot(slot) => drop(self.driver.ring.unhold(slot)),
+            Place::Buf(buf) => self.driver.put_back(self.id, buf),
+            Place::Gone => {}
         }
     }
 }
@@ -155,10 +188,11 @@ impl Drop for Reserved<'_> {
 impl UringDriver {
     /// `len` bytes to write a message into, in place: a slot of the arena when the driver has
     /// one ([`ArenaConfig`]) and the message fits, so the kernel reads the bytes where they
-    /// were written and by index. [`Reserved::commit`] queues it; a slot comes back only after
-    /// the kernel's last completion for it. `WouldBlock` when the connection's queue is full
-    /// (run, then reserve again), the connection's error when it failed,
-    /// [`Error::UnknownConn`] for an id that names no open connection.
+    /// were written and by index, and nothing moves between writing and sending.
+    /// [`Reserved::commit`] queues it; a slot comes back only after the kernel's last
+    /// completion for it. `WouldBlock` when the connection's queue is full (run, then reserve
+    /// again), the connection's error when it failed, [`Error::UnknownConn`] for an id that
+    /// names no open connection.
     ///
     /// ```no_run
     /// # fn f(ring: &mut sendpath::UringDriver, id: sendpath::ConnId) -> sendpath::Result<()> {
@@ -179,12 +213,105 @@ impl UringDriver {
                 std::io::ErrorKind::WouldBlock.into(),
             ));
         }
-        let buf = self.take_buf(id, len)?;
+        let at = match self.reserve_slot(id, len) {
+            Some(slot) => {
+                self.conn_mut(id)?.state.count_in_place();
+                Place::Slot(slot)
+            }
+            None => Place::Buf(self.take_buf(id, len)?),
+        };
         Ok(Reserved {
             driver: self,
             id,
-            buf: Some(buf),
+            at,
         })
+    }
+
+    /// Writes `n` messages of `len` bytes on `id`, each by `fill(i, bytes)` where
+    /// [`UringDriver::reserve`] puts it, and queues each as [`Reserved::commit`] does,
+    /// submitting each full batch at once and waiting for room while the queue is full
+    /// ([`SendPath::send_in_place`](crate::SendPath::send_in_place)).
+    pub(crate) fn send_in_place(
+        &mut self,
+        id: ConnId,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < n {
+            if self.room(id) == 0 {
+                self.submit_ready(id)?;
+                if self.room(id) == 0 {
+                    self.run_until(id, |d| d.room(id) > 0)?;
+                }
+            }
+            // The checks `reserve` makes, once for as many messages as there is room for.
+            self.open_conn_mut(id)?;
+            self.conn_error(id)?;
+            let end = n.min(i + self.room(id));
+            while i < end {
+                match self.reserve_slot(id, len) {
+                    Some(slot) => self.fill_held(id, slot, len, &mut |b| fill(i, b)),
+                    None => {
+                        let mut msg = self.reserve(id, len)?;
+                        fill(i, &mut msg);
+                        msg.commit()?;
+                    }
+                }
+                i += 1;
+            }
+        }
+        self.submit_ready(id)?;
+        self.conn_error(id)
+    }
+
+    /// Writes held slot `slot` with `fill` and queues it on `id`, which is open and has room.
+    fn fill_held(&mut self, id: ConnId, slot: u32, len: usize, fill: &mut dyn FnMut(&mut [u8])) {
+        if let Some(b) = self.ring.unsent_bytes_mut(slot) {
+            fill(b);
+        }
+        let st = &mut self.conns[id.index()]
+            .as_mut()
+            .expect("checked open by the caller")
+            .state;
+        st.count_in_place();
+        if let Err(slot) = st.push_held(slot, len, true) {
+            // Not after the caller's check of the room; were it so, the slot goes back.
+            self.ring.unhold(slot);
+            return;
+        }
+        if st.ready() {
+            self.dirty.push(id.idx);
+        }
+    }
+
+    /// A slot of the arena for `len` bytes, held in the ring for `id`: one the kernel has
+    /// released, else one more from the arena; `None` without an arena, when it has no free
+    /// slot, or when `len` is larger than a slot.
+    fn reserve_slot(&mut self, id: ConnId, len: usize) -> Option<u32> {
+        if let Some(slot) = self.ring.reserve_parked(id.idx, len) {
+            return Some(slot);
+        }
+        let arena = self.arena.as_ref().filter(|a| len <= a.slot_size())?;
+        let mut buf = Buf::arena(arena.take()?);
+        buf.resize(len);
+        Some(self.ring.park(buf, id.idx))
+    }
+
+    /// Queues ring slot `slot` (held for `id`, written in place) as one whole message.
+    fn push_held(&mut self, id: ConnId, slot: u32, len: usize) -> Result<()> {
+        let st = &mut self.open_conn_mut(id)?.state;
+        if st.push_held(slot, len, true).is_err() {
+            self.conn_error(id)?;
+            return Err(Error::sys("io_uring SEND (queue full)")(
+                std::io::ErrorKind::WouldBlock.into(),
+            ));
+        }
+        if st.ready() {
+            self.dirty.push(id.idx);
+        }
+        Ok(())
     }
 
     /// A buffer taken for `id` and not sent goes back to its pool (a slot, to the arena).

@@ -318,7 +318,7 @@ impl UringDriver {
         current
             .then(|| self.conns.get(id.index())?.as_ref())
             .flatten()
-            .ok_or(Error::UnknownConn { index: id.index() })
+            .ok_or_else(|| Error::UnknownConn { index: id.index() })
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {

@@ -99,12 +99,22 @@ struct InFlight {
     res: Option<i32>,
 }
 
+/// What is queued next, in order: a buffer of `queue`, or a slot the ring already holds (a
+/// message written in place, [`ConnState::push_held`]).
+#[derive(Debug, Clone, Copy)]
+enum Queued {
+    Buf,
+    Held { slot: u32, len: usize },
+}
+
 /// The I/O-free state of one connection. See the module docs.
 #[derive(Debug)]
 pub(crate) struct ConnState {
     cfg: StateConfig,
     chooser: Chooser,
-    /// Buffers handed in and not yet submitted.
+    /// What was handed in and not yet submitted, in order.
+    queued: VecDeque<Queued>,
+    /// The buffers among it ([`Queued::Buf`]), in order.
     queue: VecDeque<Buf>,
     /// What the last chain left to send, first in line.
     resend: Vec<ChainEntry>,
@@ -150,6 +160,7 @@ impl ConnState {
                 ..cfg
             },
             chooser,
+            queued: VecDeque::new(),
             queue: VecDeque::new(),
             resend: Vec::new(),
             chain: Vec::new(),
@@ -179,7 +190,7 @@ impl ConnState {
         if self.error.is_some() {
             return 0;
         }
-        self.cfg.depth.saturating_sub(self.queue.len())
+        self.cfg.depth.saturating_sub(self.queued.len())
     }
 
     /// Queues `buf` to send after everything before it; `end_of_message` counts a message.
@@ -191,8 +202,35 @@ impl ConnState {
         if end_of_message {
             self.stats.sends += 1;
         }
+        self.queued.push_back(Queued::Buf);
         self.queue.push_back(buf);
         Ok(())
+    }
+
+    /// Queues the first `len` bytes of ring slot `slot`, which the ring holds for this
+    /// connection and no request has read (a message written in place), as
+    /// [`ConnState::push`] queues a buffer. Gives the slot back when there is no room.
+    pub(crate) fn push_held(
+        &mut self,
+        slot: u32,
+        len: usize,
+        end_of_message: bool,
+    ) -> Result<(), u32> {
+        if self.room() == 0 {
+            return Err(slot);
+        }
+        if end_of_message {
+            self.stats.sends += 1;
+        }
+        self.queued.push_back(Queued::Held { slot, len });
+        Ok(())
+    }
+
+    /// Counts a slot of the arena handed out for a message written in place.
+    pub(crate) fn count_in_place(&mut self) {
+        if let Some(a) = &mut self.stats.arena {
+            a.slots += 1;
+        }
     }
 
     /// Queues buffers from `bufs`, each a message, as [`ConnState::push`] would one at a time,
@@ -201,6 +239,7 @@ impl ConnState {
         let before = self.queue.len();
         self.queue.extend(bufs.take(self.room()));
         let n = self.queue.len() - before;
+        self.queued.extend(std::iter::repeat_n(Queued::Buf, n));
         self.stats.sends += n as u64;
         n
     }
@@ -252,8 +291,8 @@ impl ConnState {
         !self.chain_in_flight()
             && self.error.is_none()
             && (!self.resend.is_empty()
-                || self.queue.len() >= self.cfg.depth
-                || (self.flushing && !self.queue.is_empty()))
+                || self.queued.len() >= self.cfg.depth
+                || (self.flushing && !self.queued.is_empty()))
     }
 
     /// Whether a chain is in the kernel.
@@ -264,7 +303,7 @@ impl ConnState {
     /// Whether every byte handed in has been accepted by the socket (nothing queued, nothing
     /// in flight, nothing to resend). Notifications may still be due.
     pub(crate) fn is_flushed(&self) -> bool {
-        self.queue.is_empty() && self.resend.is_empty() && self.chain.is_empty()
+        self.queued.is_empty() && self.resend.is_empty() && self.chain.is_empty()
     }
 
     /// SEND_ZC requests awaiting their result or notification.
@@ -298,8 +337,18 @@ impl ConnState {
     /// to the pool; what the kernel holds is let go of as its completions come in.
     pub(crate) fn fail(&mut self, errno: i32) {
         self.error.get_or_insert(errno);
-        self.pool.put_all(self.queue.drain(..));
+        self.drop_queued();
         self.unheld.extend(self.resend.drain(..).map(|e| e.slot));
+    }
+
+    /// Lets go of everything queued: buffers back to the pool, held slots to the ring.
+    fn drop_queued(&mut self) {
+        self.pool.put_all(self.queue.drain(..));
+        for q in self.queued.drain(..) {
+            if let Queued::Held { slot, .. } = q {
+                self.unheld.push(slot);
+            }
+        }
     }
 
     /// Counts a buffer the driver could not get back from the kernel in time.
@@ -406,7 +455,7 @@ impl ConnState {
         if let Some(errno) = s.error {
             self.error = Some(errno);
             self.unheld.extend(chain.iter().map(|e| e.slot));
-            self.pool.put_all(self.queue.drain(..));
+            self.drop_queued();
             return;
         }
         for e in chain {
@@ -773,6 +822,59 @@ mod tests {
         let zc = c.iter().filter(|x| x.3 != SendOp::Send).count();
         assert_eq!(zc, 4, "max_sends is 4");
         assert_eq!(st.stats().zerocopy.fallbacks.inflight_cap, 2);
+    }
+
+    #[test]
+    fn slots_written_in_place_go_between_buffers_in_the_order_they_came_then_back() {
+        let mut k = Kernel::new(1);
+        let mut st = state(3, false, Choice::Copy);
+        let b = st.take_buf(10);
+        st.push(b, true).unwrap();
+        st.push_held(100, 20, true).unwrap();
+        let b = st.take_buf(30);
+        st.push(b, true).unwrap();
+        assert_eq!(
+            st.push_held(101, 5, true),
+            Err(101),
+            "no room: the slot comes back"
+        );
+        let c = k.submit(&mut st);
+        let sent: Vec<_> = c.iter().map(|x| (x.0, x.2.clone())).collect();
+        assert_eq!(sent, [(0, 0..10), (100, 0..20), (1, 0..30)]);
+        // The slot's request is short: its rest goes first in the next chain, the link after
+        // it was cancelled and goes whole.
+        st.on_result(c[0].1, 10, false, None);
+        st.on_result(c[1].1, 5, false, None);
+        st.on_result(c[2].1, -libc::ECANCELED, false, None);
+        let mut unheld = Vec::new();
+        st.drain_unheld(&mut unheld);
+        assert_eq!(unheld, [0], "only what went whole is let go");
+        let c = k.submit(&mut st);
+        let resent: Vec<_> = c.iter().map(|x| (x.0, x.2.clone())).collect();
+        assert_eq!(resent, [(100, 5..20), (1, 0..30)]);
+        for x in &c {
+            st.on_result(x.1, x.2.len() as i32, false, None);
+        }
+        st.drain_unheld(&mut unheld);
+        assert_eq!(unheld, [0, 100, 1]);
+        assert_eq!((st.stats().bytes, st.stats().sends), (60, 3));
+        assert!(st.is_flushed());
+    }
+
+    #[test]
+    fn a_failed_connection_lets_its_queued_slots_go_to_the_ring() {
+        let mut st = state(4, false, Choice::Copy);
+        st.push_held(7, 100, true).unwrap();
+        let b = st.take_buf(10);
+        st.push(b, true).unwrap();
+        st.push_held(8, 100, true).unwrap();
+        st.fail(libc::ECONNRESET);
+        let mut unheld = Vec::new();
+        st.drain_unheld(&mut unheld);
+        assert_eq!(unheld, [7, 8], "the ring releases the slots");
+        assert_eq!(st.free_bufs(), 1, "the buffer is back in the pool");
+        assert_eq!(st.room(), 0);
+        assert_eq!(st.push_held(9, 1, true), Err(9));
     }
 
     #[test]

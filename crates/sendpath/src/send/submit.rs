@@ -2,7 +2,9 @@
 //! then queued ones), which operation each send takes, and how the requests are grouped and
 //! linked; each request the driver pushed is recorded for its completions.
 
-use super::{Choice, ConnState, InFlight, Order, Part, Payload, SendContext, SendOp, MAX_IOV};
+use super::{
+    Choice, ConnState, InFlight, Order, Part, Payload, Queued, SendContext, SendOp, MAX_IOV,
+};
 use crate::buffer::Buf;
 use crate::completion::ChainEntry;
 use crate::policy::{self, InflightLimits, ZcDecision};
@@ -47,26 +49,28 @@ impl ConnState {
         if !self.ready() {
             return Ok(0);
         }
-        self.gather_parts();
+        let taken = self.gather_parts();
         let mut parts = std::mem::take(&mut self.parts);
         let mut queue = std::mem::take(&mut self.queue);
         let pushed = self.push_requests(&mut parts, &mut queue, &mut push);
         parts.clear();
         self.parts = parts;
         self.queue = queue;
+        // Every part was pushed or abandoned: the queued entries it came from are done.
+        self.queued.drain(..taken);
         self.part_zc.clear();
         self.resend.clear();
-        if self.queue.is_empty() {
+        if self.queued.is_empty() {
             self.flushing = false;
         }
         pushed
     }
 
     /// The chain's buffers into `parts` (and whether each goes zero-copy into `part_zc`):
-    /// what the last chain left, then queued buffers (which stay in the queue until the
-    /// driver takes them).
-    fn gather_parts(&mut self) {
-        let n = (self.resend.len() + self.queue.len()).min(self.cfg.depth.max(self.resend.len()));
+    /// what the last chain left, then what is queued (buffers stay in the queue until the
+    /// driver takes them). Returns how many queued entries the parts took.
+    fn gather_parts(&mut self) -> usize {
+        let n = (self.resend.len() + self.queued.len()).min(self.cfg.depth.max(self.resend.len()));
         self.deciding = (0, 0);
         for e in &self.resend {
             self.parts.push(Part {
@@ -77,15 +81,24 @@ impl ConnState {
         }
         // A fixed choice of copy needs no decision per send.
         let copy = self.chooser.fixed() == Some(Choice::Copy);
-        for i in 0..n - self.resend.len() {
-            let len = self.queue[i].len();
+        let taken = n - self.resend.len();
+        let mut bufs = 0;
+        for i in 0..taken {
+            let (payload, len) = match self.queued[i] {
+                Queued::Buf => {
+                    bufs += 1;
+                    (Payload::New, self.queue[bufs - 1].len())
+                }
+                Queued::Held { slot, len } => (Payload::Held(slot), len),
+            };
             let zc = !copy && self.decide(len);
             self.parts.push(Part {
-                payload: Payload::New,
+                payload,
                 range: 0..len,
             });
             self.part_zc.push(zc);
         }
+        taken
     }
 
     /// Pushes `parts` as the order groups them, linking each request to the next.

@@ -147,6 +147,40 @@ pub trait SendPath: Send {
         Ok(())
     }
 
+    /// Sends `n` messages of `len` bytes, in order, each written by `fill(i, bytes)` for
+    /// `i` in `0..n`. On `uring` and `uring-zc` with an arena
+    /// ([`Options::uring_arena`](crate::Options::uring_arena)) each is written in place, in a
+    /// slot the kernel then reads by index, and no buffer moves between writing and sending;
+    /// elsewhere each is a [`take_buf`] filled and sent as [`send_buf`] sends it. On an error
+    /// the messages not yet written are not sent; [`stats`] counts the ones that were.
+    ///
+    /// ```no_run
+    /// # fn f(path: &mut dyn sendpath::SendPath) -> sendpath::Result<()> {
+    /// let mut seq = 0u64;
+    /// path.send_in_place(16, 1400, &mut |_, b| {
+    ///     b[..8].copy_from_slice(&seq.to_le_bytes());
+    ///     seq += 1;
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`take_buf`]: SendPath::take_buf
+    /// [`send_buf`]: SendPath::send_buf
+    /// [`stats`]: SendPath::stats
+    fn send_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        for i in 0..n {
+            let mut b = self.take_buf(len);
+            fill(i, b.as_mut_slice());
+            self.send_buf(b)?;
+        }
+        Ok(())
+    }
+
     /// Sends each range of the path's file as its own message, in order, as
     /// `send(Msg::File)` would: [`send_bufs`] for the file paths, with the loop inside the
     /// path. On an error the ranges after the failed one are not sent; [`stats`] counts the

@@ -94,6 +94,15 @@ impl SendPath for UringPath {
         self.driver.push_bufs(self.id, bufs)
     }
 
+    fn send_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        self.driver.send_in_place(self.id, n, len, fill)
+    }
+
     fn flush(&mut self) -> Result<()> {
         self.driver.flush(self.id)
     }

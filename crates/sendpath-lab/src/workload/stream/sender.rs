@@ -135,11 +135,12 @@ impl Multiplexed<'_> {
                 d.conn_error(id)
                     .with_context(|| format!("connection {c} of this thread"))?;
                 while d.room(id) > 0 {
-                    let mut b = d.take_buf(id, self.size)?;
+                    // In place when the driver has an arena (else a buffer from the pool).
+                    let mut msg = d.reserve(id, self.size)?;
                     if self.fill {
-                        sendpath_host::pattern::fill(b.as_mut_slice(), offsets[c]);
+                        sendpath_host::pattern::fill(&mut msg, offsets[c]);
                     }
-                    if d.push(id, b, true).is_err() {
+                    if msg.commit().is_err() {
                         break;
                     }
                     offsets[c] += self.size as u64;
@@ -267,6 +268,9 @@ impl Sender {
         stop: &AtomicBool,
         sent: &AtomicU64,
     ) -> anyhow::Result<()> {
+        if self.plain_in_place() {
+            return self.pump_in_place(p, stop, sent);
+        }
         if self.plain() {
             return self.pump_plain(p, stop, sent);
         }
@@ -344,6 +348,40 @@ impl Sender {
                 bufs.push(p.take_buf(self.size));
             }
             Ok(p.send_bufs(&mut bufs)?)
+        })
+    }
+
+    /// Whether every message is one buffer of one size from the path's own pool, written in
+    /// place ([`in_place`]), and the stream has no limit or bursts.
+    fn plain_in_place(&self) -> bool {
+        self.steady()
+            && in_place(self.strategy, &self.opts)
+            && self.shape.alloc == Alloc::Pool
+            && one_buf(self.strategy, self.size, &self.shape)
+    }
+
+    /// [`Sender::pump`] for a [`Sender::plain_in_place`] stream: whole batches written by
+    /// `send_in_place` where the kernel reads them (the pattern and the time stamp when the
+    /// run asks for them), nothing moved.
+    fn pump_in_place(
+        &self,
+        p: &mut dyn sendpath::SendPath,
+        stop: &AtomicBool,
+        sent: &AtomicU64,
+    ) -> anyhow::Result<()> {
+        let (size, shape) = (self.size, &self.shape);
+        let mut off = self.first;
+        self.pump_batches(p, stop, sent, |p, n| {
+            p.send_in_place(n, size, &mut |i, b| {
+                if shape.fill {
+                    sendpath_host::pattern::fill(b, off + (i * size) as u64);
+                }
+                if shape.stamp {
+                    crate::traffic::stamp::stamp(b);
+                }
+            })?;
+            off += (n * size) as u64;
+            Ok(())
         })
     }
 
@@ -435,6 +473,12 @@ impl Sender {
         }
         send_message(p, self.strategy, size, off, self.shape, shared)
     }
+}
+
+/// Whether `strategy` writes its messages in place with `opts` (`uring` and `uring-zc` with
+/// an arena): they then go by `SendPath::send_in_place`, and no buffer moves.
+pub(super) fn in_place(strategy: Strategy, opts: &Options) -> bool {
+    opts.uring_arena.is_some() && matches!(strategy, Strategy::Uring | Strategy::UringZc)
 }
 
 /// Most one-buffer messages a stream sender hands to one `send_bufs`.

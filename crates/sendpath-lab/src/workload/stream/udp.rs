@@ -157,11 +157,19 @@ fn start_sender(
         // datagram, one return through the path per batch); `--copy-batch N` makes it N, one
         // `sendmmsg` for copy.
         let per_batch = opts.copy_batch.max(UDP_BATCH);
+        let in_place = super::sender::in_place(strategy, &opts);
         start.wait();
         let result = opened.map_err(anyhow::Error::from).and_then(|mut p| {
             let mut seq = 0u64;
             let mut batch = Vec::with_capacity(per_batch);
             let sending = (|| -> anyhow::Result<()> {
+                while in_place && !stop.load(Ordering::Relaxed) {
+                    // Each datagram stamped where the kernel reads it.
+                    p.send_in_place(per_batch, size, &mut |_, b| {
+                        seq += stamp(b, seg, seq, fill);
+                    })?;
+                    sent.fetch_add((per_batch * size) as u64, Ordering::Relaxed);
+                }
                 while !stop.load(Ordering::Relaxed) {
                     let mut b = p.take_buf(size);
                     seq += stamp(b.as_mut_slice(), seg, seq, fill);

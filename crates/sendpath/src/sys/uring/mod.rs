@@ -153,6 +153,8 @@ pub(crate) struct SendRing {
     /// Times one zero-copy push in [`crate::stats::SendClock`]'s sample.
     clock: crate::stats::SendClock,
     free: Vec<u32>,
+    /// Parked slots (arena slots that stay in the ring) the kernel has released.
+    parked_free: Vec<u32>,
     /// Vectored requests, in flight or free for reuse (`free_groups`).
     groups: Vec<Group>,
     free_groups: Vec<u32>,
@@ -240,6 +242,7 @@ impl SendRing {
                         held_at: Vec::new(),
                         clock: crate::stats::SendClock::new(),
                         free: Vec::new(),
+                        parked_free: Vec::new(),
                         groups: Vec::new(),
                         free_groups: Vec::new(),
                         released: Vec::new(),

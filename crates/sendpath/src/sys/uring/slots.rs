@@ -16,6 +16,10 @@ pub(super) struct Slot {
     pub(super) pending: u32,
     /// The owner may still send from it (see [`SendRing::unhold`]).
     pub(super) held: bool,
+    /// A slot of the driver's arena that stays here between messages ([`SendRing::park`]):
+    /// released, it waits in `parked_free` for the next message written in place instead of
+    /// leaving the ring.
+    pub(super) parked: bool,
 }
 
 /// A vectored request (`SENDMSG` / `SENDMSG_ZC`) over several slots: the slots it reads, and
@@ -69,9 +73,60 @@ impl SendRing {
             tag,
             pending: 0,
             held: true,
+            parked: false,
         });
         self.held_at[slot as usize] = now;
         slot
+    }
+
+    /// Puts `buf` (a slot of the driver's arena) in a ring slot for good, held for `tag`: once
+    /// released it waits in the ring for [`SendRing::reserve_parked`] instead of leaving it, so
+    /// a message written in place moves no buffer. Returns the ring slot.
+    pub(crate) fn park(&mut self, buf: Buf, tag: u32) -> u32 {
+        let slot = self.hold(buf, tag, None);
+        if let Some(s) = self.slots[slot as usize].as_mut() {
+            s.parked = true;
+        }
+        slot
+    }
+
+    /// A parked slot the kernel has released, held for `tag` with its first `len` bytes to
+    /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
+    /// does not fit.
+    pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
+        let slot = *self.parked_free.last()?;
+        let s = self.slots[slot as usize].as_mut()?;
+        if len > s.buf.capacity() {
+            return None;
+        }
+        self.parked_free.pop();
+        s.buf.resize(len);
+        (s.tag, s.held) = (tag, true);
+        self.held_at[slot as usize] = None;
+        Some(slot)
+    }
+
+    /// The bytes of a held slot no request has read yet (a message being written in place);
+    /// `None` for any other slot.
+    pub(crate) fn unsent_bytes(&self, slot: u32) -> Option<&[u8]> {
+        let s = self.slots.get(slot as usize)?.as_ref()?;
+        (s.held && s.pending == 0).then(|| s.buf.as_slice())
+    }
+
+    /// The bytes of a held slot no request has read yet, to write (a message written in
+    /// place); `None` for any other slot.
+    pub(crate) fn unsent_bytes_mut(&mut self, slot: u32) -> Option<&mut [u8]> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        (s.held && s.pending == 0).then(|| s.buf.as_mut_slice())
+    }
+
+    /// Shortens a held slot no request has read yet to `len` bytes (a longer `len` changes
+    /// nothing).
+    pub(crate) fn truncate_unsent(&mut self, slot: u32, len: usize) {
+        let s = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut());
+        if let Some(s) = s.filter(|s| s.held && s.pending == 0 && len < s.buf.len()) {
+            s.buf.resize(len);
+        }
     }
 
     /// Whether `slot` holds a buffer its owner may send `range` of.
@@ -102,6 +157,10 @@ impl SendRing {
         if s.pending > 0 {
             return None;
         }
+        if s.parked {
+            self.parked_free.push(slot);
+            return None;
+        }
         self.free.push(slot);
         self.slots[slot as usize].take().map(|s| s.buf)
     }
@@ -114,9 +173,13 @@ impl SendRing {
         s.pending = s.pending.saturating_sub(1) + u32::from(more);
         let done = (s.tag, self.held_at[slot as usize]);
         if s.pending == 0 && !s.held {
-            self.free.push(slot);
-            if let Some(s) = self.slots[slot as usize].take() {
-                self.released.push((s.tag, s.buf));
+            if s.parked {
+                self.parked_free.push(slot);
+            } else {
+                self.free.push(slot);
+                if let Some(s) = self.slots[slot as usize].take() {
+                    self.released.push((s.tag, s.buf));
+                }
             }
         }
         Some(done)

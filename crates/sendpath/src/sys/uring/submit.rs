@@ -288,6 +288,16 @@ impl SendRing {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
+        let first = {
+            let s = self.slots[slot as usize]
+                .as_ref()
+                .expect("checked live above");
+            s.parked && s.pending == 0 && self.held_at[slot as usize].is_none()
+        };
+        if first {
+            // A parked slot is timed from its first request (an owned buffer, from `hold`).
+            self.held_at[slot as usize] = self.clock(op);
+        }
         let s = self.slots[slot as usize]
             .as_mut()
             .expect("checked live above");
