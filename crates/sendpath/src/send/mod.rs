@@ -121,6 +121,10 @@ pub(crate) struct ConnState {
     /// The chain in the kernel: its buffers, and its requests with their results.
     chain: Vec<ChainEntry>,
     requests: Vec<InFlight>,
+    /// Requests of the chain whose result has come, and where the next is likely to be
+    /// (results come in order as a rule): settling a chain of `n` takes `n` steps, not `n²`.
+    results_in: usize,
+    next_result: usize,
     /// The results of the chain being settled (a list kept between chains).
     settled: Vec<ChainResult>,
     /// The chain being submitted: its buffers and whether each goes zero-copy (lists kept
@@ -165,6 +169,8 @@ impl ConnState {
             resend: Vec::new(),
             chain: Vec::new(),
             requests: Vec::new(),
+            results_in: 0,
+            next_result: 0,
             settled: Vec::new(),
             parts: Vec::new(),
             part_zc: Vec::new(),
@@ -364,7 +370,7 @@ impl ConnState {
     /// The result CQE of request `req`: `res` bytes or `-errno`, `more` when a notification
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
     pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: Option<u64>) {
-        let i = (self.requests.iter()).position(|r| r.req == req && r.res.is_none());
+        let i = self.find_request(req);
         if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
             self.count_transmitted(i, res as usize);
         }
@@ -375,8 +381,19 @@ impl ConnState {
             return;
         };
         self.requests[i].res = Some(res);
-        if self.requests.iter().all(|r| r.res.is_some()) {
+        (self.results_in, self.next_result) = (self.results_in + 1, i + 1);
+        if self.results_in == self.requests.len() {
             self.settle();
+        }
+    }
+
+    /// The chain's request `req` still awaiting its result: looked for where the last
+    /// result's successor is, then everywhere.
+    fn find_request(&self, req: u64) -> Option<usize> {
+        let waiting = |r: &InFlight| r.req == req && r.res.is_none();
+        match self.requests.get(self.next_result) {
+            Some(r) if waiting(r) => Some(self.next_result),
+            _ => self.requests.iter().position(waiting),
         }
     }
 
@@ -432,6 +449,7 @@ impl ConnState {
     fn settle(&mut self) {
         let mut results = std::mem::take(&mut self.settled);
         results.clear();
+        (self.results_in, self.next_result) = (0, 0);
         results.extend(self.requests.drain(..).map(|r| ChainResult {
             entries: r.entries,
             res: r.res.unwrap_or(0),
