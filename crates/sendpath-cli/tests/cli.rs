@@ -469,6 +469,32 @@ fn recv_zerocopy_maps_what_the_kernel_can_and_counts_every_byte() {
     }
 }
 
+/// An rr point written in place is an `arena` row: the runner finds its row again and runs
+/// every point of every round (before, the first such point ended the run: one row of four).
+#[test]
+fn rr_written_in_place_runs_every_point_of_every_round() {
+    let out = sendpath()
+        .args(["rr", "-s", "uring-zc,copy", "-l", "64,16K"])
+        .args(["-t", "0.2", "--warmup", "0.05", "-n", "2", "--json", "-"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let v = stdout_json(&out);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in rows {
+        let name = format!("{} {}", r["strategy"], r["size_bytes"]);
+        assert_eq!(r["repeats"].as_array().unwrap().len(), 2, "{name}");
+        let in_place = r["strategy"] == "uring-zc";
+        assert_eq!(
+            r["uring_buffers"] == "arena",
+            in_place,
+            "{name}: {}",
+            r["uring_buffers"]
+        );
+    }
+}
+
 #[test]
 fn rr_reports_latency_percentiles() {
     let out = sendpath()

@@ -170,10 +170,8 @@ impl Point {
     /// What identifies the point's row: workload, strategy, size, threads, connections per
     /// thread, the size mix, the allocation mode, then the variant (`udp gso 1400`, `fixed`).
     fn key(&self) -> Key {
-        let variant = match self {
-            Point::Stream(_) => self.row(None).variant(),
-            Point::Rr(_) => String::new(),
-        };
+        // As its row will say it (an rr point written in place is an `arena` row too).
+        let variant = self.row(None).variant();
         match self {
             Point::Stream(p) => (
                 Workload::Stream,
@@ -326,7 +324,7 @@ impl Recorder {
         file: Option<&PatternFile>,
         round: u32,
         o: Outcome,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<usize> {
         let rows = &mut self.results.results;
         let i = match rows.iter().position(|r| point.matches(r)) {
             Some(i) => i,
@@ -353,7 +351,8 @@ impl Recorder {
         row.repeats.push(rep);
         row.summarise();
         self.say(&line);
-        self.write(false)
+        self.write(false)?;
+        Ok(i)
     }
 
     /// Whether a machine-readable output goes to stdout (then the table goes to stderr, and
@@ -511,8 +510,8 @@ impl Recorder {
             });
         match out {
             Ok(Some(o)) => {
-                self.add(point, file, round, o)?;
-                Ok(self.results.results.iter().find(|r| point.matches(r)))
+                let i = self.add(point, file, round, o)?;
+                Ok(Some(&self.results.results[i]))
             }
             Ok(None) => Ok(None),
             Err(e) => {
