@@ -91,8 +91,8 @@ pub(crate) struct RunArgs {
     pub fixed_buffers: bool,
     /// Which io_uring paths write messages in place, into an arena the ring registers once
     /// (cut in slots of the message size; SEND_ZC by its index, SEND by address): auto (the
-    /// faster way per path, as measured: uring-zc and adaptive in place from 4 MiB for
-    /// messages up to 64 KiB, uring from owned buffers; owned with --fixed-buffers), off
+    /// faster way, as measured: uring, uring-zc and adaptive in place from 4 MiB for
+    /// messages up to 64 KiB; owned with --fixed-buffers), off
     /// (every path owned), or SIZE (4K..1G: uring, uring-zc and adaptive in place from SIZE
     /// bytes). Past `ulimit -l` the ring registers what the kernel allows and says so.
     #[arg(long, value_name = "auto|off|SIZE", default_value = "auto", value_parser = arena)]
