@@ -288,16 +288,7 @@ impl SendRing {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
-        let first = {
-            let s = self.slots[slot as usize]
-                .as_ref()
-                .expect("checked live above");
-            s.parked && s.pending == 0 && self.held_at[slot as usize].is_none()
-        };
-        if first {
-            // A parked slot is timed from its first request (an owned buffer, from `hold`).
-            self.held_at[slot as usize] = self.clock(op);
-        }
+        self.time_parked(slot, op);
         let s = self.slots[slot as usize]
             .as_mut()
             .expect("checked live above");
@@ -348,6 +339,19 @@ impl SendRing {
                 return Ok((req, registered));
             }
             self.submit()?;
+        }
+    }
+}
+
+impl SendRing {
+    /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
+    /// buffer's time is taken by `hold`).
+    fn time_parked(&mut self, slot: u32, op: Op) {
+        let Some(s) = self.slots.get(slot as usize).and_then(|s| s.as_ref()) else {
+            return;
+        };
+        if s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
+            self.held_at[slot as usize] = self.clock(op);
         }
     }
 }
