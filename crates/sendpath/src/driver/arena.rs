@@ -213,17 +213,23 @@ impl UringDriver {
                 std::io::ErrorKind::WouldBlock.into(),
             ));
         }
-        let at = match self.reserve_slot(id, len) {
-            Some(slot) => {
-                self.conn_mut(id)?.state.count_in_place();
-                Place::Slot(slot)
-            }
-            None => Place::Buf(self.take_buf(id, len)?),
-        };
+        let at = self.place_for(id, len)?;
+        if let Place::Slot(_) = at {
+            self.conn_mut(id)?.state.count_in_place();
+        }
         Ok(Reserved {
             driver: self,
             id,
             at,
+        })
+    }
+
+    /// Where a message of `len` bytes for `id` (open, with room) is written: a slot of the
+    /// arena held in the ring (not yet counted), else a buffer from its pool.
+    fn place_for(&mut self, id: ConnId, len: usize) -> Result<Place> {
+        Ok(match self.reserve_slot(id, len) {
+            Some(slot) => Place::Slot(slot),
+            None => Place::Buf(self.take_buf(id, len)?),
         })
     }
 
@@ -251,10 +257,15 @@ impl UringDriver {
             self.conn_error(id)?;
             let end = n.min(i + self.room(id));
             while i < end {
-                match self.reserve_slot(id, len) {
-                    Some(slot) => self.fill_held(id, slot, len, &mut |b| fill(i, b)),
-                    None => {
-                        let mut msg = self.reserve(id, len)?;
+                match self.place_for(id, len)? {
+                    // The hot path: written and queued by index, without a `Reserved`.
+                    Place::Slot(slot) => self.fill_held(id, slot, len, &mut |b| fill(i, b)),
+                    at => {
+                        let mut msg = Reserved {
+                            driver: self,
+                            id,
+                            at,
+                        };
                         fill(i, &mut msg);
                         msg.commit()?;
                     }

@@ -202,13 +202,9 @@ impl ConnState {
     /// Queues `buf` to send after everything before it; `end_of_message` counts a message.
     /// Gives the buffer back when there is no room.
     pub(crate) fn push(&mut self, buf: Buf, end_of_message: bool) -> Result<(), Buf> {
-        if self.room() == 0 {
+        if !self.enqueue(Queued::Buf, end_of_message) {
             return Err(buf);
         }
-        if end_of_message {
-            self.stats.sends += 1;
-        }
-        self.queued.push_back(Queued::Buf);
         self.queue.push_back(buf);
         Ok(())
     }
@@ -222,14 +218,22 @@ impl ConnState {
         len: usize,
         end_of_message: bool,
     ) -> Result<(), u32> {
+        match self.enqueue(Queued::Held { slot, len }, end_of_message) {
+            true => Ok(()),
+            false => Err(slot),
+        }
+    }
+
+    /// Queues `q` when there is room, counting a message when it ends one; false when full.
+    fn enqueue(&mut self, q: Queued, end_of_message: bool) -> bool {
         if self.room() == 0 {
-            return Err(slot);
+            return false;
         }
         if end_of_message {
             self.stats.sends += 1;
         }
-        self.queued.push_back(Queued::Held { slot, len });
-        Ok(())
+        self.queued.push_back(q);
+        true
     }
 
     /// Counts a slot of the arena handed out for a message written in place.

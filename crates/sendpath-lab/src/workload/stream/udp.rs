@@ -163,12 +163,15 @@ fn start_sender(
             let mut seq = 0u64;
             let mut batch = Vec::with_capacity(per_batch);
             let sending = (|| -> anyhow::Result<()> {
-                while in_place && !stop.load(Ordering::Relaxed) {
-                    // Each datagram stamped where the kernel reads it.
-                    p.send_in_place(per_batch, size, &mut |_, b| {
-                        seq += stamp(b, seg, seq, fill);
-                    })?;
-                    sent.fetch_add((per_batch * size) as u64, Ordering::Relaxed);
+                if in_place {
+                    while !stop.load(Ordering::Relaxed) {
+                        // Each datagram stamped where the kernel reads it.
+                        p.send_in_place(per_batch, size, &mut |_, b| {
+                            seq += stamp(b, seg, seq, fill);
+                        })?;
+                        sent.fetch_add((per_batch * size) as u64, Ordering::Relaxed);
+                    }
+                    return Ok(());
                 }
                 while !stop.load(Ordering::Relaxed) {
                     let mut b = p.take_buf(size);

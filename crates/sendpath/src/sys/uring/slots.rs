@@ -106,6 +106,17 @@ impl SendRing {
         Some(slot)
     }
 
+    /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
+    /// buffer's time is taken by [`SendRing::hold`]).
+    pub(super) fn time_parked(&mut self, slot: u32, op: super::Op) {
+        let Some(s) = self.slots.get(slot as usize).and_then(|s| s.as_ref()) else {
+            return;
+        };
+        if s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
+            self.held_at[slot as usize] = self.clock(op);
+        }
+    }
+
     /// The bytes of a held slot no request has read yet (a message being written in place);
     /// `None` for any other slot.
     pub(crate) fn unsent_bytes(&self, slot: u32) -> Option<&[u8]> {

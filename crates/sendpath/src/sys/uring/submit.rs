@@ -343,19 +343,6 @@ impl SendRing {
     }
 }
 
-impl SendRing {
-    /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
-    /// buffer's time is taken by `hold`).
-    fn time_parked(&mut self, slot: u32, op: Op) {
-        let Some(s) = self.slots.get(slot as usize).and_then(|s| s.as_ref()) else {
-            return;
-        };
-        if s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
-            self.held_at[slot as usize] = self.clock(op);
-        }
-    }
-}
-
 /// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
 fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
     let (p, n) = (bytes.as_ptr() as usize, bytes.len());
