@@ -256,6 +256,7 @@ impl UringDriver {
             self.open_conn_mut(id)?;
             self.conn_error(id)?;
             let end = n.min(i + self.room(id));
+            i += self.fill_parked_run(id, len, i..end, fill);
             while i < end {
                 match self.place_for(id, len)? {
                     // The hot path: written and queued by index, without a `Reserved`.
@@ -275,6 +276,38 @@ impl UringDriver {
         }
         self.submit_ready(id)?;
         self.conn_error(id)
+    }
+
+    /// The hot path of [`UringDriver::send_in_place`]: messages `at` of `id` (open, with room
+    /// for them all) written into parked slots and queued, in one pass over the slots and one
+    /// push onto the queue. Returns how many (fewer when the parked slots run out).
+    fn fill_parked_run(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        at: std::ops::Range<usize>,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> usize {
+        let mut written = std::mem::take(&mut self.written);
+        let first = at.start;
+        let fill = &mut |k: usize, b: &mut [u8]| fill(first + k, b);
+        self.ring
+            .fill_parked(id.idx, len, at.len(), fill, &mut written);
+        let st = &mut self.conns[id.index()]
+            .as_mut()
+            .expect("checked open by the caller")
+            .state;
+        let n = st.push_held_run(&written, len);
+        // Not after the caller's check of the room; were it so, the rest go back.
+        for &slot in &written[n..] {
+            self.ring.unhold(slot);
+        }
+        if st.ready() {
+            self.dirty.push(id.idx);
+        }
+        written.clear();
+        self.written = written;
+        n
     }
 
     /// Writes held slot `slot` with `fill` and queues it on `id`, which is open and has room.

@@ -93,6 +93,9 @@ pub struct UringDriver {
     /// passes).
     released: Vec<(u32, Buf)>,
     unheld: Vec<u32>,
+    /// Parked slots written in place, on their way to their connection's queue (a list kept
+    /// between calls).
+    written: Vec<u32>,
     /// Connections with a chain that may be ready to go.
     dirty: Vec<u32>,
     /// Connections whose queue gained room since [`UringDriver::take_writable`] last ran.
@@ -187,6 +190,7 @@ impl UringDriver {
             cqes: Vec::new(),
             released: Vec::new(),
             unheld: Vec::new(),
+            written: Vec::new(),
             dirty: Vec::new(),
             writable: Vec::new(),
             ops,

@@ -224,6 +224,20 @@ impl ConnState {
         }
     }
 
+    /// Queues the first `len` bytes of each of `slots` as [`ConnState::push_held`] does, in
+    /// order, counting each a slot of the arena; returns how many it took (the rest, past the
+    /// room, stay the caller's).
+    pub(crate) fn push_held_run(&mut self, slots: &[u32], len: usize) -> usize {
+        let n = slots.len().min(self.room());
+        let run = slots[..n].iter().map(|&slot| Queued::Held { slot, len });
+        self.queued.extend(run);
+        self.stats.sends += n as u64;
+        if let Some(a) = &mut self.stats.arena {
+            a.slots += n as u64;
+        }
+        n
+    }
+
     /// Queues `q` when there is room, counting a message when it ends one; false when full.
     fn enqueue(&mut self, q: Queued, end_of_message: bool) -> bool {
         if self.room() == 0 {
@@ -881,6 +895,23 @@ mod tests {
         assert_eq!(unheld, [0, 100, 1]);
         assert_eq!((st.stats().bytes, st.stats().sends), (60, 3));
         assert!(st.is_flushed());
+    }
+
+    #[test]
+    fn a_run_of_slots_written_in_place_is_queued_in_order_up_to_the_room() {
+        let mut k = Kernel::new(1);
+        let mut st = state(4, false, Choice::Copy);
+        let arena = crate::buffer::ArenaMem::new(4096, 1, crate::buffer::FILL).unwrap();
+        st.use_arena(std::sync::Arc::new(arena));
+        let b = st.take_buf(1 << 20); // larger than a slot: from the heap
+        st.push(b, true).unwrap();
+        assert_eq!(st.push_held_run(&[7, 8, 9, 10], 50), 3, "room for 3");
+        assert_eq!(st.room(), 0);
+        let c = k.submit(&mut st);
+        let sent: Vec<_> = c.iter().map(|x| (x.0, x.2.clone())).collect();
+        assert_eq!(sent, [(0, 0..1 << 20), (7, 0..50), (8, 0..50), (9, 0..50)]);
+        assert_eq!(st.stats().sends, 4);
+        assert_eq!(st.stats().arena.map(|a| a.slots), Some(3));
     }
 
     #[test]

@@ -94,6 +94,30 @@ impl SendRing {
     /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
     /// does not fit.
     pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
+        self.take_parked(tag, len).map(|(slot, _)| slot)
+    }
+
+    /// Up to `n` parked slots as [`SendRing::reserve_parked`] gives them, each written by
+    /// `fill(k, bytes)` (`k` from 0) and pushed onto `out` in order, in one pass: a message
+    /// written in place touches its slot once. Stops early when none is free.
+    pub(crate) fn fill_parked(
+        &mut self,
+        tag: u32,
+        len: usize,
+        n: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        out: &mut Vec<u32>,
+    ) {
+        for k in 0..n {
+            let Some((slot, buf)) = self.take_parked(tag, len) else {
+                return;
+            };
+            fill(k, buf.as_mut_slice());
+            out.push(slot);
+        }
+    }
+
+    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut Buf)> {
         let slot = *self.parked_free.last()?;
         let s = self.slots[slot as usize].as_mut()?;
         if len > s.buf.capacity() {
@@ -103,7 +127,7 @@ impl SendRing {
         s.buf.resize(len);
         (s.tag, s.held) = (tag, true);
         self.held_at[slot as usize] = None;
-        Some(slot)
+        Some((slot, &mut s.buf))
     }
 
     /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
