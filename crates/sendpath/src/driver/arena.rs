@@ -278,9 +278,10 @@ impl UringDriver {
         self.conn_error(id)
     }
 
-    /// The hot path of [`UringDriver::send_in_place`]: messages `at` of `id` (open, with room
-    /// for them all) written into parked slots and queued, in one pass over the slots and one
-    /// push onto the queue. Returns how many (fewer when the parked slots run out).
+    /// The hot path of [`UringDriver::send_in_place`]: its messages `at` (indexes for `fill`)
+    /// written into parked slots and queued on `id` (open, with room for them all), in one
+    /// pass over the slots and one push onto the queue. Returns how many (fewer when the
+    /// parked slots run out).
     fn fill_parked_run(
         &mut self,
         id: ConnId,
