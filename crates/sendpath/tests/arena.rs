@@ -215,3 +215,55 @@ fn send_in_place_writes_each_message_where_the_kernel_reads_it_on_every_path() {
         assert_eq!((v.mismatches, v.bytes_verified()), (0, off), "{strategy}");
     }
 }
+
+#[test]
+fn a_fill_that_panics_gives_its_slots_back_and_sends_none_of_its_batch_half_written() {
+    use std::io::Read;
+    let opts = Options {
+        uring_depth: 8,
+        uring_arena: Some(ArenaConfig {
+            slot_size: SLOT,
+            slots: 64,
+        }),
+        ..Options::default()
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let rx = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        std::io::copy(&mut s.by_ref(), &mut std::io::sink()).unwrap()
+    });
+    let mut p = match sendpath::open(Strategy::Uring, tx, &opts) {
+        Ok(p) => p,
+        Err(e) => return common::skip(&format!("uring: {e}")),
+    };
+    // More panics than the arena has slots: one slot kept per panic would empty it.
+    for _ in 0..80 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.send_in_place(16, 1000, &mut |i, b| {
+                if i == 13 {
+                    // A panic without the hook's message in the test's output.
+                    std::panic::resume_unwind(Box::new("a fill that fails"));
+                }
+                b.fill(1);
+            })
+        }));
+        assert!(r.is_err(), "the panic reaches the caller");
+    }
+    let heap = p.stats().arena.unwrap().heap;
+    for _ in 0..20 {
+        p.send_in_place(16, 1000, &mut |_, b| b.fill(2)).unwrap();
+    }
+    let a = p.stats().arena.unwrap();
+    assert_eq!(
+        a.heap, heap,
+        "every message after the panics found a slot: {a:?}"
+    );
+    let st = p.close(Duration::from_secs(10)).unwrap();
+    assert_eq!(st.bytes % 1000, 0, "whole messages only");
+    assert_eq!(
+        rx.join().unwrap(),
+        st.bytes,
+        "the receiver read what the path counted"
+    );
+}

@@ -312,9 +312,14 @@ impl UringDriver {
     }
 
     /// Writes held slot `slot` with `fill` and queues it on `id`, which is open and has room.
+    /// When `fill` panics, the slot goes back to the ring before the panic goes on.
     fn fill_held(&mut self, id: ConnId, slot: u32, len: usize, fill: &mut dyn FnMut(&mut [u8])) {
         if let Some(b) = self.ring.unsent_bytes_mut(slot) {
-            fill(b);
+            let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fill(b)));
+            if let Err(panic) = filled {
+                self.ring.unhold(slot);
+                std::panic::resume_unwind(panic);
+            }
         }
         let st = &mut self.conns[id.index()]
             .as_mut()

@@ -152,7 +152,7 @@ pub trait SendPath: Send {
     /// ([`Options::uring_arena`](crate::Options::uring_arena)) each is written in place, in a
     /// slot the kernel then reads by index, and no buffer moves between writing and sending;
     /// elsewhere each is a [`take_buf`] filled and sent as [`send_buf`] sends it. On an error
-    /// the messages not yet written are not sent; [`stats`] counts the ones that were.
+    /// or a panic in `fill`, messages not yet queued are not sent; [`stats`] counts the rest.
     ///
     /// ```no_run
     /// # fn f(path: &mut dyn sendpath::SendPath) -> sendpath::Result<()> {

@@ -5,6 +5,7 @@
 
 use super::SendRing;
 use crate::buffer::Buf;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// One cache line per slot: a buffer the ring holds goes in with one line written. When it
 /// went to the ring is kept beside ([`SendRing::held_at`]).
@@ -99,7 +100,8 @@ impl SendRing {
 
     /// Up to `n` parked slots as [`SendRing::reserve_parked`] gives them, each written by
     /// `fill(k, bytes)` (`k` from 0) and pushed onto `out` in order, in one pass: a message
-    /// written in place touches its slot once. Stops early when none is free.
+    /// written in place touches its slot once. Stops early when none is free. When `fill`
+    /// panics, the slots this call took go back to the ring before the panic goes on.
     pub(crate) fn fill_parked(
         &mut self,
         tag: u32,
@@ -108,12 +110,19 @@ impl SendRing {
         fill: &mut dyn FnMut(usize, &mut [u8]),
         out: &mut Vec<u32>,
     ) {
+        let start = out.len();
         for k in 0..n {
             let Some((slot, buf)) = self.take_parked(tag, len) else {
                 return;
             };
-            fill(k, buf.as_mut_slice());
             out.push(slot);
+            let bytes = buf.as_mut_slice();
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(k, bytes))) {
+                for slot in out.drain(start..) {
+                    self.unhold(slot);
+                }
+                resume_unwind(panic);
+            }
         }
     }
 
