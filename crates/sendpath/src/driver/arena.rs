@@ -256,21 +256,22 @@ impl UringDriver {
             self.open_conn_mut(id)?;
             self.conn_error(id)?;
             let end = n.min(i + self.room(id));
-            i += self.fill_parked_run(id, len, i..end, fill);
             while i < end {
-                match self.place_for(id, len)? {
-                    // The hot path: written and queued by index, without a `Reserved`.
-                    Place::Slot(slot) => self.fill_held(id, slot, len, &mut |b| fill(i, b)),
-                    at => {
-                        let mut msg = Reserved {
-                            driver: self,
-                            id,
-                            at,
-                        };
-                        fill(i, &mut msg);
-                        msg.commit()?;
-                    }
+                // The hot path: written in parked slots and queued by index, a run at a time;
+                // when none is left, the arena parks more.
+                i += self.fill_parked_run(id, len, i..end, fill);
+                if i == end || self.park_fresh(id, len, end - i) > 0 {
+                    continue;
                 }
+                // No slot: a heap buffer, as `reserve` would give.
+                let at = Place::Buf(self.take_buf(id, len)?);
+                let mut msg = Reserved {
+                    driver: self,
+                    id,
+                    at,
+                };
+                fill(i, &mut msg);
+                msg.commit()?;
                 i += 1;
             }
         }
@@ -289,70 +290,58 @@ impl UringDriver {
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> usize {
-        let mut written = std::mem::take(&mut self.written);
-        let first = at.start;
-        let fill = &mut |k: usize, b: &mut [u8]| fill(first + k, b);
         self.ring
-            .fill_parked(id.idx, len, at.len(), fill, &mut written);
+            .fill_parked(id.idx, len, at, fill, &mut self.written);
         let st = &mut self.conns[id.index()]
             .as_mut()
             .expect("checked open by the caller")
             .state;
-        let n = st.push_held_run(&written, len);
+        let n = st.push_held_run(&self.written, len);
         // Not after the caller's check of the room; were it so, the rest go back.
-        for &slot in &written[n..] {
+        for &slot in &self.written[n..] {
             self.ring.unhold(slot);
         }
         if st.ready() {
             self.dirty.push(id.idx);
         }
-        written.clear();
-        self.written = written;
+        self.written.clear();
         n
-    }
-
-    /// Writes held slot `slot` with `fill` and queues it on `id`, which is open and has room.
-    /// When `fill` panics, the slot goes back to the ring before the panic goes on.
-    fn fill_held(&mut self, id: ConnId, slot: u32, len: usize, fill: &mut dyn FnMut(&mut [u8])) {
-        if let Some(b) = self.ring.unsent_bytes_mut(slot) {
-            let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fill(b)));
-            if let Err(panic) = filled {
-                self.ring.unhold(slot);
-                std::panic::resume_unwind(panic);
-            }
-        }
-        let st = &mut self.conns[id.index()]
-            .as_mut()
-            .expect("checked open by the caller")
-            .state;
-        st.count_in_place();
-        if let Err(slot) = st.push_held(slot, len, true) {
-            // Not after the caller's check of the room; were it so, the slot goes back.
-            self.ring.unhold(slot);
-            return;
-        }
-        if st.ready() {
-            self.dirty.push(id.idx);
-        }
     }
 
     /// A slot of the arena for `len` bytes, held in the ring for `id`: one the kernel has
     /// released, else one more from the arena; `None` without an arena, when it has no free
     /// slot, or when `len` is larger than a slot.
     fn reserve_slot(&mut self, id: ConnId, len: usize) -> Option<u32> {
-        if let Some(slot) = self.ring.reserve_parked(id.idx, len) {
-            return Some(slot);
+        match self.ring.reserve_parked(id.idx, len) {
+            None if self.park_fresh(id, len, 1) > 0 => self.ring.reserve_parked(id.idx, len),
+            slot => slot,
         }
-        let arena = self.arena.as_ref().filter(|a| len <= a.slot_size())?;
-        let mut buf = Buf::arena(arena.take()?);
-        buf.resize(len);
-        Some(self.ring.park(buf, id.idx))
+    }
+
+    /// Parks up to `n` more slots of the arena in the ring, free for messages of `len` bytes
+    /// for `id`; how many (0 without an arena, when it has no free slot, or when `len` is
+    /// larger than a slot).
+    fn park_fresh(&mut self, id: ConnId, len: usize, n: usize) -> usize {
+        let Some(arena) = self.arena.as_ref().filter(|a| len <= a.slot_size()) else {
+            return 0;
+        };
+        let mut parked = 0;
+        while parked < n {
+            let Some(slot) = arena.take() else { break };
+            let mut buf = Buf::arena(slot);
+            buf.resize(len);
+            // Parked, then let go of at once: it waits in the ring for `reserve_parked`.
+            let slot = self.ring.park(buf, id.idx);
+            self.ring.unhold(slot);
+            parked += 1;
+        }
+        parked
     }
 
     /// Queues ring slot `slot` (held for `id`, written in place) as one whole message.
     fn push_held(&mut self, id: ConnId, slot: u32, len: usize) -> Result<()> {
         let st = &mut self.open_conn_mut(id)?.state;
-        if st.push_held(slot, len, true).is_err() {
+        if st.push_held(slot, len).is_err() {
             self.conn_error(id)?;
             return Err(Error::sys("io_uring SEND (queue full)")(
                 std::io::ErrorKind::WouldBlock.into(),

@@ -211,14 +211,10 @@ impl ConnState {
 
     /// Queues the first `len` bytes of ring slot `slot`, which the ring holds for this
     /// connection and no request has read (a message written in place), as
-    /// [`ConnState::push`] queues a buffer. Gives the slot back when there is no room.
-    pub(crate) fn push_held(
-        &mut self,
-        slot: u32,
-        len: usize,
-        end_of_message: bool,
-    ) -> Result<(), u32> {
-        match self.enqueue(Queued::Held { slot, len }, end_of_message) {
+    /// [`ConnState::push`] queues a buffer, as one whole message. Gives the slot back when
+    /// there is no room.
+    pub(crate) fn push_held(&mut self, slot: u32, len: usize) -> Result<(), u32> {
+        match self.enqueue(Queued::Held { slot, len }, true) {
             true => Ok(()),
             false => Err(slot),
         }
@@ -866,11 +862,11 @@ mod tests {
         let mut st = state(3, false, Choice::Copy);
         let b = st.take_buf(10);
         st.push(b, true).unwrap();
-        st.push_held(100, 20, true).unwrap();
+        st.push_held(100, 20).unwrap();
         let b = st.take_buf(30);
         st.push(b, true).unwrap();
         assert_eq!(
-            st.push_held(101, 5, true),
+            st.push_held(101, 5),
             Err(101),
             "no room: the slot comes back"
         );
@@ -917,17 +913,17 @@ mod tests {
     #[test]
     fn a_failed_connection_lets_its_queued_slots_go_to_the_ring() {
         let mut st = state(4, false, Choice::Copy);
-        st.push_held(7, 100, true).unwrap();
+        st.push_held(7, 100).unwrap();
         let b = st.take_buf(10);
         st.push(b, true).unwrap();
-        st.push_held(8, 100, true).unwrap();
+        st.push_held(8, 100).unwrap();
         st.fail(libc::ECONNRESET);
         let mut unheld = Vec::new();
         st.drain_unheld(&mut unheld);
         assert_eq!(unheld, [7, 8], "the ring releases the slots");
         assert_eq!(st.free_bufs(), 1, "the buffer is back in the pool");
         assert_eq!(st.room(), 0);
-        assert_eq!(st.push_held(9, 1, true), Err(9));
+        assert_eq!(st.push_held(9, 1), Err(9));
     }
 
     #[test]

@@ -98,26 +98,26 @@ impl SendRing {
         self.take_parked(tag, len).map(|(slot, _)| slot)
     }
 
-    /// Up to `n` parked slots as [`SendRing::reserve_parked`] gives them, each written by
-    /// `fill(k, bytes)` (`k` from 0) and pushed onto `out` in order, in one pass: a message
-    /// written in place touches its slot once. Stops early when none is free. When `fill`
-    /// panics, the slots this call took go back to the ring before the panic goes on.
+    /// Parked slots as [`SendRing::reserve_parked`] gives them, one for each message `i` of
+    /// `at`, each written by `fill(i, bytes)` and pushed onto `out` in order, in one pass: a
+    /// message written in place touches its slot once. Stops early when none is free. When
+    /// `fill` panics, the slots this call took go back to the ring before the panic goes on.
     pub(crate) fn fill_parked(
         &mut self,
         tag: u32,
         len: usize,
-        n: usize,
+        at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
         out: &mut Vec<u32>,
     ) {
         let start = out.len();
-        for k in 0..n {
+        for i in at {
             let Some((slot, buf)) = self.take_parked(tag, len) else {
                 return;
             };
             out.push(slot);
             let bytes = buf.as_mut_slice();
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(k, bytes))) {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
                 for slot in out.drain(start..) {
                     self.unhold(slot);
                 }
