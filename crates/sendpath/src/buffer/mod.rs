@@ -44,11 +44,8 @@ enum Storage {
     Pages(PageBuf),
     /// Immutable bytes shared by every [`Buf::share`] of one buffer (a server's body).
     Shared(std::sync::Arc<[u8]>),
-    /// The first `len` bytes of a slot of a driver's arena ([`crate::ArenaConfig`]).
-    Arena {
-        slot: ArenaSlot,
-        len: usize,
-    },
+    /// A slot of a driver's arena ([`crate::ArenaConfig`]), the bytes in use.
+    Arena(ArenaSlot),
 }
 
 impl std::fmt::Debug for Buf {
@@ -115,8 +112,7 @@ impl Buf {
 
     /// A whole slot of a driver's arena, as a buffer.
     pub(crate) fn arena(slot: ArenaSlot) -> Buf {
-        let len = slot.capacity();
-        Buf::of(Storage::Arena { slot, len })
+        Buf::of(Storage::Arena(slot))
     }
 
     /// A buffer of `len` bytes in its own anonymous pages (what `vmsplice` needs: the pages can
@@ -179,10 +175,21 @@ impl Buf {
     /// registration) when shrinking or growing within capacity.
     #[inline]
     pub fn resize(&mut self, len: usize) {
-        // A pool's steady loop takes buffers back at the size they left at.
-        if matches!(&self.data, Storage::Aligned { v, off } if v.len() == off + len) {
-            return;
+        // A pool's steady loop takes buffers back at the size they left at, and a slot of an
+        // arena is cut to any length it holds.
+        let done = match &mut self.data {
+            Storage::Aligned { v, off } => v.len() == *off + len,
+            Storage::Arena(slot) => slot.set_len(len),
+            _ => false,
+        };
+        if !done {
+            self.resize_slow(len);
         }
+    }
+
+    /// [`Buf::resize`] where it may allocate or move the bytes.
+    #[inline(never)]
+    fn resize_slow(&mut self, len: usize) {
         match &mut self.data {
             Storage::Heap(v) => {
                 if len > v.capacity() {
@@ -206,12 +213,10 @@ impl Buf {
                 v.resize(len, FILL);
                 self.move_to(Buf::from(v));
             }
-            Storage::Arena { slot, len: n } => {
-                if len <= slot.capacity() {
-                    *n = len;
-                } else {
+            Storage::Arena(slot) => {
+                if !slot.set_len(len) {
                     // Past the slot: the bytes move to the heap, and the slot goes back.
-                    let mut v = slot.bytes(*n).to_vec();
+                    let mut v = slot.bytes().to_vec();
                     v.resize(len, FILL);
                     self.move_to(Buf::from(v));
                 }
@@ -241,22 +246,31 @@ impl Buf {
             Storage::Aligned { v, off } => &v[*off..],
             Storage::Pages(p) => p.as_slice(),
             Storage::Shared(a) => a,
-            Storage::Arena { slot, len } => slot.bytes(*len),
+            Storage::Arena(slot) => slot.bytes(),
         }
     }
 
     /// The bytes, writable: possible only while the caller owns the buffer.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        if let Storage::Shared(a) = &self.data {
-            self.move_to(Buf::from(a.to_vec()));
+        if matches!(self.data, Storage::Shared(_)) {
+            self.unshare();
         }
         match &mut self.data {
             Storage::Heap(v) => v,
             Storage::Aligned { v, off } => &mut v[*off..],
             Storage::Pages(p) => p.as_mut_slice(),
-            Storage::Arena { slot, len } => slot.bytes_mut(*len),
+            Storage::Arena(slot) => slot.bytes_mut(),
             Storage::Shared(_) => unreachable!("made private above"),
+        }
+    }
+
+    /// Copies shared bytes into a buffer of its own, to write.
+    #[cold]
+    #[inline(never)]
+    fn unshare(&mut self) {
+        if let Storage::Shared(a) = &self.data {
+            self.move_to(Buf::from(a.to_vec()));
         }
     }
 
@@ -271,13 +285,13 @@ impl Buf {
             Storage::Aligned { v, off } => v.capacity() - off,
             Storage::Pages(p) => p.len(),
             Storage::Shared(a) => a.len(),
-            Storage::Arena { slot, .. } => slot.capacity(),
+            Storage::Arena(slot) => slot.capacity(),
         }
     }
 
     /// Whether the bytes are in a slot of a driver's arena.
     pub(crate) fn is_arena(&self) -> bool {
-        matches!(self.data, Storage::Arena { .. })
+        matches!(self.data, Storage::Arena(_))
     }
 }
 
@@ -391,7 +405,7 @@ impl BufPool {
         if let Some(arena) = self.arena.as_ref().filter(|a| len <= a.slot_size()) {
             let slot = self.free.pop().or_else(|| {
                 let slot = arena.take()?;
-                Some(Buf::of(Storage::Arena { slot, len }))
+                Some(Buf::of(Storage::Arena(slot)))
             });
             if let Some(mut b) = slot {
                 b.resize(len);

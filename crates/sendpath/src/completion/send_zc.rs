@@ -117,7 +117,17 @@ impl SendZcLedger {
 
     /// The result CQE of `req`: `res` bytes sent or `-errno`; `more` is `IORING_CQE_F_MORE`.
     /// Returns the outcome of a notification that had arrived first, if one had.
+    #[inline]
     pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool) -> Option<NotifOutcome> {
+        if self.requests.is_empty() && self.early.is_empty() {
+            // No SEND_ZC in flight (every request of a copying path): nothing to look up.
+            return None;
+        }
+        self.on_zc_result(req, res, more)
+    }
+
+    /// [`SendZcLedger::on_result`] with SEND_ZC requests in flight.
+    fn on_zc_result(&mut self, req: u64, res: i32, more: bool) -> Option<NotifOutcome> {
         let transmitted = res > 0;
         if !more {
             self.forget(req);

@@ -460,6 +460,8 @@ impl ConnState {
 
     /// Every request of the chain has its result: count, and keep what must be resent. The
     /// chain's and the results' lists are kept for the next chain (no allocation per chain).
+    /// Once per chain: kept out of [`ConnState::on_result`], which runs once per request.
+    #[inline(never)]
     fn settle(&mut self) {
         let mut results = std::mem::take(&mut self.settled);
         results.clear();
@@ -490,10 +492,13 @@ impl ConnState {
             self.drop_queued();
             return;
         }
-        for e in chain {
-            if !s.resend.iter().any(|r| r.slot == e.slot) {
-                self.unheld.push(e.slot);
-            }
+        if s.resend.is_empty() {
+            // The chain went in full, as a rule: every slot goes, in one pass.
+            self.unheld.extend(chain.iter().map(|e| e.slot));
+        } else {
+            let kept = |e: &&ChainEntry| !s.resend.iter().any(|r| r.slot == e.slot);
+            self.unheld
+                .extend(chain.iter().filter(kept).map(|e| e.slot));
         }
         self.resend = s.resend;
         if self.error.is_some() {

@@ -261,62 +261,109 @@ impl ArenaMem {
         (self.pages.as_ptr() as usize, self.pages.len())
     }
 
-    /// A free slot, owned by the caller until dropped; `None` when every slot is taken.
+    /// A free slot, owned by the caller until dropped, all its bytes in use; `None` when
+    /// every slot is taken.
     pub(crate) fn take(self: &std::sync::Arc<Self>) -> Option<ArenaSlot> {
         let index = self.free.lock().ok()?.pop()?;
+        // SAFETY: `index < len / slot_size`, so the offset stays inside the mapping, which
+        // lives as long as the Arc the slot keeps (a buffer the kernel may still read is
+        // leaked by the ring, Arc and all, so the pages are never unmapped under it).
+        let start = unsafe { self.pages.as_ptr().add(index as usize * self.slot_size) };
+        // An arena is at most 1 GiB (`ArenaMem::new`).
+        let size = self.slot_size as u32;
         Some(ArenaSlot {
             mem: self.clone(),
-            index,
+            start,
+            size,
+            len: size,
         })
     }
 }
 
-/// The sole owner of one slot of an [`ArenaMem`]; the slot goes back to the free list when
-/// this is dropped.
+/// The sole owner of one slot of an [`ArenaMem`], of which its first `len` bytes are in use;
+/// the slot goes back to the free list when this is dropped. Where the bytes are is kept here,
+/// so reaching them reads no more than the slot itself.
 pub(crate) struct ArenaSlot {
     mem: std::sync::Arc<ArenaMem>,
-    index: u32,
+    start: *mut u8,
+    size: u32,
+    len: u32,
 }
 
+// SAFETY: `start` points into the mapping the Arc keeps alive, at bytes this slot alone owns.
+unsafe impl Send for ArenaSlot {}
+// SAFETY: as for Send; a shared ArenaSlot gives only shared access to its bytes.
+unsafe impl Sync for ArenaSlot {}
+
 impl ArenaSlot {
-    /// The slot's first `len` bytes (`len` at most the slot size).
-    pub(crate) fn bytes(&self, len: usize) -> &[u8] {
-        let len = len.min(self.mem.slot_size);
-        // SAFETY: the slot is `slot_size` bytes inside the live mapping (the Arc keeps it),
-        // owned by self alone.
-        unsafe { std::slice::from_raw_parts(self.start(), len) }
+    /// The bytes in use.
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `len <= size`, and the slot is `size` bytes inside the live mapping (the
+        // Arc keeps it), owned by self alone.
+        unsafe { std::slice::from_raw_parts(self.start, self.len as usize) }
     }
 
-    /// The slot's first `len` bytes, writable.
-    pub(crate) fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
-        let len = len.min(self.mem.slot_size);
+    /// The bytes in use, writable.
+    #[inline]
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`; `&mut self` and the slot's sole ownership make this the only
         // reference to these bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.start(), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.start, self.len as usize) }
+    }
+
+    /// Uses the first `len` bytes; false (and nothing changes) when the slot is smaller.
+    #[inline]
+    pub(crate) fn set_len(&mut self, len: usize) -> bool {
+        let fits = len <= self.size as usize;
+        if fits {
+            self.len = len as u32;
+        }
+        fits
     }
 
     /// Bytes in the slot.
+    #[inline]
     pub(crate) fn capacity(&self) -> usize {
-        self.mem.slot_size
-    }
-
-    fn start(&self) -> *mut u8 {
-        // SAFETY: `index < len / slot_size`, so the offset stays inside the mapping, which
-        // lives as long as the Arc (a buffer the kernel may still read is leaked by the ring,
-        // Arc and all, so the pages are never unmapped under it).
-        unsafe {
-            self.mem
-                .pages
-                .as_ptr()
-                .add(self.index as usize * self.mem.slot_size)
-        }
+        self.size as usize
     }
 }
 
 impl Drop for ArenaSlot {
     fn drop(&mut self) {
+        let index = (self.start as usize - self.mem.pages.as_ptr() as usize) / self.mem.slot_size;
         if let Ok(mut f) = self.mem.free.lock() {
-            f.push(self.index);
+            f.push(index as u32);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn an_arena_slot_owns_its_own_bytes_and_goes_back_whole_when_dropped() {
+        let arena = Arc::new(ArenaMem::new(4096, 3, 0).unwrap());
+        let mut slots: Vec<ArenaSlot> = std::iter::from_fn(|| arena.take()).collect();
+        assert_eq!(slots.len(), 3);
+        for (i, s) in slots.iter_mut().enumerate() {
+            assert!(s.set_len(100 + i));
+            s.bytes_mut().fill(i as u8 + 1);
+        }
+        assert!(!slots[0].set_len(4097), "past the slot: refused");
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(
+                s.bytes(),
+                vec![i as u8 + 1; 100 + i],
+                "slot {i} kept its bytes"
+            );
+        }
+        // The middle one goes back: the next take is that slot, whole again.
+        let middle = slots.remove(1).start;
+        let again = arena.take().unwrap();
+        assert_eq!((again.start, again.bytes().len()), (middle, 4096));
+        assert!(arena.take().is_none(), "all three are taken again");
     }
 }

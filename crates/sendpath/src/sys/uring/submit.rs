@@ -288,7 +288,9 @@ impl SendRing {
             self.register_buf(slot);
         }
         let req = self.next_request() | u64::from(slot);
-        self.time_parked(slot, op);
+        if zc {
+            self.time_parked(slot, op);
+        }
         let s = self.slots[slot as usize]
             .as_mut()
             .expect("checked live above");
