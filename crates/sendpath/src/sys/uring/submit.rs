@@ -280,13 +280,10 @@ impl SendRing {
         // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
         // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
         let zc = matches!(op, Op::SendZc { .. });
-        let in_arena = zc
-            && self.slots[slot as usize]
-                .as_ref()
-                .is_some_and(|s| in_region(self.arena, &s.buf.as_slice()[range.clone()]));
-        if zc && !in_arena {
-            self.register_buf(slot);
-        }
+        let fixed = match zc {
+            true => self.fixed_index(slot, &range),
+            false => None,
+        };
         let req = self.next_request() | u64::from(slot);
         if zc {
             self.time_parked(slot, op);
@@ -296,17 +293,8 @@ impl SendRing {
             .expect("checked live above");
         s.pending += 1;
         let tag = s.tag;
-        let s = &*s;
         let bytes = &s.buf.as_slice()[range];
-        let fixed = s.buf.fixed.filter(|i| {
-            self.fixed
-                .as_ref()
-                .and_then(|t| t.keys.get(*i as usize))
-                .copied()
-                == Some((s.buf.as_slice().as_ptr() as usize, s.buf.capacity()))
-        });
         let fd = types::Fd(fd.as_raw_fd());
-        let fixed = if in_arena { Some(0) } else { fixed };
         let entry = match op {
             Op::Send => opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
                 .flags(libc::MSG_WAITALL)
@@ -329,7 +317,7 @@ impl SendRing {
         } else {
             entry
         };
-        let registered = fixed.is_some() && zc;
+        let registered = fixed.is_some();
         self.request_started(tag);
         loop {
             // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
@@ -346,6 +334,27 @@ impl SendRing {
 }
 
 /// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
+impl SendRing {
+    /// The registered-buffer index a SEND_ZC of `range` of live `slot` names: 0 when the bytes
+    /// lie in the arena, else the slot's own entry (registered now if it can be), else none.
+    fn fixed_index(&mut self, slot: u32, range: &std::ops::Range<usize>) -> Option<u16> {
+        let in_arena = |ring: &SendRing| {
+            let s = ring.slots[slot as usize].as_ref();
+            s.is_some_and(|s| in_region(ring.arena, &s.buf.as_slice()[range.clone()]))
+        };
+        if in_arena(self) {
+            return Some(0);
+        }
+        self.register_buf(slot);
+        let s = self.slots[slot as usize].as_ref()?;
+        let key = (s.buf.as_slice().as_ptr() as usize, s.buf.capacity());
+        let table = self.fixed.as_ref()?;
+        s.buf
+            .fixed
+            .filter(|i| table.keys.get(*i as usize) == Some(&key))
+    }
+}
+
 fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
     let (p, n) = (bytes.as_ptr() as usize, bytes.len());
     region.is_some_and(|(base, len)| p >= base && p + n <= base + len)
