@@ -246,10 +246,12 @@ impl UringDriver {
                     });
                 }
             }
-            st.drain_unheld(&mut self.unheld);
-            for slot in self.unheld.drain(..) {
-                if let Some(b) = self.ring.unhold(slot) {
-                    st.on_released(b);
+            if st.has_unheld() {
+                st.drain_unheld(&mut self.unheld);
+                for slot in self.unheld.drain(..) {
+                    if let Some(b) = self.ring.unhold(slot) {
+                        st.on_released(b);
+                    }
                 }
             }
             self.zc_inflight = (self.zc_inflight + st.zc_inflight()).saturating_sub(before);

@@ -376,6 +376,11 @@ impl ConnState {
         self.stats.leaked_buffers += n;
     }
 
+    /// Whether the state let go of slots since the last [`ConnState::drain_unheld`].
+    pub(crate) fn has_unheld(&self) -> bool {
+        !self.unheld.is_empty()
+    }
+
     /// Slots the state let go of since the last call.
     pub(crate) fn drain_unheld(&mut self, out: &mut Vec<u32>) {
         out.append(&mut self.unheld);
