@@ -133,7 +133,8 @@ impl SendZcLedger {
             self.forget(req);
             return None;
         }
-        if let Some(copied) = self.early.remove(&req) {
+        // Notifications before their result are not seen from the kernel: no lookup for none.
+        if let Some(copied) = self.early_notification(req) {
             let sends = self.forget(req);
             return Some(Self::outcome(transmitted, copied, sends));
         }
@@ -145,17 +146,26 @@ impl SendZcLedger {
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
-        match self.requests.get(&req).map(|r| r.transmitted) {
-            None => NotifOutcome::Unexpected,
-            Some(None) => {
-                // Before its result (not seen from the kernel, but cheap to get right).
-                self.early.insert(req, copied);
-                NotifOutcome::NoData
-            }
-            Some(Some(t)) => {
-                let sends = self.forget(req);
-                Self::outcome(t, copied, sends)
-            }
+        // After its result, as a rule: the request ends here, in one lookup.
+        let Some(r) = self.requests.remove(&req) else {
+            return NotifOutcome::Unexpected;
+        };
+        let Some(transmitted) = r.transmitted else {
+            // Before its result (not seen from the kernel, but cheap to get right).
+            self.requests.insert(req, r);
+            self.early.insert(req, copied);
+            return NotifOutcome::NoData;
+        };
+        self.bytes -= r.bytes;
+        self.sends -= r.sends;
+        Self::outcome(transmitted, copied, r.sends)
+    }
+
+    /// The notification of `req` that came before its result, if one did.
+    fn early_notification(&mut self, req: u64) -> Option<bool> {
+        match self.early.is_empty() {
+            true => None,
+            false => self.early.remove(&req),
         }
     }
 
@@ -193,6 +203,45 @@ impl SendZcLedger {
 mod tests {
     use super::*;
     use NotifOutcome::*;
+
+    #[test]
+    fn each_result_and_notification_finds_its_own_request_in_any_order() {
+        let mut l = SendZcLedger::new();
+        let sent = Completion {
+            copied: false,
+            sends: 1,
+        };
+        for req in 1..=3 {
+            l.submitted(req, 10);
+        }
+        assert_eq!(l.on_result(1, 10, true), None);
+        assert_eq!(l.on_notification(1, false), sent);
+        l.submitted(4, 10);
+        // Request 2 sent nothing: its notification must not count, whichever entry is near.
+        assert_eq!(l.on_result(2, -libc::ECANCELED, true), None);
+        assert_eq!(l.on_result(3, 10, true), None);
+        assert_eq!(l.on_notification(3, false), sent);
+        assert_eq!(l.on_result(4, 10, true), None);
+        assert_eq!(l.on_notification(4, false), sent);
+        assert_eq!(l.on_notification(2, false), NoData);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
+        assert_eq!(l.on_notification(3, false), Unexpected);
+        // Results in order, notifications in another.
+        for req in 10..16 {
+            l.submitted(req, 10);
+        }
+        for req in 10..16 {
+            assert_eq!(
+                l.on_result(req, if req == 13 { -libc::ENOMEM } else { 10 }, true),
+                None
+            );
+        }
+        for req in [14, 10, 15, 13, 11, 12] {
+            let want = if req == 13 { NoData } else { sent };
+            assert_eq!(l.on_notification(req, false), want, "request {req}");
+        }
+        assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
+    }
 
     #[test]
     fn only_requests_that_sent_bytes_count_as_completions() {
