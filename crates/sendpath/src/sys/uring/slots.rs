@@ -112,11 +112,10 @@ impl SendRing {
     ) {
         let start = out.len();
         for i in at {
-            let Some((slot, buf)) = self.take_parked(tag, len) else {
+            let Some((slot, bytes)) = self.take_parked(tag, len) else {
                 return;
             };
             out.push(slot);
-            let bytes = buf.as_mut_slice();
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
                 for slot in out.drain(start..) {
                     self.unhold(slot);
@@ -126,17 +125,15 @@ impl SendRing {
         }
     }
 
-    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut Buf)> {
+    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut [u8])> {
         let slot = *self.parked_free.last()?;
         let s = self.slots[slot as usize].as_mut()?;
-        if len > s.buf.capacity() {
-            return None;
-        }
+        // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
+        let bytes = s.buf.arena_bytes_mut(len)?;
         self.parked_free.pop();
-        s.buf.resize(len);
         (s.tag, s.held) = (tag, true);
         self.held_at[slot as usize] = None;
-        Some((slot, &mut s.buf))
+        Some((slot, bytes))
     }
 
     /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
