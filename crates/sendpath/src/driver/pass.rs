@@ -425,6 +425,7 @@ impl UringDriver {
 
 /// Pushes one request of connection `tag` on `ring`: a `SEND`/`SEND_ZC` for one buffer, a
 /// vectored `SENDMSG`/`SENDMSG_ZC` for several. Each new buffer goes to a ring slot.
+#[inline]
 fn push_request(
     ring: &mut SendRing,
     fd: std::os::fd::BorrowedFd<'_>,

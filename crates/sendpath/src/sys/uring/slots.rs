@@ -209,6 +209,7 @@ impl SendRing {
     /// One completion of a request on `slot` came in (`more`: another will follow). Releases
     /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
     /// its buffer went to the ring; `None` for a slot not in use.
+    #[inline(always)]
     pub(super) fn slot_completed(&mut self, slot: u32, more: bool) -> Option<(u32, Option<u64>)> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         s.pending = s.pending.saturating_sub(1) + u32::from(more);

@@ -266,6 +266,7 @@ impl SendRing {
     /// after `ECANCELED`/`ENOMEM`). Returns the request id, which the completions of this
     /// request carry in [`Cqe::req`], and whether it sends from a registered buffer. A slot
     /// that is not held is an error (`EBADSLT`), never a send from freed memory.
+    #[inline]
     pub(crate) fn push_slot(
         &mut self,
         fd: BorrowedFd<'_>,
