@@ -468,9 +468,17 @@ impl ConnState {
     /// Once per chain: kept out of [`ConnState::on_result`], which runs once per request.
     #[inline(never)]
     fn settle(&mut self) {
+        (self.results_in, self.next_result) = (0, 0);
+        let full = |r: &InFlight| r.res.is_some_and(|n| n >= 0 && n as usize == r.bytes);
+        if self.requests.iter().all(full) {
+            // Every request sent all it carried, as a rule: what `settle_chain` would find,
+            // without building its list: the bytes count, nothing to resend, every slot goes.
+            self.stats.bytes += self.requests.drain(..).map(|r| r.bytes as u64).sum::<u64>();
+            self.unheld.extend(self.chain.drain(..).map(|e| e.slot));
+            return;
+        }
         let mut results = std::mem::take(&mut self.settled);
         results.clear();
-        (self.results_in, self.next_result) = (0, 0);
         results.extend(self.requests.drain(..).map(|r| ChainResult {
             entries: r.entries,
             res: r.res.unwrap_or(0),
