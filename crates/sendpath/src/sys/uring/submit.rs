@@ -281,10 +281,6 @@ impl SendRing {
         // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
         // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
         let zc = matches!(op, Op::SendZc { .. });
-        let fixed = match zc {
-            true => self.fixed_index(slot, &range),
-            false => None,
-        };
         let req = self.next_request() | u64::from(slot);
         if zc {
             self.time_parked(slot, op);
@@ -295,22 +291,26 @@ impl SendRing {
         s.pending += 1;
         let tag = s.tag;
         let bytes = &s.buf.as_slice()[range];
+        let (at, len) = (bytes.as_ptr(), bytes.len());
+        let fixed = match zc {
+            false => None,
+            true if in_region(self.arena, bytes) => Some(0),
+            true => self.own_index(slot),
+        };
         let fd = types::Fd(fd.as_raw_fd());
         let entry = match op {
-            Op::Send => opcode::Send::new(fd, bytes.as_ptr(), bytes.len() as u32)
+            Op::Send => opcode::Send::new(fd, at, len as u32)
                 .flags(libc::MSG_WAITALL)
                 .build(),
-            Op::SendZc { report_usage } => {
-                opcode::SendZc::new(fd, bytes.as_ptr(), bytes.len() as u32)
-                    .flags(libc::MSG_WAITALL)
-                    .zc_flags(if report_usage {
-                        IORING_SEND_ZC_REPORT_USAGE
-                    } else {
-                        0
-                    })
-                    .buf_index(fixed)
-                    .build()
-            }
+            Op::SendZc { report_usage } => opcode::SendZc::new(fd, at, len as u32)
+                .flags(libc::MSG_WAITALL)
+                .zc_flags(if report_usage {
+                    IORING_SEND_ZC_REPORT_USAGE
+                } else {
+                    0
+                })
+                .buf_index(fixed)
+                .build(),
         };
         let entry = entry.user_data(req);
         let entry = if link {
@@ -321,10 +321,11 @@ impl SendRing {
         let registered = fixed.is_some();
         self.request_started(tag);
         loop {
-            // SAFETY: the SQE points at `bytes`, inside the buffer held in `self.slots[slot]`.
-            // That buffer is only moved out (released) once `pending` drops to zero, which
-            // happens only after the kernel has posted every CQE for the slot, i.e. after it
-            // stopped reading the memory. Moving the `Buf` value does not move its heap bytes.
+            // SAFETY: the SQE points at `len` bytes from `at`, inside the buffer held in
+            // `self.slots[slot]`. That buffer is only moved out (released) once `pending` drops
+            // to zero, which happens only after the kernel has posted every CQE for the slot,
+            // i.e. after it stopped reading the memory. Moving the `Buf` value does not move
+            // its heap bytes.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
                 return Ok((req, registered));
@@ -336,16 +337,10 @@ impl SendRing {
 
 /// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
 impl SendRing {
-    /// The registered-buffer index a SEND_ZC of `range` of live `slot` names: 0 when the bytes
-    /// lie in the arena, else the slot's own entry (registered now if it can be), else none.
-    fn fixed_index(&mut self, slot: u32, range: &std::ops::Range<usize>) -> Option<u16> {
-        let in_arena = |ring: &SendRing| {
-            let s = ring.slots[slot as usize].as_ref();
-            s.is_some_and(|s| in_region(ring.arena, &s.buf.as_slice()[range.clone()]))
-        };
-        if in_arena(self) {
-            return Some(0);
-        }
+    /// The registered-buffer index of the buffer in live `slot` (outside the arena), registered
+    /// now if it can be; `None` when it is not registered.
+    #[cold]
+    fn own_index(&mut self, slot: u32) -> Option<u16> {
         self.register_buf(slot);
         let s = self.slots[slot as usize].as_ref()?;
         let key = (s.buf.as_slice().as_ptr() as usize, s.buf.capacity());
