@@ -156,9 +156,8 @@ impl SendZcLedger {
             self.early.insert(req, copied);
             return NotifOutcome::NoData;
         };
-        self.bytes -= r.bytes;
-        self.sends -= r.sends;
-        Self::outcome(transmitted, copied, r.sends)
+        let sends = self.release(r);
+        Self::outcome(transmitted, copied, sends)
     }
 
     /// The notification of `req` that came before its result, if one did.
@@ -179,9 +178,12 @@ impl SendZcLedger {
 
     /// Ends `req`; returns how many sends it carried (0 if it was not in flight).
     fn forget(&mut self, req: u64) -> usize {
-        let Some(r) = self.requests.remove(&req) else {
-            return 0;
-        };
+        self.requests.remove(&req).map_or(0, |r| self.release(r))
+    }
+
+    /// Takes a request that ended (out of the map) off the in-flight counts; returns how many
+    /// sends it carried.
+    fn release(&mut self, r: Request) -> usize {
         self.bytes -= r.bytes;
         self.sends -= r.sends;
         r.sends

@@ -328,10 +328,9 @@ impl UringDriver {
         let mut parked = 0;
         while parked < n {
             let Some(slot) = arena.take() else { break };
-            let mut buf = Buf::arena(slot);
-            buf.resize(len);
-            // Parked, then let go of at once: it waits in the ring for `reserve_parked`.
-            let slot = self.ring.park(buf, id.idx);
+            // Parked, then let go of at once: it waits in the ring for `reserve_parked`, which
+            // cuts it to its message.
+            let slot = self.ring.park(Buf::arena(slot), id.idx);
             self.ring.unhold(slot);
             parked += 1;
         }

@@ -333,24 +333,20 @@ impl SendRing {
             self.submit()?;
         }
     }
-}
 
-/// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
-impl SendRing {
     /// The registered-buffer index of the buffer in live `slot` (outside the arena), registered
-    /// now if it can be; `None` when it is not registered.
+    /// now if it can be (`register_buf` checks that an existing entry still names its bytes);
+    /// `None` when it is not registered.
     #[cold]
     fn own_index(&mut self, slot: u32) -> Option<u16> {
-        self.register_buf(slot);
-        let s = self.slots[slot as usize].as_ref()?;
-        let key = (s.buf.as_slice().as_ptr() as usize, s.buf.capacity());
-        let table = self.fixed.as_ref()?;
-        s.buf
-            .fixed
-            .filter(|i| table.keys.get(*i as usize) == Some(&key))
+        if !self.register_buf(slot) {
+            return None;
+        }
+        self.slots[slot as usize].as_ref()?.buf.fixed
     }
 }
 
+/// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
 fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
     let (p, n) = (bytes.as_ptr() as usize, bytes.len());
     region.is_some_and(|(base, len)| p >= base && p + n <= base + len)
