@@ -16,8 +16,12 @@
 //! ([`Order::Linked`]). A chain goes in when the queue is full (so sends are batched `depth` to
 //! a syscall, as small messages need), when something must be resent, or when the application
 //! asked for a flush.
+//!
+//! A datagram socket has no chain: each datagram is a request of its own, up to `depth` in the
+//! kernel, settled by its own result (`datagram.rs`).
 
 mod choose;
+mod datagram;
 mod submit;
 
 use crate::buffer::{Buf, BufPool};
@@ -49,7 +53,8 @@ pub enum Order {
     Linked,
     /// One request per buffer, unlinked: datagrams, each a message of its own that goes
     /// whole or not at all, need no order between sends (the kernel then issues each without
-    /// waiting for the one before).
+    /// waiting for the one before). Each is settled by its own result: one that failed is
+    /// resent or ends the connection, and never holds back the others.
     Unlinked,
 }
 
@@ -142,8 +147,10 @@ pub(crate) struct ConnState {
     unheld: Vec<u32>,
     /// Submit what is queued without waiting for a full batch, until the queue is empty.
     flushing: bool,
-    /// Sends on a datagram socket ([`ConnState::set_datagrams`]).
+    /// Sends on a datagram socket ([`ConnState::set_datagrams`]), and its datagrams in the
+    /// kernel, oldest first (a datagram socket has no chain: see `datagram.rs`).
     datagrams: bool,
+    in_kernel: VecDeque<datagram::InKernel>,
     error: Option<i32>,
     /// Zero-copy sends the ring still allows (its cap over every connection, see
     /// [`ConnState::set_zc_budget`]).
@@ -181,6 +188,7 @@ impl ConnState {
             unheld: Vec::new(),
             flushing: false,
             datagrams: false,
+            in_kernel: VecDeque::new(),
             error: None,
             zc_budget: usize::MAX,
         }
@@ -308,6 +316,9 @@ impl ConnState {
     /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
     /// something to resend, a full queue, or a flush asked for.
     pub(crate) fn ready(&self) -> bool {
+        if self.datagrams {
+            return self.datagrams_ready();
+        }
         !self.chain_in_flight()
             && self.error.is_none()
             && (!self.resend.is_empty()
@@ -315,15 +326,15 @@ impl ConnState {
                 || (self.flushing && !self.queued.is_empty()))
     }
 
-    /// Whether a chain is in the kernel.
+    /// Whether a chain (or a datagram) is in the kernel.
     pub(crate) fn chain_in_flight(&self) -> bool {
-        !self.chain.is_empty()
+        !self.chain.is_empty() || !self.in_kernel.is_empty()
     }
 
     /// Whether every byte handed in has been accepted by the socket (nothing queued, nothing
     /// in flight, nothing to resend). Notifications may still be due.
     pub(crate) fn is_flushed(&self) -> bool {
-        self.queued.is_empty() && self.resend.is_empty() && self.chain.is_empty()
+        self.queued.is_empty() && self.resend.is_empty() && !self.chain_in_flight()
     }
 
     /// SEND_ZC requests awaiting their result or notification.
@@ -389,6 +400,11 @@ impl ConnState {
     /// The result CQE of request `req`: `res` bytes or `-errno`, `more` when a notification
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
     pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: Option<u64>) {
+        if self.datagrams {
+            let early = self.ledger.on_result(req, res, more);
+            self.count_notif(early, age_ns);
+            return self.on_datagram_result(req, res);
+        }
         let i = self.find_request(req);
         if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
             self.count_transmitted(i, res as usize);
@@ -528,14 +544,14 @@ mod tests {
 
     /// A simulated ring: slots hold buffers, request ids count up from `first_req` (to cross
     /// the 32-bit wrap), and every push is recorded.
-    struct Kernel {
+    pub(super) struct Kernel {
         next_slot: u32,
         next_req: u64,
         log: Vec<(u32, u64, Range<usize>, SendOp, bool)>,
     }
 
     impl Kernel {
-        fn new(first_req: u64) -> Kernel {
+        pub(super) fn new(first_req: u64) -> Kernel {
             Kernel {
                 next_slot: 0,
                 next_req: first_req,
@@ -564,14 +580,17 @@ mod tests {
             })
         }
 
-        fn submit(&mut self, st: &mut ConnState) -> Vec<(u32, u64, Range<usize>, SendOp, bool)> {
+        pub(super) fn submit(
+            &mut self,
+            st: &mut ConnState,
+        ) -> Vec<(u32, u64, Range<usize>, SendOp, bool)> {
             let from = self.log.len();
             st.submit_chain(|s| self.push(s)).unwrap();
             self.log[from..].to_vec()
         }
     }
 
-    fn state(depth: usize, zc: bool, choice: Choice) -> ConnState {
+    pub(super) fn state(depth: usize, zc: bool, choice: Choice) -> ConnState {
         ConnState::new(
             StateConfig {
                 depth,
@@ -588,7 +607,7 @@ mod tests {
         )
     }
 
-    fn fill(st: &mut ConnState, n: usize, len: usize) {
+    pub(super) fn fill(st: &mut ConnState, n: usize, len: usize) {
         for _ in 0..n {
             let b = st.take_buf(len);
             st.push(b, true).unwrap();

@@ -49,6 +49,9 @@ impl ConnState {
         if !self.ready() {
             return Ok(0);
         }
+        if self.datagrams {
+            return self.submit_datagrams(&mut push);
+        }
         let taken = self.gather_parts();
         let mut parts = std::mem::take(&mut self.parts);
         let mut queue = std::mem::take(&mut self.queue);
@@ -141,7 +144,7 @@ impl ConnState {
     /// Parts the driver could not push (the connection then fails): their held slots are let
     /// go of and their new buffers go back to the pool, as [`ConnState::fail`] does with a
     /// queue.
-    fn abandon(&mut self, parts: &mut [Part], queue: &mut VecDeque<Buf>) {
+    pub(super) fn abandon(&mut self, parts: &mut [Part], queue: &mut VecDeque<Buf>) {
         for p in parts {
             match p.payload {
                 Payload::New => self.pool.put_all(queue.pop_front()),
@@ -198,7 +201,7 @@ impl ConnState {
     /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
     /// asked for zero-copy and it cannot be.
     /// The zero-copy sends chosen earlier in this chain count as in flight.
-    fn decide(&mut self, len: usize) -> bool {
+    pub(super) fn decide(&mut self, len: usize) -> bool {
         let cx = SendContext {
             len,
             zc_inflight: self.ledger.inflight() + self.deciding.0,
