@@ -175,9 +175,11 @@ impl Buf {
     /// registration) when shrinking or growing within capacity.
     #[inline]
     pub fn resize(&mut self, len: usize) {
-        // A pool's steady loop takes buffers back at the size they left at, and a slot of an
-        // arena is cut to any length it holds.
+        // A pool's steady loop takes buffers back at the size they left at (heap buffers below
+        // a page, aligned ones from a page up), and a slot of an arena is cut to any length it
+        // holds.
         let done = match &mut self.data {
+            Storage::Heap(v) => v.len() == len,
             Storage::Aligned { v, off } => v.len() == *off + len,
             Storage::Arena(slot) => slot.set_len(len),
             _ => false,
