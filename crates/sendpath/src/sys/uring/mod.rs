@@ -533,4 +533,45 @@ mod tests {
     fn a_slot_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Option<Slot>>(), 64);
     }
+
+    #[test]
+    fn a_send_from_a_slot_not_held_or_past_its_bytes_is_refused_and_nothing_goes() {
+        let Ok(mut ring) = SendRing::new(8, 16) else {
+            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        };
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(sock.local_addr().unwrap()).unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&sock);
+        let slot = ring.hold(Buf::filled(10, 7), 3, None);
+        let refused = |r: io::Result<(u64, bool)>| r.unwrap_err().raw_os_error();
+        let badslt = Some(libc::EBADSLT);
+        assert_eq!(
+            refused(ring.push_slot(fd, slot, 4..11, Op::Send, false)),
+            badslt
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 6..4;
+        assert_eq!(
+            refused(ring.push_slot(fd, slot, backwards, Op::Send, false)),
+            badslt
+        );
+        assert_eq!(
+            refused(ring.push_slot(fd, slot + 1, 0..1, Op::Send, false)),
+            badslt
+        );
+        assert_eq!(ring.in_kernel(), 0, "nothing was queued");
+        assert!(ring.unhold(slot).is_some(), "its buffer comes back whole");
+        assert_eq!(
+            refused(ring.push_slot(fd, slot, 0..10, Op::Send, false)),
+            badslt
+        );
+        // A parked slot let go of stays in the ring, not held: no send from it either.
+        let parked = ring.park(Buf::filled(10, 7), 3);
+        assert!(ring.unhold(parked).is_none(), "it waits in the ring");
+        assert_eq!(
+            refused(ring.push_slot(fd, parked, 0..10, Op::Send, false)),
+            badslt
+        );
+        assert_eq!(ring.in_kernel(), 0);
+    }
 }

@@ -136,17 +136,6 @@ impl SendRing {
         Some((slot, bytes))
     }
 
-    /// A parked slot's first request: when it went to the ring, for the sampled ones (an owned
-    /// buffer's time is taken by [`SendRing::hold`]).
-    pub(super) fn time_parked(&mut self, slot: u32, op: super::Op) {
-        let Some(s) = self.slots.get(slot as usize).and_then(|s| s.as_ref()) else {
-            return;
-        };
-        if s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
-            self.held_at[slot as usize] = self.clock(op);
-        }
-    }
-
     /// The bytes of a held slot no request has read yet (a message being written in place);
     /// `None` for any other slot.
     pub(crate) fn unsent_bytes(&self, slot: u32) -> Option<&[u8]> {
@@ -179,6 +168,7 @@ impl SendRing {
     }
 
     /// One more request of `tag` whose last completion has not come.
+    #[inline]
     pub(super) fn request_started(&mut self, tag: u32) {
         self.busy += 1;
         bump(&mut self.tag_busy, tag, true);
@@ -288,14 +278,19 @@ pub(super) fn within(range: &std::ops::Range<usize>, buf: &Buf) -> bool {
 }
 
 /// Counts one more (`up`) or one fewer request outstanding for `tag`.
+#[inline]
 pub(super) fn bump(counts: &mut Vec<u32>, tag: u32, up: bool) {
-    let i = tag as usize;
-    if up {
-        if counts.len() <= i {
-            counts.resize(i + 1, 0);
-        }
-        counts[i] += 1;
-    } else if let Some(c) = counts.get_mut(i) {
-        *c = c.saturating_sub(1);
+    match counts.get_mut(tag as usize) {
+        Some(c) if up => *c += 1,
+        Some(c) => *c = c.saturating_sub(1),
+        None if up => first_of(counts, tag),
+        None => {}
     }
+}
+
+/// The first request of a tag past the counts' end.
+#[cold]
+fn first_of(counts: &mut Vec<u32>, tag: u32) {
+    counts.resize(tag as usize + 1, 0);
+    counts[tag as usize] = 1;
 }

@@ -275,26 +275,30 @@ impl SendRing {
         op: Op,
         link: bool,
     ) -> io::Result<(u64, bool)> {
-        if !self.live(slot, &range) {
-            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
-        }
         // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
         // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
         let zc = matches!(op, Op::SendZc { .. });
-        let req = self.next_request() | u64::from(slot);
-        if zc {
-            self.time_parked(slot, op);
+        // The slot, looked at once: held, with `range` inside its bytes.
+        let live = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut());
+        let Some(s) = live.filter(|s| s.held) else {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        };
+        let Some(bytes) = s.buf.as_slice().get(range) else {
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        };
+        let (at, len) = (bytes.as_ptr(), bytes.len());
+        let in_arena = zc && in_region(self.arena, bytes);
+        if zc && s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
+            // A parked slot's first request: when it went to the ring, for the sampled ones
+            // (an owned buffer's time is taken by `hold`).
+            self.held_at[slot as usize] = self.clock.timed();
         }
-        let s = self.slots[slot as usize]
-            .as_mut()
-            .expect("checked live above");
         s.pending += 1;
         let tag = s.tag;
-        let bytes = &s.buf.as_slice()[range];
-        let (at, len) = (bytes.as_ptr(), bytes.len());
+        let req = self.next_request() | u64::from(slot);
         let fixed = match zc {
             false => None,
-            true if in_region(self.arena, bytes) => Some(0),
+            true if in_arena => Some(0),
             true => self.own_index(slot),
         };
         let fd = types::Fd(fd.as_raw_fd());
