@@ -42,6 +42,82 @@ impl Hasher for ReqHasher {
 /// A map from request ids.
 type ReqMap<V> = HashMap<u64, V, BuildHasherDefault<ReqHasher>>;
 
+/// Entries of [`ReqTable`]'s array.
+const NEAR: usize = 64;
+
+/// Request ids to their state: an array indexed by an id's low bits (its ring slot or group,
+/// distinct among one connection's requests in flight as a rule), and a map for an id whose
+/// place is taken. One array look per id, where a map costs a hash and a probe (about 70
+/// instructions an insert). The array is made at the first insert: a connection that never
+/// sends zero-copy keeps none.
+#[derive(Debug)]
+struct ReqTable<V> {
+    near: Vec<Option<(u64, V)>>,
+    far: ReqMap<V>,
+    len: usize,
+}
+
+impl<V> Default for ReqTable<V> {
+    fn default() -> Self {
+        ReqTable {
+            near: Vec::new(),
+            far: ReqMap::default(),
+            len: 0,
+        }
+    }
+}
+
+impl<V> ReqTable<V> {
+    /// The place of `req` in the array: its slot or group index, a group apart from a slot.
+    #[inline]
+    fn at(req: u64) -> usize {
+        (req as usize ^ (req >> 57) as usize) & (NEAR - 1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Puts `v` for `req`; false when `req` was there already (its value is replaced).
+    fn insert(&mut self, req: u64, v: V) -> bool {
+        if self.near.is_empty() {
+            self.near.resize_with(NEAR, || None);
+        }
+        let e = &mut self.near[Self::at(req)];
+        let new = match e {
+            Some((r, old)) if *r == req => {
+                *old = v;
+                false
+            }
+            None if self.far.is_empty() || !self.far.contains_key(&req) => {
+                *e = Some((req, v));
+                true
+            }
+            _ => self.far.insert(req, v).is_none(),
+        };
+        self.len += usize::from(new);
+        new
+    }
+
+    fn get_mut(&mut self, req: u64) -> Option<&mut V> {
+        match self.near.get_mut(Self::at(req)) {
+            Some(Some((r, v))) if *r == req => Some(v),
+            _ if self.far.is_empty() => None,
+            _ => self.far.get_mut(&req),
+        }
+    }
+
+    fn remove(&mut self, req: u64) -> Option<V> {
+        let v = match self.near.get_mut(Self::at(req)) {
+            Some(e) if e.as_ref().is_some_and(|(r, _)| *r == req) => e.take().map(|(_, v)| v),
+            _ if self.far.is_empty() => None,
+            _ => self.far.remove(&req),
+        };
+        self.len -= usize::from(v.is_some());
+        v
+    }
+}
+
 /// What a notification meant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NotifOutcome {
@@ -71,7 +147,7 @@ struct Request {
 /// `F_MORE`).
 #[derive(Debug, Default)]
 pub(crate) struct SendZcLedger {
-    requests: ReqMap<Request>,
+    requests: ReqTable<Request>,
     /// Notifications that arrived before their request's result, by request id.
     early: ReqMap<bool>,
     bytes: usize,
@@ -98,7 +174,7 @@ impl SendZcLedger {
             sends,
             transmitted: None,
         };
-        if self.requests.insert(req, r).is_none() {
+        if self.requests.insert(req, r) {
             self.bytes += bytes;
             self.sends += sends;
         }
@@ -108,7 +184,7 @@ impl SendZcLedger {
     /// request; the rest go again in a request of their own): its notification speaks for
     /// those. Call it before the request's result.
     pub(crate) fn transmitted_sends(&mut self, req: u64, sends: usize) {
-        if let Some(r) = self.requests.get_mut(&req) {
+        if let Some(r) = self.requests.get_mut(req) {
             let sends = sends.min(r.sends);
             self.sends -= r.sends - sends;
             r.sends = sends;
@@ -138,7 +214,7 @@ impl SendZcLedger {
             let sends = self.forget(req);
             return Some(Self::outcome(transmitted, copied, sends));
         }
-        if let Some(r) = self.requests.get_mut(&req) {
+        if let Some(r) = self.requests.get_mut(req) {
             r.transmitted = Some(transmitted);
         }
         None
@@ -147,7 +223,7 @@ impl SendZcLedger {
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
         // After its result, as a rule: the request ends here, in one lookup.
-        let Some(r) = self.requests.remove(&req) else {
+        let Some(r) = self.requests.remove(req) else {
             return NotifOutcome::Unexpected;
         };
         let Some(transmitted) = r.transmitted else {
@@ -178,7 +254,7 @@ impl SendZcLedger {
 
     /// Ends `req`; returns how many sends it carried (0 if it was not in flight).
     fn forget(&mut self, req: u64) -> usize {
-        self.requests.remove(&req).map_or(0, |r| self.release(r))
+        self.requests.remove(req).map_or(0, |r| self.release(r))
     }
 
     /// Takes a request that ended (out of the map) off the in-flight counts; returns how many
@@ -205,6 +281,33 @@ impl SendZcLedger {
 mod tests {
     use super::*;
     use NotifOutcome::*;
+
+    #[test]
+    fn ids_that_share_a_place_in_the_table_are_each_found_once() {
+        let mut t = ReqTable::default();
+        // Three requests on one ring slot (a send and the resends of its rest), and one on
+        // a group with the same index: each its own entry.
+        let ids = [1 << 32 | 5, 2 << 32 | 5, 3 << 32 | 5, 1 << 32 | 1 << 62 | 5];
+        for (i, &id) in ids.iter().enumerate() {
+            assert!(t.insert(id, i));
+        }
+        assert!(
+            !t.insert(ids[2], 20),
+            "there already: replaced, not counted twice"
+        );
+        assert_eq!(t.len, 4);
+        assert_eq!(t.remove(ids[0]), Some(0));
+        // The array's place is free now; an id kept in the map is not put there a second time.
+        assert!(!t.insert(ids[1], 10));
+        assert_eq!(t.len, 3);
+        assert_eq!(t.get_mut(ids[1]).copied(), Some(10));
+        assert_eq!(t.remove(ids[1]), Some(10));
+        assert_eq!(t.remove(ids[1]), None);
+        assert_eq!(t.remove(ids[2]), Some(20));
+        assert_eq!(t.remove(ids[3]), Some(3));
+        assert!(t.is_empty());
+        assert_eq!(t.get_mut(ids[3]), None);
+    }
 
     #[test]
     fn each_result_and_notification_finds_its_own_request_in_any_order() {
