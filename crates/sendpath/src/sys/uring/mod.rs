@@ -551,13 +551,23 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<Slot>>(), 64);
     }
 
-    #[test]
-    fn a_send_from_a_slot_not_held_or_past_its_bytes_is_refused_and_nothing_goes() {
-        let Ok(mut ring) = SendRing::new(8, 16) else {
-            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+    /// A ring of `sq` entries and a UDP socket connected to itself; `None` (skipped) without
+    /// io_uring.
+    fn ring_and_socket(sq: u32) -> Option<(SendRing, std::net::UdpSocket)> {
+        let Ok(ring) = SendRing::new(sq, 2 * sq) else {
+            crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+            return None;
         };
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.connect(sock.local_addr().unwrap()).unwrap();
+        Some((ring, sock))
+    }
+
+    #[test]
+    fn a_send_from_a_slot_not_held_or_past_its_bytes_is_refused_and_nothing_goes() {
+        let Some((mut ring, sock)) = ring_and_socket(8) else {
+            return;
+        };
         let fd = std::os::fd::AsFd::as_fd(&sock);
         let slot = ring.hold(Buf::filled(10, 7), 3, None);
         let refused = |r: io::Result<(u64, bool)>| r.unwrap_err().raw_os_error();
@@ -594,11 +604,9 @@ mod tests {
 
     #[test]
     fn a_reap_of_more_completions_than_one_chunk_routes_every_one() {
-        let Ok(mut ring) = SendRing::new(64, 128) else {
-            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        let Some((mut ring, sock)) = ring_and_socket(64) else {
+            return;
         };
-        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        sock.connect(sock.local_addr().unwrap()).unwrap();
         let fd = std::os::fd::AsFd::as_fd(&sock);
         let n = REAP_CHUNK + REAP_CHUNK / 2;
         let mut reqs: Vec<u64> = (0..n)
