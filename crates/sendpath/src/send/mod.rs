@@ -313,8 +313,9 @@ impl ConnState {
         self.datagrams
     }
 
-    /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight, no error, and
-    /// something to resend, a full queue, or a flush asked for.
+    /// Whether [`ConnState::submit_chain`] would submit now: no chain in flight (on a datagram
+    /// socket, fewer than `depth` datagrams), no error, and something to resend, a full queue,
+    /// or a flush asked for.
     pub(crate) fn ready(&self) -> bool {
         if self.datagrams {
             return self.datagrams_ready();
