@@ -5,7 +5,7 @@
 //! datagram's failure says nothing about the next: a later datagram that went is counted, not
 //! taken for bytes that overtook.
 
-use super::{ConnState, Part, Payload, Pushed, Queued, SendOp, Submit};
+use super::{ConnState, Part, Payload, Pushed, Queued, Submit};
 use crate::completion::ChainEntry;
 
 /// A datagram in the kernel: its request, slot and length, and whether it went zero-copy.
@@ -18,16 +18,6 @@ pub(super) struct InKernel {
 }
 
 impl ConnState {
-    /// Whether the next datagrams may go in: room in the kernel, and something to resend, a
-    /// full queue, or a flush asked for.
-    pub(super) fn datagrams_ready(&self) -> bool {
-        self.in_kernel.len() < self.cfg.depth
-            && self.error.is_none()
-            && (!self.resend.is_empty()
-                || self.queued.len() >= self.cfg.depth
-                || (self.flushing && !self.queued.is_empty()))
-    }
-
     /// [`ConnState::submit_chain`] on a datagram socket: what is to be resent, then queued
     /// datagrams, each one unlinked request, until `depth` are in the kernel.
     pub(super) fn submit_datagrams<E>(
@@ -81,12 +71,7 @@ impl ConnState {
         zc: bool,
         push: &mut impl FnMut(Submit<'_>) -> Result<Pushed, E>,
     ) -> Result<(), E> {
-        let op = match (zc, self.cfg.zc) {
-            (true, Some(z)) => SendOp::SendZc {
-                report_usage: z.report_usage,
-            },
-            _ => SendOp::Send,
-        };
+        let op = self.send_op(zc);
         let len = part.range.len();
         let mut parts = [part];
         let submit = Submit {
@@ -107,16 +92,9 @@ impl ConnState {
         let Payload::Held(slot) = parts[0].payload else {
             unreachable!("the driver puts every new buffer it pushes in a slot");
         };
-        self.stats.calls += 1;
-        if let (Some(a), true) = (&mut self.stats.arena, p.registered) {
-            a.registered_requests += 1;
-        }
-        if zc {
-            self.stats.zerocopy.attempts += 1;
-            self.stats.zerocopy.registered += u64::from(p.registered);
-            self.ledger.submitted_sends(p.req, len, 1);
-            self.deciding = (0, 0);
-        }
+        self.count_request(1, len, zc, p);
+        // In the ledger now: no longer a choice of this batch (`decide` counts both).
+        self.deciding = (0, 0);
         self.in_kernel.push_back(InKernel {
             req: p.req,
             slot,
@@ -130,6 +108,8 @@ impl ConnState {
     /// let go of), or is resent (interrupted or cancelled; by copy after a SEND_ZC's
     /// `ENOMEM`), or its error ends the connection.
     pub(super) fn on_datagram_result(&mut self, req: u64, res: i32) {
+        // The oldest, as results come as a rule: looked at before any search (a search of the
+        // deque costs about 20 instructions more), and taken without a shift.
         let at = match self.in_kernel.front() {
             Some(d) if d.req == req => Some(0),
             _ => self.in_kernel.iter().position(|d| d.req == req),
@@ -162,9 +142,7 @@ impl ConnState {
                 self.resend.push(whole);
             }
             libc::ENOMEM if d.zc && self.error.is_none() => {
-                self.stats.zerocopy.fallbacks.enomem += 1;
-                self.chooser.on_no_memory();
-                self.stats.decisions = self.chooser.decisions();
+                self.count_no_memory(1);
                 self.resend.push(ChainEntry { zc: false, ..whole });
             }
             errno => {

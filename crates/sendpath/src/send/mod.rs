@@ -318,10 +318,15 @@ impl ConnState {
     /// or a flush asked for.
     pub(crate) fn ready(&self) -> bool {
         if self.datagrams {
-            return self.datagrams_ready();
+            return self.in_kernel.len() < self.cfg.depth && self.has_batch();
         }
-        !self.chain_in_flight()
-            && self.error.is_none()
+        !self.chain_in_flight() && self.has_batch()
+    }
+
+    /// No error, and something to resend, a full queue, or a flush asked for.
+    #[inline]
+    fn has_batch(&self) -> bool {
+        self.error.is_none()
             && (!self.resend.is_empty()
                 || self.queued.len() >= self.cfg.depth
                 || (self.flushing && !self.queued.is_empty()))
@@ -507,14 +512,20 @@ impl ConnState {
         self.settled = results;
     }
 
+    /// `n` SEND_ZC sends the kernel could not pin memory for (`ENOMEM`), resent by copy:
+    /// counted as fallbacks, and told to the chooser (which halves its cap).
+    fn count_no_memory(&mut self, n: u64) {
+        self.stats.zerocopy.fallbacks.enomem += n;
+        self.chooser.on_no_memory();
+        self.stats.decisions = self.chooser.decisions();
+    }
+
     fn settle_links(&mut self, chain: &[ChainEntry], results: &[ChainResult]) {
         let s = settle_chain(chain, results);
         self.stats.bytes += s.bytes_done;
         self.stats.short_sends += s.short;
-        self.stats.zerocopy.fallbacks.enomem += s.enomem;
         if s.enomem > 0 {
-            self.chooser.on_no_memory();
-            self.stats.decisions = self.chooser.decisions();
+            self.count_no_memory(s.enomem);
         }
         if let Some(errno) = s.error {
             self.error = Some(errno);

@@ -115,12 +115,7 @@ impl ConnState {
         while at < parts.len() {
             let end = self.request_end(at);
             let zc = self.part_zc[at];
-            let op = match (zc, self.cfg.zc) {
-                (true, Some(z)) => SendOp::SendZc {
-                    report_usage: z.report_usage,
-                },
-                _ => SendOp::Send,
-            };
+            let op = self.send_op(zc);
             let link = self.cfg.order != Order::Unlinked && end < parts.len();
             let submit = Submit {
                 parts: &mut parts[at..end],
@@ -181,6 +176,29 @@ impl ConnState {
             });
         }
         let n = parts.len();
+        self.count_request(n, bytes, zc, p);
+        self.requests.push(InFlight {
+            req: p.req,
+            entries: n,
+            bytes,
+            res: None,
+        });
+    }
+
+    /// SEND_ZC for a zero-copy send where the kernel has it, else SEND.
+    pub(super) fn send_op(&self, zc: bool) -> SendOp {
+        match (zc, self.cfg.zc) {
+            (true, Some(z)) => SendOp::SendZc {
+                report_usage: z.report_usage,
+            },
+            _ => SendOp::Send,
+        }
+    }
+
+    /// Counts a request the driver pushed, of `n` sends and `bytes` in all; a zero-copy one
+    /// goes in the SEND_ZC ledger.
+    #[inline]
+    pub(super) fn count_request(&mut self, n: usize, bytes: usize, zc: bool, p: Pushed) {
         self.stats.calls += 1;
         if let (Some(a), true) = (&mut self.stats.arena, p.registered) {
             a.registered_requests += 1;
@@ -190,12 +208,6 @@ impl ConnState {
             self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };
             self.ledger.submitted_sends(p.req, bytes, n);
         }
-        self.requests.push(InFlight {
-            req: p.req,
-            entries: n,
-            bytes,
-            res: None,
-        });
     }
 
     /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
