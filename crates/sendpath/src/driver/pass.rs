@@ -248,11 +248,12 @@ impl UringDriver {
             }
             if st.has_unheld() {
                 st.drain_unheld(&mut self.unheld);
-                for slot in self.unheld.drain(..) {
+                for &slot in &self.unheld {
                     if let Some(b) = self.ring.unhold(slot) {
                         st.on_released(b);
                     }
                 }
+                self.unheld.clear();
             }
             self.zc_inflight = (self.zc_inflight + st.zc_inflight()).saturating_sub(before);
         }

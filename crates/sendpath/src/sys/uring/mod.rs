@@ -24,6 +24,7 @@ use super::bufring::RecvBufs;
 use crate::buffer::Buf;
 use io_uring::{cqueue, opcode, types, IoUring, Probe};
 use std::io;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 #[cfg(feature = "tokio")]
 use std::os::fd::OwnedFd;
@@ -404,7 +405,8 @@ impl SendRing {
     /// has arrived. Returns how many completions there were (accepts and receives included).
     pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) -> usize {
         let mut now = None;
-        let mut chunk = [(0u64, 0i32, 0u32); REAP_CHUNK];
+        // Not zeroed: most calls find nothing, and zeroing 512 bytes cost more than the reap.
+        let mut chunk = [MaybeUninit::<(u64, i32, u32)>::uninit(); REAP_CHUNK];
         let mut total = 0;
         loop {
             // Copied out a chunk at a time (routing them needs the ring's slots, which the
@@ -414,7 +416,7 @@ impl SendRing {
             let mut n = 0;
             // The chunk first: at its end, `zip` stops before taking one more from the queue.
             for (to, c) in chunk.iter_mut().zip(&mut cq) {
-                *to = (c.user_data(), c.result(), c.flags());
+                to.write((c.user_data(), c.result(), c.flags()));
                 n += 1;
             }
             drop(cq);
@@ -423,7 +425,9 @@ impl SendRing {
                 return total;
             }
             total += n;
-            for &(req, res, flags) in &chunk[..n] {
+            for c in &chunk[..n] {
+                // SAFETY: the loop above wrote the first `n` entries.
+                let (req, res, flags) = unsafe { c.assume_init() };
                 self.route(req, res, flags, &mut now, out);
             }
             if n < REAP_CHUNK {
