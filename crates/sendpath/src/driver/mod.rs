@@ -22,7 +22,7 @@ pub use config::{ConnId, DriverConfig, Event, RecvBuf, RecvConfig};
 
 use crate::send::{Chooser, ConnState, Order, StateConfig, ZcConfig};
 use crate::socket::Waits;
-use crate::sys::uring::{AuxCqe, Cqe, OpSupport, RingSetup, SendRing};
+use crate::sys::uring::{AuxCqe, OpSupport, RingSetup, SendRing};
 use crate::{Buf, Error, Result, SendStats, Socket, Strategy};
 use pass::BatchWait;
 use server::FileSend;
@@ -88,11 +88,12 @@ pub struct UringDriver {
     zc_inflight: usize,
     /// The counters of connections that are gone.
     closed_stats: SendStats,
-    cqes: Vec<Cqe>,
     /// Buffers the ring released, with their connections' indexes (a list kept between
     /// passes).
     released: Vec<(u32, Buf)>,
     unheld: Vec<u32>,
+    /// Connections that let go of slots during a reap (a list kept between passes).
+    letting_go: Vec<u32>,
     /// Parked slots written in place, on their way to their connection's queue (a list kept
     /// between calls).
     written: Vec<u32>,
@@ -187,9 +188,9 @@ impl UringDriver {
             rearm_accept: false,
             zc_inflight: 0,
             closed_stats: SendStats::default(),
-            cqes: Vec::new(),
             released: Vec::new(),
             unheld: Vec::new(),
+            letting_go: Vec::new(),
             written: Vec::new(),
             dirty: Vec::new(),
             writable: Vec::new(),

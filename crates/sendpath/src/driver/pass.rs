@@ -4,7 +4,7 @@
 
 use super::{Conn, ConnId, UringDriver};
 use crate::send::{Payload, Pushed, Submit};
-use crate::sys::uring::{SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
+use crate::sys::uring::{Cqe, SendRing, IORING_NOTIF_USAGE_ZC_COPIED};
 use crate::{Buf, Error, Result};
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -213,8 +213,48 @@ impl UringDriver {
         }
     }
 
-    /// Routes the reaped completions to their connections.
-    pub(super) fn dispatch(&mut self) {
+    /// Routes every completion in the CQ to its connection as it is read (counting them for
+    /// [`BatchWait`]); then gives the ring the slots the connections let go of, and the
+    /// connections the buffers the ring released.
+    pub(super) fn reap(&mut self) {
+        let UringDriver {
+            ring,
+            conns,
+            gens,
+            serial,
+            dirty,
+            writable,
+            zc_inflight,
+            letting_go,
+            ..
+        } = self;
+        let mut to = ToConn {
+            conns,
+            gens,
+            serial: *serial,
+            dirty,
+            writable,
+            zc_inflight,
+            letting_go,
+        };
+        let n = ring.reap_with(|c| to.route(c));
+        if let Some(b) = &mut self.batch {
+            b.seen += n;
+        }
+        for i in 0..self.letting_go.len() {
+            let tag = self.letting_go[i];
+            let Some(c) = self.conns[tag as usize].as_mut() else {
+                continue;
+            };
+            c.state.drain_unheld(&mut self.unheld);
+            for &slot in &self.unheld {
+                if let Some(b) = self.ring.unhold(slot) {
+                    c.state.on_released(b);
+                }
+            }
+            self.unheld.clear();
+        }
+        self.letting_go.clear();
         self.ring.take_released(&mut self.released);
         for (tag, b) in self.released.drain(..) {
             if let Some(c) = self.conns.get_mut(tag as usize).and_then(|c| c.as_mut()) {
@@ -222,50 +262,7 @@ impl UringDriver {
             }
         }
         self.dispatch_aux();
-        for c in self.cqes.drain(..) {
-            let Some(conn) = self.conns.get_mut(c.tag as usize).and_then(|c| c.as_mut()) else {
-                continue;
-            };
-            let st = &mut conn.state;
-            let before = st.zc_inflight();
-            if c.notif {
-                let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
-                st.on_notification(c.req, copied, c.age_ns);
-            } else {
-                let (was, failed) = (st.chain_in_flight(), st.error().is_some());
-                st.on_result(c.req, c.res, c.more, c.age_ns);
-                if was && st.ready() {
-                    self.dirty.push(c.tag);
-                }
-                if !failed && st.error().is_some() {
-                    // Its owner should look: the connection is over.
-                    self.writable.push(ConnId {
-                        ring: self.serial,
-                        idx: c.tag,
-                        gen: self.gens[c.tag as usize],
-                    });
-                }
-            }
-            if st.has_unheld() {
-                st.drain_unheld(&mut self.unheld);
-                for &slot in &self.unheld {
-                    if let Some(b) = self.ring.unhold(slot) {
-                        st.on_released(b);
-                    }
-                }
-                self.unheld.clear();
-            }
-            self.zc_inflight = (self.zc_inflight + st.zc_inflight()).saturating_sub(before);
-        }
         self.sweep_closed();
-    }
-
-    /// Moves the completions in the CQ into `cqes`, counting them for [`BatchWait`].
-    pub(super) fn reap(&mut self) {
-        let n = self.ring.reap(&mut self.cqes);
-        if let Some(b) = &mut self.batch {
-            b.seen += n;
-        }
     }
 
     /// Pushes the next chain of every connection that has one ready; returns how many requests
@@ -332,7 +329,6 @@ impl UringDriver {
     /// extra syscall.
     pub(super) fn pass(&mut self, wait: Option<Option<Duration>>) -> Result<()> {
         self.reap();
-        self.dispatch();
         self.run_deferred()?;
         let armed = self.ring.in_kernel() > 0 || self.ring.aux_pending() > 0;
         // Events already in hand (a request received, room made) are the owner's to act on
@@ -361,7 +357,6 @@ impl UringDriver {
                 None => {}
             }
             self.reap();
-            self.dispatch();
             self.run_deferred()?;
         }
         self.rearm();
@@ -369,7 +364,6 @@ impl UringDriver {
             self.start_chains();
             self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
             self.reap();
-            self.dispatch();
         }
         Ok(())
     }
@@ -383,7 +377,6 @@ impl UringDriver {
             }
             self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
             self.reap();
-            self.dispatch();
         }
         Ok(())
     }
@@ -400,7 +393,6 @@ impl UringDriver {
             return Ok(());
         }
         self.reap();
-        self.dispatch();
         let n = self.start_chains();
         self.enter_and_route(n, id)
     }
@@ -419,7 +411,6 @@ impl UringDriver {
         }
         .map_err(Error::sys("io_uring_enter"))?;
         self.reap();
-        self.dispatch();
         Ok(())
     }
 }
@@ -492,5 +483,53 @@ mod tests {
         b.seen = BATCH_FROM;
         assert_eq!(b.want(), BATCH_FROM);
         assert_eq!(batch(1).want(), 1);
+    }
+}
+
+/// What routing a completion to its connection touches of the driver: all but the ring, which
+/// is reading the completions meanwhile.
+struct ToConn<'a> {
+    conns: &'a mut [Option<Conn>],
+    gens: &'a [u32],
+    serial: u32,
+    dirty: &'a mut Vec<u32>,
+    writable: &'a mut Vec<ConnId>,
+    zc_inflight: &'a mut usize,
+    /// Connections that let go of slots, for the ring to take once the reap is over.
+    letting_go: &'a mut Vec<u32>,
+}
+
+impl ToConn<'_> {
+    /// One send completion, to its connection's state.
+    #[inline]
+    fn route(&mut self, c: Cqe) {
+        let Some(conn) = self.conns.get_mut(c.tag as usize).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let st = &mut conn.state;
+        let before = st.zc_inflight();
+        if c.notif {
+            let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
+            st.on_notification(c.req, copied, c.age_ns);
+        } else {
+            let (was, failed) = (st.chain_in_flight(), st.error().is_some());
+            st.on_result(c.req, c.res, c.more, c.age_ns);
+            if was && st.ready() {
+                self.dirty.push(c.tag);
+            }
+            if !failed && st.error().is_some() {
+                // Its owner should look: the connection is over.
+                self.writable.push(ConnId {
+                    ring: self.serial,
+                    idx: c.tag,
+                    gen: self.gens[c.tag as usize],
+                });
+            }
+        }
+        // Once per run of one connection's completions (a chain's come together).
+        if st.has_unheld() && self.letting_go.last() != Some(&c.tag) {
+            self.letting_go.push(c.tag);
+        }
+        *self.zc_inflight = (*self.zc_inflight + st.zc_inflight()).saturating_sub(before);
     }
 }

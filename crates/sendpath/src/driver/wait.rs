@@ -47,7 +47,6 @@ impl UringDriver {
                 .wait_for(left(deadline).min(Duration::from_millis(10)))
                 .map_err(Error::sys("io_uring_enter"))?;
             self.reap();
-            self.dispatch();
         }
         let mut leaked = 0;
         for (i, c) in self.conns.iter_mut().enumerate() {

@@ -404,6 +404,13 @@ impl SendRing {
     /// Moves every available completion into `out`, releasing buffers whose last completion
     /// has arrived. Returns how many completions there were (accepts and receives included).
     pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) -> usize {
+        self.reap_with(|c| out.push(c))
+    }
+
+    /// [`SendRing::reap`], handing each completion to `to` as it is read (the driver routes it
+    /// to its connection there, with no list in between).
+    #[inline]
+    pub(crate) fn reap_with(&mut self, mut to: impl FnMut(Cqe)) -> usize {
         let mut now = None;
         // Not zeroed: most calls find nothing, and zeroing 512 bytes cost more than the reap.
         let mut chunk = [MaybeUninit::<(u64, i32, u32)>::uninit(); REAP_CHUNK];
@@ -428,7 +435,7 @@ impl SendRing {
             for c in &chunk[..n] {
                 // SAFETY: the loop above wrote the first `n` entries.
                 let (req, res, flags) = unsafe { c.assume_init() };
-                self.route(req, res, flags, &mut now, out);
+                self.route(req, res, flags, &mut now, &mut to);
             }
             if n < REAP_CHUNK {
                 return total;
@@ -436,10 +443,17 @@ impl SendRing {
         }
     }
 
-    /// One reaped completion: counted against its slot or group, and into `out` as a [`Cqe`]
+    /// One reaped completion: counted against its slot or group, and to `to` as a [`Cqe`]
     /// unless it is an accept's or a receive's.
     #[inline(always)]
-    fn route(&mut self, req: u64, res: i32, flags: u32, now: &mut Option<u64>, out: &mut Vec<Cqe>) {
+    fn route(
+        &mut self,
+        req: u64,
+        res: i32,
+        flags: u32,
+        now: &mut Option<u64>,
+        to: &mut impl FnMut(Cqe),
+    ) {
         if req & AUX != 0 {
             self.reap_aux(req, res, flags);
             return;
@@ -458,7 +472,7 @@ impl SendRing {
         let Some((tag, pushed_at)) = done else {
             return;
         };
-        out.push(Cqe {
+        to(Cqe {
             tag,
             req,
             notif,
