@@ -446,46 +446,6 @@ fn push_request(
     Ok(Pushed { req, registered })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batch(max: usize) -> BatchWait {
-        BatchWait {
-            max,
-            min_wait: Duration::from_micros(100),
-            seen: 0,
-        }
-    }
-
-    #[test]
-    fn a_loop_answering_one_request_at_a_time_wakes_at_the_first_completion() {
-        let mut b = batch(32);
-        // Each wait brings a receive, answering it reaps its send: two per wait.
-        for _ in 0..100 {
-            assert_eq!(b.start(), (1, Duration::ZERO));
-            b.seen += 2;
-        }
-        assert_eq!(b.want(), 1);
-    }
-
-    #[test]
-    fn a_busy_loop_waits_for_as_many_as_it_handled_capped_and_a_quiet_spell_resets_it() {
-        let mut b = batch(32);
-        b.seen = 10;
-        assert_eq!(b.start(), (10, Duration::from_micros(100)));
-        assert_eq!(b.seen, 0, "counting starts again with each wait");
-        b.seen = 500;
-        assert_eq!(b.start().0, 32);
-        // The wait timed out or brought one: back to waking at the first.
-        b.seen = 1;
-        assert_eq!(b.start(), (1, Duration::ZERO));
-        b.seen = BATCH_FROM;
-        assert_eq!(b.want(), BATCH_FROM);
-        assert_eq!(batch(1).want(), 1);
-    }
-}
-
 /// What routing a completion to its connection touches of the driver: all but the ring, which
 /// is reading the completions meanwhile.
 struct ToConn<'a> {
@@ -531,5 +491,45 @@ impl ToConn<'_> {
             self.letting_go.push(c.tag);
         }
         *self.zc_inflight = (*self.zc_inflight + st.zc_inflight()).saturating_sub(before);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(max: usize) -> BatchWait {
+        BatchWait {
+            max,
+            min_wait: Duration::from_micros(100),
+            seen: 0,
+        }
+    }
+
+    #[test]
+    fn a_loop_answering_one_request_at_a_time_wakes_at_the_first_completion() {
+        let mut b = batch(32);
+        // Each wait brings a receive, answering it reaps its send: two per wait.
+        for _ in 0..100 {
+            assert_eq!(b.start(), (1, Duration::ZERO));
+            b.seen += 2;
+        }
+        assert_eq!(b.want(), 1);
+    }
+
+    #[test]
+    fn a_busy_loop_waits_for_as_many_as_it_handled_capped_and_a_quiet_spell_resets_it() {
+        let mut b = batch(32);
+        b.seen = 10;
+        assert_eq!(b.start(), (10, Duration::from_micros(100)));
+        assert_eq!(b.seen, 0, "counting starts again with each wait");
+        b.seen = 500;
+        assert_eq!(b.start().0, 32);
+        // The wait timed out or brought one: back to waking at the first.
+        b.seen = 1;
+        assert_eq!(b.start(), (1, Duration::ZERO));
+        b.seen = BATCH_FROM;
+        assert_eq!(b.want(), BATCH_FROM);
+        assert_eq!(batch(1).want(), 1);
     }
 }
