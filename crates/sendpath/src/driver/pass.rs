@@ -256,12 +256,16 @@ impl UringDriver {
         }
         self.letting_go.clear();
         self.ring.take_released(&mut self.released);
-        for (tag, b) in self.released.drain(..) {
-            if let Some(c) = self.conns.get_mut(tag as usize).and_then(|c| c.as_mut()) {
-                c.state.on_released(b);
+        if !self.released.is_empty() {
+            for (tag, b) in self.released.drain(..) {
+                if let Some(c) = self.conns.get_mut(tag as usize).and_then(|c| c.as_mut()) {
+                    c.state.on_released(b);
+                }
             }
         }
-        self.dispatch_aux();
+        if self.ring.has_aux() {
+            self.dispatch_aux();
+        }
         self.sweep_closed();
     }
 

@@ -228,4 +228,10 @@ impl SendRing {
     pub(crate) fn take_aux(&mut self, out: &mut Vec<AuxCqe>) {
         out.append(&mut self.aux);
     }
+
+    /// Whether accept or receive completions were reaped since the last
+    /// [`SendRing::take_aux`].
+    pub(crate) fn has_aux(&self) -> bool {
+        !self.aux.is_empty()
+    }
 }

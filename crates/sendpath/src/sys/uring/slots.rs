@@ -238,6 +238,10 @@ impl SendRing {
 
     /// Moves the buffers released since the last call, each with its tag, into `out`.
     pub(crate) fn take_released(&mut self, out: &mut Vec<(u32, Buf)>) {
+        if self.released.is_empty() {
+            // Most reaps release nothing (and none, in place): nothing to move.
+            return;
+        }
         out.append(&mut self.released);
     }
 
