@@ -79,6 +79,7 @@ impl<V> ReqTable<V> {
     }
 
     /// Puts `v` for `req`; false when `req` was there already (its value is replaced).
+    #[inline]
     fn insert(&mut self, req: u64, v: V) -> bool {
         if self.near.is_empty() {
             self.near.resize_with(NEAR, || None);
@@ -99,6 +100,7 @@ impl<V> ReqTable<V> {
         new
     }
 
+    #[inline]
     fn get_mut(&mut self, req: u64) -> Option<&mut V> {
         match self.near.get_mut(Self::at(req)) {
             Some(Some((r, v))) if *r == req => Some(v),
@@ -107,6 +109,7 @@ impl<V> ReqTable<V> {
         }
     }
 
+    #[inline]
     fn remove(&mut self, req: u64) -> Option<V> {
         let v = match self.near.get_mut(Self::at(req)) {
             Some(e) if e.as_ref().is_some_and(|(r, _)| *r == req) => e.take().map(|(_, v)| v),
@@ -221,6 +224,7 @@ impl SendZcLedger {
     }
 
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
+    #[inline]
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
         // After its result, as a rule: the request ends here, in one lookup.
         let Some(r) = self.requests.remove(req) else {
