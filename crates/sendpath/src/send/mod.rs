@@ -480,7 +480,7 @@ impl ConnState {
                 self.stats.zerocopy.completions += n;
                 self.stats.zerocopy.copied += if copied { n } else { 0 };
                 self.chooser.on_completions(n, if copied { n } else { 0 });
-                self.stats.decisions = self.chooser.decisions();
+                self.chooser.copy_decisions(&mut self.stats.decisions);
                 if let Some(age) = age_ns {
                     crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age, n);
                 }
@@ -522,7 +522,7 @@ impl ConnState {
     fn count_no_memory(&mut self, n: u64) {
         self.stats.zerocopy.fallbacks.enomem += n;
         self.chooser.on_no_memory();
-        self.stats.decisions = self.chooser.decisions();
+        self.chooser.copy_decisions(&mut self.stats.decisions);
     }
 
     fn settle_links(&mut self, chain: &[ChainEntry], results: &[ChainResult]) {

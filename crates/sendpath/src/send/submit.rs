@@ -220,7 +220,7 @@ impl ConnState {
             zc_inflight_bytes: self.ledger.inflight_bytes() + self.deciding.1,
         };
         let choice = self.chooser.choose(&cx);
-        self.stats.decisions = self.chooser.decisions();
+        self.chooser.copy_decisions(&mut self.stats.decisions);
         if choice == Choice::Copy {
             return false;
         }
