@@ -115,7 +115,7 @@ pub(crate) struct Cqe {
 /// request ids keep it clear.
 pub(super) const AUX: u64 = 1 << 63;
 
-/// Completions [`SendRing::reap`] copies out of the ring at a time.
+/// Completions [`SendRing::reap_with`] copies out of the ring at a time.
 const REAP_CHUNK: usize = 32;
 /// Bit 62 marks a vectored send: the low half of `user_data` is then its [`Group`], not a slot.
 const GROUP: u64 = 1 << 62;
@@ -422,8 +422,8 @@ impl SendRing {
             self.cq_overflow = cq.overflow();
             let mut n = 0;
             // The chunk first: at its end, `zip` stops before taking one more from the queue.
-            for (to, c) in chunk.iter_mut().zip(&mut cq) {
-                to.write((c.user_data(), c.result(), c.flags()));
+            for (e, c) in chunk.iter_mut().zip(&mut cq) {
+                e.write((c.user_data(), c.result(), c.flags()));
                 n += 1;
             }
             drop(cq);
@@ -432,9 +432,9 @@ impl SendRing {
                 return total;
             }
             total += n;
-            for c in &chunk[..n] {
+            for e in &chunk[..n] {
                 // SAFETY: the loop above wrote the first `n` entries.
-                let (req, res, flags) = unsafe { c.assume_init() };
+                let (req, res, flags) = unsafe { e.assume_init() };
                 self.route(req, res, flags, &mut now, &mut to);
             }
             if n < REAP_CHUNK {
