@@ -11,7 +11,7 @@
 //! Requests are keyed by the id the ring gave them, not by buffer: the remainder of a short send
 //! is a new request on the same buffer and has a notification of its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hashes request ids (distinct 64-bit numbers the driver makes) by one multiplication:
@@ -146,11 +146,26 @@ struct Request {
     transmitted: Option<bool>,
 }
 
+/// A datagram's request whose result came with `F_MORE`: its notification is due.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    req: u64,
+    bytes: u32,
+    transmitted: bool,
+}
+
 /// Per-request SEND_ZC state: in flight from submission to notification (or to a result without
 /// `F_MORE`).
+///
+/// A datagram's request has no entry until its result: its sender keeps it in flight until
+/// then and matches the result itself ([`SendZcLedger::submitted_datagram`]). From its result
+/// it waits in `due`, in the order results came, which is the order notifications come as a
+/// rule: one look at the front ends it, where a table entry is made, looked up and taken.
 #[derive(Debug, Default)]
 pub(crate) struct SendZcLedger {
     requests: ReqTable<Request>,
+    /// Datagrams' requests whose notification is due, oldest result first.
+    due: VecDeque<Due>,
     /// Notifications that arrived before their request's result, by request id.
     early: ReqMap<bool>,
     bytes: usize,
@@ -181,6 +196,54 @@ impl SendZcLedger {
             self.bytes += bytes;
             self.sends += sends;
         }
+    }
+
+    /// A datagram of `bytes` went in a SEND_ZC request: in flight, with no entry until its
+    /// result ([`SendZcLedger::on_datagram_result`]).
+    #[inline]
+    pub(crate) fn submitted_datagram(&mut self, bytes: usize) {
+        self.bytes += bytes;
+        self.sends += 1;
+    }
+
+    /// The result CQE of a datagram's request `req` of `bytes` (see
+    /// [`SendZcLedger::on_result`]): with `F_MORE` its notification is due; without, it ends.
+    /// Returns the outcome of a notification that had arrived first, if one had.
+    #[inline]
+    pub(crate) fn on_datagram_result(
+        &mut self,
+        req: u64,
+        res: i32,
+        more: bool,
+        bytes: usize,
+    ) -> Option<NotifOutcome> {
+        let transmitted = res > 0;
+        // Notifications before their result are not seen from the kernel: no lookup for none.
+        if let Some(copied) = self.early_notification(req) {
+            self.release_datagram(bytes);
+            return Some(Self::outcome(transmitted, copied, 1));
+        }
+        if more {
+            self.due.push_back(Due {
+                req,
+                bytes: bytes as u32,
+                transmitted,
+            });
+        } else {
+            self.release_datagram(bytes);
+        }
+        None
+    }
+
+    /// A notification for a datagram's request `req` still awaiting its result (its sender
+    /// knows it is in flight): kept for the result, which settles it.
+    pub(crate) fn notified_early(&mut self, req: u64, copied: bool) {
+        self.early.insert(req, copied);
+    }
+
+    fn release_datagram(&mut self, bytes: usize) {
+        self.bytes -= bytes;
+        self.sends -= 1;
     }
 
     /// Of the sends `req` carried, only the first `sends` transmitted bytes (a short vectored
@@ -226,6 +289,10 @@ impl SendZcLedger {
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED` in its `res`.
     #[inline]
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
+        if let Some(d) = self.due_datagram(req) {
+            self.release_datagram(d.bytes as usize);
+            return Self::outcome(d.transmitted, copied, 1);
+        }
         // After its result, as a rule: the request ends here, in one lookup.
         let Some(r) = self.requests.remove(req) else {
             return NotifOutcome::Unexpected;
@@ -238,6 +305,20 @@ impl SendZcLedger {
         };
         let sends = self.release(r);
         Self::outcome(transmitted, copied, sends)
+    }
+
+    /// The datagram's request `req` whose notification is due, taken out: the oldest, as a
+    /// rule, looked at before any search.
+    #[inline]
+    fn due_datagram(&mut self, req: u64) -> Option<Due> {
+        match self.due.front() {
+            Some(d) if d.req == req => self.due.pop_front(),
+            None => None,
+            Some(_) => {
+                let i = self.due.iter().position(|d| d.req == req)?;
+                self.due.remove(i)
+            }
+        }
     }
 
     /// The notification of `req` that came before its result, if one did.
@@ -439,6 +520,51 @@ mod tests {
             })
         );
         assert_eq!(l.inflight(), 0);
+    }
+
+    #[test]
+    fn a_datagram_is_in_flight_from_its_submission_to_its_notification_in_any_order() {
+        let mut l = SendZcLedger::new();
+        let sent = |copied| Completion { copied, sends: 1 };
+        for _ in 1..=4 {
+            l.submitted_datagram(100);
+        }
+        assert_eq!((l.inflight(), l.inflight_bytes()), (4, 400));
+        assert_eq!(l.on_datagram_result(1, 100, true, 100), None);
+        assert_eq!(l.on_datagram_result(2, -libc::ENOMEM, true, 100), None);
+        assert_eq!(l.on_datagram_result(3, 100, true, 100), None);
+        // No notification follows a result without F_MORE: it ends there.
+        assert_eq!(l.on_datagram_result(4, -libc::EINVAL, false, 100), None);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (3, 300));
+        // Out of the order the results came: each found, once.
+        assert_eq!(l.on_notification(3, true), sent(true));
+        assert_eq!(l.on_notification(2, true), NoData, "sent nothing");
+        assert_eq!(l.on_notification(1, false), sent(false));
+        assert_eq!(l.on_notification(1, false), Unexpected);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
+        // Before its result (its sender knows it is in flight): settled by the result.
+        l.submitted_datagram(50);
+        l.notified_early(5, true);
+        assert_eq!(l.on_datagram_result(5, 50, true, 50), Some(sent(true)));
+        assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
+        assert_eq!(l.on_notification(5, true), Unexpected);
+    }
+
+    #[test]
+    fn datagrams_and_keyed_requests_share_the_counts_and_keep_their_own_entries() {
+        let mut l = SendZcLedger::new();
+        l.submitted(7, 10);
+        l.submitted_datagram(20);
+        assert_eq!(l.on_datagram_result(8, 20, true, 20), None);
+        assert_eq!(l.on_result(7, 10, true), None);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (2, 30));
+        let sent = Completion {
+            copied: false,
+            sends: 1,
+        };
+        assert_eq!(l.on_notification(7, false), sent);
+        assert_eq!(l.on_notification(8, false), sent);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
     }
 
     #[test]

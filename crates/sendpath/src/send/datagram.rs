@@ -92,7 +92,10 @@ impl ConnState {
         let Payload::Held(slot) = parts[0].payload else {
             unreachable!("the driver puts every new buffer it pushes in a slot");
         };
-        self.count_request(1, len, zc, p);
+        self.count_request(1, zc, p);
+        if zc {
+            self.ledger.submitted_datagram(len);
+        }
         // In the ledger now: no longer a choice of this batch (`decide` counts both).
         self.deciding = (0, 0);
         self.in_kernel.push_back(InKernel {
@@ -106,8 +109,15 @@ impl ConnState {
 
     /// [`ConnState::on_result`] on a datagram socket: the datagram of `req` went (its slot is
     /// let go of), or is resent (interrupted or cancelled; by copy after a SEND_ZC's
-    /// `ENOMEM`), or its error ends the connection.
-    pub(super) fn on_datagram_result(&mut self, req: u64, res: i32) {
+    /// `ENOMEM`), or its error ends the connection. A SEND_ZC datagram goes to the ledger
+    /// here, from which its notification ends it.
+    pub(super) fn on_datagram_result(
+        &mut self,
+        req: u64,
+        res: i32,
+        more: bool,
+        age_ns: Option<u64>,
+    ) {
         // The oldest, as results come as a rule: looked at before any search (a search of the
         // deque costs about 20 instructions more), and taken without a shift.
         let at = match self.in_kernel.front() {
@@ -123,6 +133,12 @@ impl ConnState {
             return;
         };
         let len = d.len as usize;
+        if d.zc {
+            let early = self.ledger.on_datagram_result(req, res, more, len);
+            if early.is_some() {
+                self.count_notif(early, age_ns);
+            }
+        }
         if res > 0 || (res == 0 && len == 0) {
             // A datagram goes whole; a count short of it is counted, and its rest not sent
             // (it would be a datagram of its own).
@@ -152,6 +168,12 @@ impl ConnState {
                 }
             }
         }
+    }
+
+    /// Whether `req` is a SEND_ZC datagram still awaiting its result (a notification that
+    /// came first is kept for it).
+    pub(super) fn datagram_awaits_result(&self, req: u64) -> bool {
+        self.datagrams && self.in_kernel.iter().any(|d| d.req == req && d.zc)
     }
 }
 
@@ -207,6 +229,30 @@ mod tests {
         assert!(st.is_flushed());
         assert_eq!(st.zc_inflight(), 0);
         assert_eq!(st.stats().zerocopy.completions, 2);
+    }
+
+    #[test]
+    fn a_notification_before_its_datagram_s_result_is_counted_once_at_the_result() {
+        let mut k = Kernel::new(1);
+        let mut st = datagrams(2, true, Choice::ZeroCopy);
+        fill(&mut st, 2, 100);
+        let c = k.submit(&mut st);
+        assert_eq!(st.zc_inflight(), 2);
+        st.on_notification(c[1].1, true, None);
+        assert_eq!(st.stats().zerocopy.completions, 0, "not before its result");
+        st.on_result(c[0].1, 100, true, None);
+        st.on_result(c[1].1, 100, true, None);
+        assert_eq!(
+            (st.stats().zerocopy.completions, st.stats().zerocopy.copied),
+            (1, 1)
+        );
+        assert_eq!(st.zc_inflight(), 1, "the first's notification is due");
+        st.on_notification(c[0].1, false, None);
+        // A notification for no datagram (one already ended, or a copying one) is counted.
+        st.on_notification(c[1].1, false, None);
+        let z = &st.stats().zerocopy;
+        assert_eq!((z.completions, z.copied, z.unexpected), (2, 1, 1));
+        assert_eq!(st.zc_inflight(), 0);
     }
 
     #[test]

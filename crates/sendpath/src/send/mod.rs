@@ -412,9 +412,7 @@ impl ConnState {
     /// follows. `age_ns` is the time since the request's buffer went to the ring.
     pub(crate) fn on_result(&mut self, req: u64, res: i32, more: bool, age_ns: Option<u64>) {
         if self.datagrams {
-            let early = self.ledger.on_result(req, res, more);
-            self.count_notif(early, age_ns);
-            return self.on_datagram_result(req, res);
+            return self.on_datagram_result(req, res, more, age_ns);
         }
         let i = self.find_request(req);
         if let Some(i) = i.filter(|&i| res > 0 && (res as usize) < self.requests[i].bytes) {
@@ -464,7 +462,11 @@ impl ConnState {
     /// The notification CQE of `req`; `copied` is `IORING_NOTIF_USAGE_ZC_COPIED`.
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool, age_ns: Option<u64>) {
         self.stats.zerocopy.notifications += 1;
-        let outcome = self.ledger.on_notification(req, copied);
+        let mut outcome = self.ledger.on_notification(req, copied);
+        if outcome == NotifOutcome::Unexpected && self.datagram_awaits_result(req) {
+            self.ledger.notified_early(req, copied);
+            outcome = NotifOutcome::NoData;
+        }
         self.count_notif(Some(outcome), age_ns);
     }
 

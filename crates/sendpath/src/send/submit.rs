@@ -176,7 +176,10 @@ impl ConnState {
             });
         }
         let n = parts.len();
-        self.count_request(n, bytes, zc, p);
+        self.count_request(n, zc, p);
+        if zc {
+            self.ledger.submitted_sends(p.req, bytes, n);
+        }
         self.requests.push(InFlight {
             req: p.req,
             entries: n,
@@ -195,10 +198,10 @@ impl ConnState {
         }
     }
 
-    /// Counts a request the driver pushed, of `n` sends and `bytes` in all; a zero-copy one
-    /// goes in the SEND_ZC ledger.
+    /// Counts a request the driver pushed, of `n` sends (its caller puts a zero-copy one in
+    /// the SEND_ZC ledger).
     #[inline]
-    pub(super) fn count_request(&mut self, n: usize, bytes: usize, zc: bool, p: Pushed) {
+    pub(super) fn count_request(&mut self, n: usize, zc: bool, p: Pushed) {
         self.stats.calls += 1;
         if let (Some(a), true) = (&mut self.stats.arena, p.registered) {
             a.registered_requests += 1;
@@ -206,7 +209,6 @@ impl ConnState {
         if zc {
             self.stats.zerocopy.attempts += n as u64;
             self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };
-            self.ledger.submitted_sends(p.req, bytes, n);
         }
     }
 
