@@ -78,7 +78,9 @@ pub(crate) struct RunArgs {
     /// Set it to --uring-depth to compare copy with uring like for like.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub copy_batch: u32,
-    /// Zero-copy sends awaiting completion per connection before falling back to copy.
+    /// Zero-copy sends awaiting completion per connection before falling back to copy. Sends
+    /// from registered buffers (--fixed-buffers, --arena) are not counted: their pages were
+    /// pinned once, when registered, and the buffers' slots bound them.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub inflight: u32,
     /// msg-zerocopy: read the error queue once N sends await completion and no released

@@ -142,6 +142,8 @@ pub(crate) enum NotifOutcome {
 struct Request {
     bytes: usize,
     sends: usize,
+    /// From registered buffers: no page pinned per send.
+    registered: bool,
     /// `None` until the result CQE arrives; then whether it transmitted bytes.
     transmitted: Option<bool>,
 }
@@ -152,6 +154,7 @@ struct Due {
     req: u64,
     bytes: u32,
     transmitted: bool,
+    registered: bool,
 }
 
 /// Per-request SEND_ZC state: in flight from submission to notification (or to a result without
@@ -170,6 +173,8 @@ pub(crate) struct SendZcLedger {
     early: ReqMap<bool>,
     bytes: usize,
     sends: usize,
+    /// Of those, the sends and bytes from registered buffers.
+    registered: (usize, usize),
 }
 
 impl SendZcLedger {
@@ -181,32 +186,53 @@ impl SendZcLedger {
     /// A SEND_ZC request of `bytes` bytes was submitted with id `req`.
     #[cfg(test)]
     pub(crate) fn submitted(&mut self, req: u64, bytes: usize) {
-        self.submitted_sends(req, bytes, 1);
+        self.submitted_sends(req, bytes, 1, false);
     }
 
     /// A request carrying `sends` buffers, `bytes` in all, was submitted with id `req` (a
-    /// vectored `SENDMSG_ZC`: one result and one notification for every buffer).
-    pub(crate) fn submitted_sends(&mut self, req: u64, bytes: usize, sends: usize) {
+    /// vectored `SENDMSG_ZC`: one result and one notification for every buffer); `registered`
+    /// when they are registered buffers.
+    pub(crate) fn submitted_sends(
+        &mut self,
+        req: u64,
+        bytes: usize,
+        sends: usize,
+        registered: bool,
+    ) {
         let r = Request {
             bytes,
             sends,
+            registered,
             transmitted: None,
         };
         if self.requests.insert(req, r) {
-            self.bytes += bytes;
-            self.sends += sends;
+            self.count(sends, bytes, registered, true);
         }
     }
 
-    /// A datagram of `bytes` went in a SEND_ZC request: in flight, with no entry until its
-    /// result ([`SendZcLedger::on_datagram_result`]).
+    /// `sends` and `bytes` more in flight (`up`), or fewer.
     #[inline]
-    pub(crate) fn submitted_datagram(&mut self, bytes: usize) {
-        self.bytes += bytes;
-        self.sends += 1;
+    fn count(&mut self, sends: usize, bytes: usize, registered: bool, up: bool) {
+        let r = usize::from(registered);
+        if up {
+            (self.sends, self.bytes) = (self.sends + sends, self.bytes + bytes);
+            self.registered.0 += sends * r;
+            self.registered.1 += bytes * r;
+        } else {
+            (self.sends, self.bytes) = (self.sends - sends, self.bytes - bytes);
+            self.registered.0 -= sends * r;
+            self.registered.1 -= bytes * r;
+        }
     }
 
-    /// The result CQE of a datagram's request `req` of `bytes` (see
+    /// A datagram of `bytes` went in a SEND_ZC request (from a registered buffer or not): in
+    /// flight, with no entry until its result ([`SendZcLedger::on_datagram_result`]).
+    #[inline]
+    pub(crate) fn submitted_datagram(&mut self, bytes: usize, registered: bool) {
+        self.count(1, bytes, registered, true);
+    }
+
+    /// The result CQE of a datagram's request `req` of `bytes`, as submitted (see
     /// [`SendZcLedger::on_result`]): with `F_MORE` its notification is due; without, it ends.
     /// Returns the outcome of a notification that had arrived first, if one had.
     #[inline]
@@ -215,12 +241,12 @@ impl SendZcLedger {
         req: u64,
         res: i32,
         more: bool,
-        bytes: usize,
+        (bytes, registered): (usize, bool),
     ) -> Option<NotifOutcome> {
         let transmitted = res > 0;
         // Notifications before their result are not seen from the kernel: no lookup for none.
         if let Some(copied) = self.early_notification(req) {
-            self.release_datagram(bytes);
+            self.count(1, bytes, registered, false);
             return Some(Self::outcome(transmitted, copied, 1));
         }
         if more {
@@ -228,9 +254,10 @@ impl SendZcLedger {
                 req,
                 bytes: bytes as u32,
                 transmitted,
+                registered,
             });
         } else {
-            self.release_datagram(bytes);
+            self.count(1, bytes, registered, false);
         }
         None
     }
@@ -241,19 +268,15 @@ impl SendZcLedger {
         self.early.insert(req, copied);
     }
 
-    fn release_datagram(&mut self, bytes: usize) {
-        self.bytes -= bytes;
-        self.sends -= 1;
-    }
-
     /// Of the sends `req` carried, only the first `sends` transmitted bytes (a short vectored
     /// request; the rest go again in a request of their own): its notification speaks for
     /// those. Call it before the request's result.
     pub(crate) fn transmitted_sends(&mut self, req: u64, sends: usize) {
         if let Some(r) = self.requests.get_mut(req) {
-            let sends = sends.min(r.sends);
-            self.sends -= r.sends - sends;
+            let (sends, untransmitted) = (sends.min(r.sends), r.sends - sends.min(r.sends));
             r.sends = sends;
+            let registered = r.registered;
+            self.count(untransmitted, 0, registered, false);
         }
     }
 
@@ -290,7 +313,7 @@ impl SendZcLedger {
     #[inline]
     pub(crate) fn on_notification(&mut self, req: u64, copied: bool) -> NotifOutcome {
         if let Some(d) = self.due_datagram(req) {
-            self.release_datagram(d.bytes as usize);
+            self.count(1, d.bytes as usize, d.registered, false);
             return Self::outcome(d.transmitted, copied, 1);
         }
         // After its result, as a rule: the request ends here, in one lookup.
@@ -345,8 +368,7 @@ impl SendZcLedger {
     /// Takes a request that ended (out of the map) off the in-flight counts; returns how many
     /// sends it carried.
     fn release(&mut self, r: Request) -> usize {
-        self.bytes -= r.bytes;
-        self.sends -= r.sends;
+        self.count(r.sends, r.bytes, r.registered, false);
         r.sends
     }
 
@@ -357,8 +379,20 @@ impl SendZcLedger {
     }
 
     /// Bytes of those requests.
+    #[cfg(test)]
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Sends and bytes in flight from buffers that are not registered: what the kernel pins
+    /// page by page, for each send, and charges to the user's locked memory. A registered
+    /// buffer was pinned and charged once, when it was registered; how many of its sends are
+    /// in flight is bounded by the slots of its arena.
+    pub(crate) fn pinned(&self) -> (usize, usize) {
+        (
+            self.sends - self.registered.0,
+            self.bytes - self.registered.1,
+        )
     }
 }
 
@@ -527,14 +561,20 @@ mod tests {
         let mut l = SendZcLedger::new();
         let sent = |copied| Completion { copied, sends: 1 };
         for _ in 1..=4 {
-            l.submitted_datagram(100);
+            l.submitted_datagram(100, false);
         }
         assert_eq!((l.inflight(), l.inflight_bytes()), (4, 400));
-        assert_eq!(l.on_datagram_result(1, 100, true, 100), None);
-        assert_eq!(l.on_datagram_result(2, -libc::ENOMEM, true, 100), None);
-        assert_eq!(l.on_datagram_result(3, 100, true, 100), None);
+        assert_eq!(l.on_datagram_result(1, 100, true, (100, false)), None);
+        assert_eq!(
+            l.on_datagram_result(2, -libc::ENOMEM, true, (100, false)),
+            None
+        );
+        assert_eq!(l.on_datagram_result(3, 100, true, (100, false)), None);
         // No notification follows a result without F_MORE: it ends there.
-        assert_eq!(l.on_datagram_result(4, -libc::EINVAL, false, 100), None);
+        assert_eq!(
+            l.on_datagram_result(4, -libc::EINVAL, false, (100, false)),
+            None
+        );
         assert_eq!((l.inflight(), l.inflight_bytes()), (3, 300));
         // Out of the order the results came: each found, once.
         assert_eq!(l.on_notification(3, true), sent(true));
@@ -543,19 +583,46 @@ mod tests {
         assert_eq!(l.on_notification(1, false), Unexpected);
         assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
         // Before its result (its sender knows it is in flight): settled by the result.
-        l.submitted_datagram(50);
+        l.submitted_datagram(50, false);
         l.notified_early(5, true);
-        assert_eq!(l.on_datagram_result(5, 50, true, 50), Some(sent(true)));
+        assert_eq!(
+            l.on_datagram_result(5, 50, true, (50, false)),
+            Some(sent(true))
+        );
         assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
         assert_eq!(l.on_notification(5, true), Unexpected);
+    }
+
+    #[test]
+    fn sends_from_registered_buffers_are_in_flight_and_not_pinned() {
+        let mut l = SendZcLedger::new();
+        l.submitted_sends(1, 800, 8, true);
+        l.submitted_sends(2, 100, 1, false);
+        l.submitted_datagram(50, true);
+        assert_eq!((l.inflight(), l.inflight_bytes()), (10, 950));
+        assert_eq!(l.pinned(), (1, 100));
+        // A short vectored request: its unsent buffers leave both counts.
+        l.transmitted_sends(1, 5);
+        assert_eq!((l.inflight(), l.pinned()), (7, (1, 100)));
+        l.on_result(1, 500, true);
+        l.on_result(2, 100, true);
+        assert_eq!(l.on_datagram_result(3, 50, true, (50, true)), None);
+        l.on_notification(1, false);
+        l.on_notification(3, false);
+        assert_eq!((l.inflight(), l.pinned()), (1, (1, 100)));
+        l.on_notification(2, false);
+        assert_eq!(
+            (l.inflight(), l.inflight_bytes(), l.pinned()),
+            (0, 0, (0, 0))
+        );
     }
 
     #[test]
     fn datagrams_and_keyed_requests_share_the_counts_and_keep_their_own_entries() {
         let mut l = SendZcLedger::new();
         l.submitted(7, 10);
-        l.submitted_datagram(20);
-        assert_eq!(l.on_datagram_result(8, 20, true, 20), None);
+        l.submitted_datagram(20, false);
+        assert_eq!(l.on_datagram_result(8, 20, true, (20, false)), None);
         assert_eq!(l.on_result(7, 10, true), None);
         assert_eq!((l.inflight(), l.inflight_bytes()), (2, 30));
         let sent = Completion {
@@ -570,7 +637,7 @@ mod tests {
     #[test]
     fn a_vectored_request_counts_each_of_its_sends_until_its_one_notification() {
         let mut l = SendZcLedger::new();
-        l.submitted_sends(3, 8 * 100, 8);
+        l.submitted_sends(3, 8 * 100, 8, false);
         l.submitted(4, 100);
         assert_eq!((l.inflight(), l.inflight_bytes()), (9, 900));
         assert_eq!(l.on_result(3, 800, true), None);
@@ -585,7 +652,7 @@ mod tests {
         );
         assert_eq!((l.inflight(), l.inflight_bytes()), (1, 100));
         // A short one speaks for the sends it transmitted.
-        l.submitted_sends(6, 300, 3);
+        l.submitted_sends(6, 300, 3, false);
         l.transmitted_sends(6, 2);
         assert_eq!(l.inflight(), 3);
         l.on_result(6, 150, true);
@@ -597,7 +664,7 @@ mod tests {
             }
         );
         // A vectored request that failed speaks for none of its sends.
-        l.submitted_sends(5, 300, 3);
+        l.submitted_sends(5, 300, 3, false);
         l.on_result(5, -libc::ECANCELED, true);
         assert_eq!(l.on_notification(5, false), NoData);
         assert_eq!(l.inflight(), 1);

@@ -172,7 +172,7 @@ impl Adaptive {
 
     /// The path for a memory send of `len` bytes (one of the profile's tier paths, or the
     /// copying path of a zero-copy one), with `zc_inflight` zero-copy sends of this sender
-    /// awaiting completion.
+    /// awaiting completion (on the ring, those that pinned their pages).
     #[inline]
     pub(crate) fn choose(&mut self, len: usize, zc_inflight: usize) -> Strategy {
         let tier = self.tier(len);

@@ -20,7 +20,11 @@ pub(crate) enum FallbackReason {
     Enomem,
 }
 
-/// Limits on zero-copy sends awaiting their completion, per socket.
+/// Limits on zero-copy sends awaiting their completion, per socket. They bound what the kernel
+/// pins page by page for each send and charges to the user's locked memory (past that,
+/// `ENOBUFS` or `ENOMEM`). An io_uring send from a registered buffer (`--fixed-buffers`, or a
+/// message written in place in an arena) is not counted: its pages were pinned and charged
+/// once, when they were registered, and the buffer's slots bound how many are in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InflightLimits {
     /// At most this many sends awaiting completion.

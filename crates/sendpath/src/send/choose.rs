@@ -20,7 +20,8 @@ pub(crate) enum Choice {
 pub(crate) struct SendContext {
     /// Bytes of this send.
     pub(crate) len: usize,
-    /// Zero-copy sends of this connection awaiting their notification, this one excluded.
+    /// Zero-copy sends of this connection awaiting their notification that pinned their pages
+    /// (not from registered buffers), this one excluded.
     pub(crate) zc_inflight: usize,
     /// Their bytes.
     pub(crate) zc_inflight_bytes: usize,

@@ -8,13 +8,15 @@
 use super::{ConnState, Part, Payload, Pushed, Queued, Submit};
 use crate::completion::ChainEntry;
 
-/// A datagram in the kernel: its request, slot and length, and whether it went zero-copy.
+/// A datagram in the kernel: its request, slot and length, whether it went zero-copy and
+/// from a registered buffer.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct InKernel {
     req: u64,
     slot: u32,
     len: u32,
     zc: bool,
+    registered: bool,
 }
 
 impl ConnState {
@@ -94,7 +96,7 @@ impl ConnState {
         };
         self.count_request(1, zc, p);
         if zc {
-            self.ledger.submitted_datagram(len);
+            self.ledger.submitted_datagram(len, p.registered);
         }
         // In the ledger now: no longer a choice of this batch (`decide` counts both).
         self.deciding = (0, 0);
@@ -103,6 +105,7 @@ impl ConnState {
             slot,
             len: len as u32,
             zc,
+            registered: p.registered,
         });
         Ok(())
     }
@@ -134,7 +137,9 @@ impl ConnState {
         };
         let len = d.len as usize;
         if d.zc {
-            let early = self.ledger.on_datagram_result(req, res, more, len);
+            let early = self
+                .ledger
+                .on_datagram_result(req, res, more, (len, d.registered));
             if early.is_some() {
                 self.count_notif(early, age_ns);
             }
@@ -253,6 +258,29 @@ mod tests {
         let z = &st.stats().zerocopy;
         assert_eq!((z.completions, z.copied, z.unexpected), (2, 1, 1));
         assert_eq!(st.zc_inflight(), 0);
+    }
+
+    #[test]
+    fn registered_datagrams_are_not_held_to_the_inflight_cap() {
+        // max_sends is 4; 6 datagrams in flight.
+        for registered in [false, true] {
+            let mut k = Kernel::new(1);
+            k.registered = registered;
+            let mut st = datagrams(6, true, Choice::ZeroCopy);
+            fill(&mut st, 6, 100);
+            let c = k.submit(&mut st);
+            let zc = c.iter().filter(|x| x.3 != SendOp::Send).count();
+            assert_eq!(zc, if registered { 6 } else { 4 });
+            for x in &c {
+                st.on_result(x.1, 100, x.3 != SendOp::Send, None);
+            }
+            assert_eq!(st.zc_inflight(), zc, "notifications due");
+            for x in c.iter().filter(|x| x.3 != SendOp::Send) {
+                st.on_notification(x.1, false, None);
+            }
+            assert_eq!(st.zc_inflight(), 0);
+            assert_eq!(st.stats().zerocopy.completions, zc as u64);
+        }
     }
 
     #[test]

@@ -567,6 +567,8 @@ mod tests {
         next_slot: u32,
         next_req: u64,
         log: Vec<(u32, u64, Range<usize>, SendOp, bool)>,
+        /// Every push is from registered buffers.
+        pub(super) registered: bool,
     }
 
     impl Kernel {
@@ -575,6 +577,7 @@ mod tests {
                 next_slot: 0,
                 next_req: first_req,
                 log: Vec::new(),
+                registered: false,
             }
         }
 
@@ -595,7 +598,7 @@ mod tests {
             self.next_req = self.next_req.wrapping_add(1 << 32) | u64::from(self.next_slot);
             Ok(Pushed {
                 req,
-                registered: false,
+                registered: self.registered,
             })
         }
 
@@ -910,6 +913,38 @@ mod tests {
         let zc = c.iter().filter(|x| x.3 != SendOp::Send).count();
         assert_eq!(zc, 4, "max_sends is 4");
         assert_eq!(st.stats().zerocopy.fallbacks.inflight_cap, 2);
+    }
+
+    #[test]
+    fn sends_from_registered_buffers_are_not_held_to_the_inflight_cap() {
+        // max_sends is 4: a second chain of 4 while the first's notifications are due.
+        for registered in [false, true] {
+            let mut k = Kernel::new(1);
+            k.registered = registered;
+            let mut st = state(4, true, Choice::ZeroCopy);
+            fill(&mut st, 4, 8);
+            let first = k.submit(&mut st);
+            for x in &first {
+                st.on_result(x.1, 8, true, None);
+            }
+            fill(&mut st, 4, 8);
+            let second = k.submit(&mut st);
+            let zc = second.iter().filter(|x| x.3 != SendOp::Send).count();
+            let capped = st.stats().zerocopy.fallbacks.inflight_cap;
+            if registered {
+                assert_eq!((zc, capped), (4, 0), "nothing pinned per send");
+                assert_eq!(st.zc_inflight(), 8, "still in flight, for the ring's cap");
+            } else {
+                assert_eq!((zc, capped), (0, 4), "four pinned sends fill the cap");
+            }
+            for x in first.iter().chain(&second).filter(|x| x.3 != SendOp::Send) {
+                if second.contains(x) {
+                    st.on_result(x.1, 8, true, None);
+                }
+                st.on_notification(x.1, false, None);
+            }
+            assert_eq!(st.zc_inflight(), 0);
+        }
     }
 
     #[test]

@@ -178,7 +178,7 @@ impl ConnState {
         let n = parts.len();
         self.count_request(n, zc, p);
         if zc {
-            self.ledger.submitted_sends(p.req, bytes, n);
+            self.ledger.submitted_sends(p.req, bytes, n, p.registered);
         }
         self.requests.push(InFlight {
             req: p.req,
@@ -214,12 +214,14 @@ impl ConnState {
 
     /// Whether a new send of `len` bytes goes zero-copy, counting a fallback when the chooser
     /// asked for zero-copy and it cannot be.
-    /// The zero-copy sends chosen earlier in this chain count as in flight.
+    /// The cap counts the zero-copy sends in flight that pinned their pages (not those from
+    /// registered buffers) and those chosen earlier in this chain.
     pub(super) fn decide(&mut self, len: usize) -> bool {
+        let (pinned, pinned_bytes) = self.ledger.pinned();
         let cx = SendContext {
             len,
-            zc_inflight: self.ledger.inflight() + self.deciding.0,
-            zc_inflight_bytes: self.ledger.inflight_bytes() + self.deciding.1,
+            zc_inflight: pinned + self.deciding.0,
+            zc_inflight_bytes: pinned_bytes + self.deciding.1,
         };
         let choice = self.chooser.choose(&cx);
         self.chooser.copy_decisions(&mut self.stats.decisions);

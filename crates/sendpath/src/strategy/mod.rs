@@ -485,7 +485,8 @@ impl std::str::FromStr for Strategy {
 /// Settings shared by the paths; each reads the ones that concern it.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Cap on zero-copy sends awaiting completion (msg-zerocopy, uring-zc).
+    /// Cap on zero-copy sends awaiting completion (msg-zerocopy, uring-zc). On the ring, sends
+    /// from registered buffers are not counted (see [`InflightLimits`]).
     pub inflight: InflightLimits,
     /// msg-zerocopy: read the error queue once this many sends await completion and no
     /// released buffer is free (or half of `inflight.max_bytes` awaits), so that one read
