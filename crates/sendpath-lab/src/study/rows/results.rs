@@ -733,29 +733,35 @@ mod tests {
 
     #[test]
     fn an_arena_too_small_for_its_zero_copy_sends_says_so() {
-        let row = |share: f64| {
+        // The share of requests by index, and of the zero-copy sends.
+        let row = |requests: f64, zc: f64| {
             let mut r = Row::default();
             for round in 0..3 {
                 let mut rep = Repeat {
                     round,
                     throughput_gbps: 10.0,
-                    arena_registered: Some(share),
+                    arena_registered: Some(requests),
                     ..Default::default()
                 };
                 rep.zerocopy.counts.attempts = 1000;
+                rep.zerocopy.counts.registered = (zc * 1000.0) as u64;
                 r.repeats.push(rep);
             }
             r.summarise();
             r.warnings.join("\n")
         };
-        let small = row(0.02);
+        let small = row(0.02, 0.02);
         assert!(
-            small.contains("only 2% of the requests") && small.contains("--arena"),
+            small.contains("only 2% of the zero-copy sends") && small.contains("--arena"),
             "{small}"
         );
         assert!(
-            !row(0.99).contains("--arena"),
+            !row(0.99, 0.99).contains("--arena"),
             "an arena that served the sends is not warned of"
+        );
+        assert!(
+            !row(0.1, 1.0).contains("--arena"),
+            "an adaptive row's SENDs (never by index) are not a small arena"
         );
     }
 

@@ -69,13 +69,16 @@ impl Row {
 
     /// `--arena` with zero-copy sends, most of which did not go by index: the arena was too
     /// small for the buffers in flight (connections x depth, plus those awaiting
-    /// notification), so they came from the heap.
+    /// notification), so they came from the heap; or the kernel registered only part of it.
+    /// Counted over the zero-copy sends: `SEND` takes no registered buffer (an adaptive
+    /// row's copies are not a sign of a small arena).
     fn arena_warning(&self) -> Option<String> {
-        let share = self.arena_registered?;
-        let zc = self.zerocopy.counts.attempts > 0;
-        (zc && share < 0.5).then(|| {
+        self.arena_registered?;
+        let z = &self.zerocopy.counts;
+        let share = z.registered as f64 / z.attempts.max(1) as f64;
+        (z.attempts > 0 && share < 0.5).then(|| {
             format!(
-                "--arena: only {:.0}% of the requests named the arena by index; the rest came from the heap, as the arena had too few slots for the buffers in flight: give --arena more bytes",
+                "--arena: only {:.0}% of the zero-copy sends went from the arena by index; the rest came from the heap, as the arena had too few slots for the buffers in flight (give --arena more bytes), or from a part of it the kernel did not register (`ulimit -l`, said above if so)",
                 share * 100.0
             )
         })
