@@ -395,7 +395,7 @@ impl BufPool {
     /// A buffer of exactly `len` bytes: a recycled one if any, otherwise a new one, page-aligned
     /// from a page up ([`Buf::page_aligned`]). Every byte of it has been written (by an earlier
     /// message, or with [`FILL`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&mut self, len: usize) -> Buf {
         if self.arena.is_some() {
             return self.take_with_arena(len);
@@ -431,7 +431,7 @@ impl BufPool {
 
     /// Gives a buffer back for reuse. A handle on shared bytes ([`Buf::shared`]) and a
     /// [`Buf::fresh`] buffer are dropped instead.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn put(&mut self, mut b: Buf) {
         if let Some(home) = b.home.take() {
             return home.put(b);
