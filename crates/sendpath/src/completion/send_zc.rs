@@ -273,9 +273,9 @@ impl SendZcLedger {
     /// those. Call it before the request's result.
     pub(crate) fn transmitted_sends(&mut self, req: u64, sends: usize) {
         if let Some(r) = self.requests.get_mut(req) {
-            let (sends, untransmitted) = (sends.min(r.sends), r.sends - sends.min(r.sends));
+            let sends = sends.min(r.sends);
+            let (untransmitted, registered) = (r.sends - sends, r.registered);
             r.sends = sends;
-            let registered = r.registered;
             self.count(untransmitted, 0, registered, false);
         }
     }

@@ -73,6 +73,7 @@ impl Row {
     /// Counted over the zero-copy sends: `SEND` takes no registered buffer (an adaptive
     /// row's copies are not a sign of a small arena).
     fn arena_warning(&self) -> Option<String> {
+        // Rows without an arena have no share, and no warning.
         self.arena_registered?;
         let z = &self.zerocopy.counts;
         let share = z.registered as f64 / z.attempts.max(1) as f64;
