@@ -165,15 +165,20 @@ fn send_in_place_writes_each_message_where_the_kernel_reads_it_on_every_path() {
         slot_size: SLOT,
         slots: 64,
     };
-    for (strategy, arena) in [
-        (Strategy::Uring, Some(arena)),
-        (Strategy::UringZc, Some(arena)),
-        (Strategy::Uring, None),
-        (Strategy::Copy, None),
+    for (strategy, arena, copy_batch) in [
+        (Strategy::Uring, Some(arena), 1),
+        (Strategy::UringZc, Some(arena), 1),
+        (Strategy::Uring, None, 1),
+        (Strategy::Copy, None, 1),
+        // Several messages per `sendmsg`, each in a scratch buffer of its own.
+        (Strategy::Copy, None, 6),
+        // Slots of the path's own, each held until its notification.
+        (Strategy::MsgZerocopy, None, 1),
     ] {
         let opts = Options {
             uring_depth: 8,
             uring_arena: arena,
+            copy_batch,
             ..Options::default()
         };
         let (tx, rx) = connection();

@@ -115,49 +115,57 @@ fn memory_paths_send_datagrams_on_a_connected_udp_socket() {
     }
 }
 
-/// `copy_batch` on a UDP socket: one `sendmmsg` per batch, each message its own datagram.
+/// `copy_batch` on a UDP socket: one `sendmmsg` per batch, each message its own datagram,
+/// from owned buffers (`send_bufs`) and written in the path's own (`send_in_place`).
 #[test]
 fn copy_batched_sends_each_message_as_a_datagram_by_sendmmsg() {
-    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    rx.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-    tx.connect(rx.local_addr().unwrap()).unwrap();
-    let opts = Options {
-        copy_batch: 8,
-        ..Options::default()
-    };
-    let mut p = open(Strategy::Copy, tx, &opts).unwrap();
-    let mut bufs = Vec::new();
-    let mut v = Verifier::new();
-    let mut sizes = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    // Five batches of 8, each read before the next, so the receive buffer never overflows.
-    for batch in 0..DATAGRAMS / 8 {
-        for i in 0..8 {
-            let off = ((batch * 8 + i) * SIZE) as u64;
-            let mut b = p.take_buf(SIZE);
-            pattern::fill(b.as_mut_slice(), off);
-            bufs.push(b);
+    for in_place in [false, true] {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let opts = Options {
+            copy_batch: 8,
+            ..Options::default()
+        };
+        let mut p = open(Strategy::Copy, tx, &opts).unwrap();
+        let mut bufs = Vec::new();
+        let mut v = Verifier::new();
+        let mut sizes = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        // Five batches of 8, each read before the next, so the receive buffer never overflows.
+        for batch in 0..DATAGRAMS / 8 {
+            let at = |i: usize| ((batch * 8 + i) * SIZE) as u64;
+            if in_place {
+                p.send_in_place(8, SIZE, &mut |i, b| pattern::fill(b, at(i)))
+                    .unwrap();
+            } else {
+                for i in 0..8 {
+                    let mut b = p.take_buf(SIZE);
+                    pattern::fill(b.as_mut_slice(), at(i));
+                    bufs.push(b);
+                }
+                p.send_bufs(&mut bufs).unwrap();
+            }
+            for _ in 0..8 {
+                let n = rx.recv(&mut buf).expect("a datagram of the batch");
+                sizes.push(n);
+                v.check(&buf[..n]);
+            }
         }
-        p.send_bufs(&mut bufs).unwrap();
-        for _ in 0..8 {
-            let n = rx.recv(&mut buf).expect("a datagram of the batch");
-            sizes.push(n);
-            v.check(&buf[..n]);
-        }
+        let s = p.stats().summary();
+        assert!(sizes.iter().all(|&n| n == SIZE), "{sizes:?}");
+        assert_eq!(v.first_mismatch, None, "in place: {in_place}");
+        assert_eq!(v.bytes_verified(), (DATAGRAMS * SIZE) as u64);
+        assert_eq!(
+            (s.sends, s.bytes),
+            (DATAGRAMS as u64, (DATAGRAMS * SIZE) as u64)
+        );
+        let m = s.messages_per_call.expect("copy counts its calls");
+        assert!(m > 4.0, "sendmmsg carried {m} datagrams per call");
+        println!("copy batched by 8 over UDP, in place {in_place}: {DATAGRAMS} datagrams verified, {m} per call");
     }
-    let s = p.stats().summary();
-    assert!(sizes.iter().all(|&n| n == SIZE), "{sizes:?}");
-    assert_eq!(v.first_mismatch, None);
-    assert_eq!(v.bytes_verified(), (DATAGRAMS * SIZE) as u64);
-    assert_eq!(
-        (s.sends, s.bytes),
-        (DATAGRAMS as u64, (DATAGRAMS * SIZE) as u64)
-    );
-    let m = s.messages_per_call.expect("copy counts its calls");
-    assert!(m > 4.0, "sendmmsg carried {m} datagrams per call");
-    println!("copy batched by 8 over UDP: {DATAGRAMS} datagrams verified, {m} per call");
 }
 
 /// vmsplice on a UDP socket: its splice from a pipe may cut a message into several datagrams,

@@ -73,6 +73,9 @@ impl LibPath {
         let per_batch = (64usize << 10).div_ceil(a.size.max(1)).min(16);
         let mut batch = Vec::with_capacity(per_batch);
         let mut ranges = Vec::with_capacity(2 * per_batch);
+        // As the stream harness: in place with an arena, and always on copy and msg-zerocopy
+        // (in buffers of their own).
+        let in_place = a.arena || matches!(a.path.as_str(), "copy" | "msg-zerocopy");
         while Instant::now() < until {
             let mut sends = 0;
             while sends < 64 {
@@ -82,7 +85,7 @@ impl LibPath {
                     }
                     p.send_ranges(&ranges).map_err(io::Error::other)?;
                     ranges.clear();
-                } else if a.arena {
+                } else if in_place {
                     // Written in place: the library's slot, filled where the kernel reads it.
                     let verify = a.verify;
                     p.send_in_place(per_batch, a.size, &mut |_, b| {

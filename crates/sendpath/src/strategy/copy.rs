@@ -21,6 +21,9 @@ pub(super) struct Copy {
     datagrams: bool,
     /// Messages per system call in `send_bufs` (`Options::copy_batch`, at most 64).
     batch: usize,
+    /// The buffers `send_in_place` writes messages in, one per message of a system call: the
+    /// kernel has copied them when the call returns, so they never leave the path.
+    scratch: Vec<Buf>,
 }
 
 impl Copy {
@@ -32,6 +35,7 @@ impl Copy {
             bufs: BufPool::new(),
             fallback_note: None,
             batch: 1,
+            scratch: Vec::new(),
         }
     }
 
@@ -41,38 +45,26 @@ impl Copy {
         self
     }
 
-    /// One system call for the messages of `batch`: `sendmsg` over them on a stream (every
-    /// byte, in order, continuing a short send), `sendmmsg` on a datagram socket (each its
-    /// own datagram, continuing where the kernel stopped).
-    fn send_batch(&mut self, batch: &[Buf]) -> Result<()> {
-        let mut iov = [&[][..]; MAX_BATCH];
-        for (slot, b) in iov.iter_mut().zip(batch) {
-            *slot = b.as_slice();
-        }
-        let iov = &iov[..batch.len()];
+    /// `send_in_place` one message per system call: each written in the one scratch buffer
+    /// and sent from it, the bytes found once for all `n`.
+    fn send_each_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let Some(b) = self.scratch.first_mut() else {
+            return Ok(());
+        };
+        b.resize(len);
+        let bytes = b.as_mut_slice();
         let fd = self.sock.as_fd();
-        if self.datagrams {
-            let mut done = 0;
-            while done < iov.len() {
-                match crate::sys::socket::sendmmsg(fd, &iov[done..], SendFlags::NOSIGNAL) {
-                    Ok(0) => {
-                        let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
-                        return Err(crate::Error::sys("sendmmsg")(e));
-                    }
-                    Ok(n) => {
-                        self.stats.calls += 1;
-                        done += n;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(crate::Error::sys("sendmmsg")(e)),
-                }
-            }
-        } else {
-            let (_, sent) = sendmsg_all(fd, iov, SendFlags::default(), &mut self.stats);
-            sent.map_err(crate::Error::sys("sendmsg"))?;
+        let unsupported = u64::from(self.fallback_note.is_some());
+        for i in 0..n {
+            fill(i, bytes);
+            self.stats.zerocopy.fallbacks.unsupported += unsupported;
+            send_counted(fd, bytes, &mut self.stats)?;
         }
-        self.stats.sends += batch.len() as u64;
-        self.stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
         Ok(())
     }
 
@@ -133,7 +125,7 @@ impl SendPath for Copy {
             if self.fallback_note.is_some() {
                 self.stats.zerocopy.fallbacks.unsupported += n as u64;
             }
-            let sent = self.send_batch(&bufs[..n]);
+            let sent = send_batch(&self.sock, self.datagrams, &bufs[..n], &mut self.stats);
             for b in bufs.drain(..n) {
                 self.bufs.put(b);
             }
@@ -149,6 +141,42 @@ impl SendPath for Copy {
         self.bufs.take(len)
     }
 
+    /// Each message written in a buffer of the path's own, which the kernel copies from before
+    /// the call returns: a buffer per message of one system call (`Options::copy_batch`),
+    /// reused by every call, so none moves between the caller and the pool.
+    fn send_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        while self.scratch.len() < self.batch.min(n) {
+            self.scratch.push(self.bufs.take(len));
+        }
+        if self.batch == 1 {
+            return self.send_each_in_place(n, len, fill);
+        }
+        let mut done = 0;
+        while done < n {
+            let m = (n - done).min(self.batch);
+            for (j, b) in self.scratch[..m].iter_mut().enumerate() {
+                b.resize(len);
+                fill(done + j, b.as_mut_slice());
+            }
+            if self.fallback_note.is_some() {
+                self.stats.zerocopy.fallbacks.unsupported += m as u64;
+            }
+            send_batch(
+                &self.sock,
+                self.datagrams,
+                &self.scratch[..m],
+                &mut self.stats,
+            )?;
+            done += m;
+        }
+        Ok(())
+    }
+
     fn take_fields(&mut self) -> Vec<Buf> {
         self.bufs.take_fields()
     }
@@ -160,6 +188,41 @@ impl SendPath for Copy {
     fn socket(&self) -> &Socket {
         &self.sock
     }
+}
+
+/// One system call for the messages of `batch`: `sendmsg` over them on a stream (every byte, in
+/// order, continuing a short send), `sendmmsg` on a datagram socket (each its own datagram,
+/// continuing where the kernel stopped).
+fn send_batch(sock: &Socket, datagrams: bool, batch: &[Buf], stats: &mut SendStats) -> Result<()> {
+    let mut iov = [&[][..]; MAX_BATCH];
+    for (slot, b) in iov.iter_mut().zip(batch) {
+        *slot = b.as_slice();
+    }
+    let iov = &iov[..batch.len()];
+    let fd = sock.as_fd();
+    if datagrams {
+        let mut done = 0;
+        while done < iov.len() {
+            match crate::sys::socket::sendmmsg(fd, &iov[done..], SendFlags::NOSIGNAL) {
+                Ok(0) => {
+                    let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                    return Err(crate::Error::sys("sendmmsg")(e));
+                }
+                Ok(n) => {
+                    stats.calls += 1;
+                    done += n;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(crate::Error::sys("sendmmsg")(e)),
+            }
+        }
+    } else {
+        let (_, sent) = sendmsg_all(fd, iov, SendFlags::default(), stats);
+        sent.map_err(crate::Error::sys("sendmsg"))?;
+    }
+    stats.sends += batch.len() as u64;
+    stats.bytes += iov.iter().map(|b| b.len() as u64).sum::<u64>();
+    Ok(())
 }
 
 /// `copy` in the table of paths.

@@ -151,7 +151,10 @@ pub trait SendPath: Send {
     /// `i` in `0..n`. On `uring` and `uring-zc` with an arena
     /// ([`Options::uring_arena`](crate::Options::uring_arena)) each is written in place, in a
     /// slot the kernel then reads by index, and no buffer moves between writing and sending;
-    /// elsewhere each is a [`take_buf`] filled and sent as [`send_buf`] sends it. On an error
+    /// on `copy` each is written in a buffer the path keeps, which the kernel has copied when
+    /// the call returns; on `msg-zerocopy` in a page-aligned slot the path keeps, whose index
+    /// is held until the kernel's notification; elsewhere each is a [`take_buf`] filled and sent as [`send_buf`]
+    /// sends it. On an error
     /// or a panic in `fill`, messages not yet queued are not sent; [`stats`] counts the rest.
     ///
     /// ```no_run

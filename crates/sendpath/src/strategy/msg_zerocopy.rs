@@ -16,29 +16,82 @@ use crate::{sys, Buf, Error, Msg, Result, SendStats};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// A memory message as it came: one buffer ([`SendPath::send_buf`]) or a list of fields
-/// ([`SendPath::send`]). A one-buffer message is held as itself, not in a list.
+/// A memory message as it came: one buffer ([`SendPath::send_buf`]), a list of fields
+/// ([`SendPath::send`]), or one of the path's own slots, written in place
+/// ([`SendPath::send_in_place`]). A one-buffer message is held as itself, not in a list.
 pub(super) enum Fields {
     One(Buf),
     List(Vec<Buf>),
+    Slot(u32),
 }
 
 impl Fields {
-    /// The buffers the message owns, in order.
-    #[inline]
-    fn bufs(&self) -> &[Buf] {
+    /// The buffers the message owns, in order (a slot's among `slots`).
+    #[inline(always)]
+    fn bufs<'a>(&'a self, slots: &'a [Buf]) -> &'a [Buf] {
         match self {
             Fields::One(b) => std::slice::from_ref(b),
             Fields::List(l) => l,
+            Fields::Slot(i) => std::slice::from_ref(&slots[*i as usize]),
         }
     }
 
-    /// Gives the buffers back to `pool` (and a list's emptied list, for the next message).
-    #[inline]
-    fn put_into(self, pool: &mut BufPool) {
+    /// Gives the buffers back to `pool` (and a list's emptied list, for the next message), a
+    /// slot to `free_slots`.
+    #[inline(always)]
+    fn put_into(self, pool: &mut BufPool, free_slots: &mut Vec<u32>) {
         match self {
             Fields::One(b) => pool.put(b),
             Fields::List(l) => pool.put_fields(l),
+            Fields::Slot(i) => free_slots.push(i),
+        }
+    }
+}
+
+/// What [`HeldMessages`] holds of a message until its ids are reported: a slot's index, or
+/// where its own buffers wait in [`Kept`]. A few bytes, where each id used to carry the buffers.
+#[derive(Clone, Copy)]
+enum Held {
+    Slot(u32),
+    Owned(u32),
+}
+
+/// Messages' own buffers while the kernel may read them, found by index.
+#[derive(Default)]
+struct Kept {
+    owned: Vec<Option<Fields>>,
+    free: Vec<u32>,
+}
+
+impl Kept {
+    /// Keeps `f`'s buffers (a slot is already the path's: only its index is held).
+    #[inline(always)]
+    fn keep(&mut self, f: Fields) -> Held {
+        if let Fields::Slot(i) = f {
+            return Held::Slot(i);
+        }
+        match self.free.pop() {
+            Some(k) => {
+                self.owned[k as usize] = Some(f);
+                Held::Owned(k)
+            }
+            None => {
+                self.owned.push(Some(f));
+                Held::Owned((self.owned.len() - 1) as u32)
+            }
+        }
+    }
+
+    /// The message `h` stands for, no longer kept.
+    #[inline(always)]
+    fn take(&mut self, h: Held) -> Option<Fields> {
+        match h {
+            Held::Slot(i) => Some(Fields::Slot(i)),
+            Held::Owned(k) => {
+                let f = self.owned.get_mut(k as usize)?.take();
+                self.free.push(k);
+                f
+            }
         }
     }
 }
@@ -53,8 +106,15 @@ pub(super) struct MsgZerocopy {
     reap_every: usize,
     supported: bool,
     note: Option<String>,
-    held: HeldMessages<Fields>,
+    held: HeldMessages<Held>,
+    kept: Kept,
     pool: BufPool,
+    /// The buffers `send_in_place` writes messages in, each page-aligned (a zero-copy send
+    /// pins every page its bytes touch); they never leave the path, and a message holds its
+    /// slot's index until the kernel's notification.
+    slots: Vec<Buf>,
+    /// Slots no send holds, the last released first.
+    free_slots: Vec<u32>,
     clock: SendClock,
     scratch: Vec<ZcNotification>,
 }
@@ -78,7 +138,10 @@ impl MsgZerocopy {
             supported,
             note,
             held: HeldMessages::new(),
+            kept: Kept::default(),
             pool: BufPool::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
             clock: SendClock::new(),
             scratch: Vec::new(),
         }
@@ -131,13 +194,17 @@ impl MsgZerocopy {
             .map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         let now = self.clock.now_ns();
         let stats = &mut self.stats;
-        let pool = &mut self.pool;
+        let (pool, free_slots, kept) = (&mut self.pool, &mut self.free_slots, &mut self.kept);
         for n in self.scratch.drain(..) {
             let lat = &mut stats.completion_latency_ns;
             let r = self.held.release(
                 n,
                 now,
-                |f| f.put_into(pool),
+                |h| {
+                    if let Some(f) = kept.take(h) {
+                        f.put_into(pool, free_slots);
+                    }
+                },
                 |l| crate::stats::record_ns(lat, l),
             );
             stats.zerocopy.add(&r);
@@ -151,7 +218,7 @@ impl MsgZerocopy {
     #[inline(always)]
     fn send_copy(&mut self, f: Fields) -> Result<()> {
         let fd = self.sock.as_fd();
-        let sent = match f.bufs() {
+        let sent = match f.bufs(&self.slots) {
             [one] => send_all(fd, one.as_slice(), &mut self.stats),
             many => {
                 let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
@@ -160,13 +227,15 @@ impl MsgZerocopy {
                 sent.map_err(Error::sys("sendmsg"))
             }
         };
-        f.put_into(&mut self.pool);
+        f.put_into(&mut self.pool, &mut self.free_slots);
         sent
     }
 
     /// Sends a message of `len` bytes with `MSG_ZEROCOPY` when the policy admits it (reading
     /// completions first when too much is in flight), by copy when not, counted as a send.
-    #[inline]
+    /// Always inline: each caller's kind of message (one buffer, a slot) is then known, and
+    /// the tests of its kind fold away.
+    #[inline(always)]
     pub(super) fn send_fields(&mut self, mut f: Fields, len: usize) -> Result<()> {
         let mut reaped = false;
         let mut enobufs_retries = 0;
@@ -186,11 +255,11 @@ impl MsgZerocopy {
                     // Whatever `sent` says, the ids the calls consumed are the kernel's to
                     // report: the buffers are held until they are (or come back if none).
                     let at = if calls > 0 { self.clock.timed() } else { None };
-                    let back = self.held.sent(f, calls, len, at);
+                    let back = self.hold(f, calls, len, at);
                     match (sent, back) {
                         (Ok(()), back) => {
                             if let Some(back) = back {
-                                back.put_into(&mut self.pool);
+                                back.put_into(&mut self.pool, &mut self.free_slots);
                             }
                             break;
                         }
@@ -211,7 +280,7 @@ impl MsgZerocopy {
                         }
                         (Err(e), back) => {
                             if let Some(back) = back {
-                                back.put_into(&mut self.pool);
+                                back.put_into(&mut self.pool, &mut self.free_slots);
                             }
                             return Err(Error::sys("sendmsg(MSG_ZEROCOPY)")(e));
                         }
@@ -233,19 +302,54 @@ impl MsgZerocopy {
         Ok(())
     }
 
+    /// Holds `f` for the ids its `calls` consumed, or hands it back when they consumed none.
+    #[inline(always)]
+    fn hold(&mut self, f: Fields, calls: u32, len: usize, at: Option<u64>) -> Option<Fields> {
+        if calls == 0 {
+            return Some(f);
+        }
+        let h = self.kept.keep(f);
+        let back = self.held.sent(h, calls, len, at);
+        back.and_then(|h| self.kept.take(h))
+    }
+
     /// The message's `sendmsg(MSG_ZEROCOPY)` calls: how many consumed an id, and how they
     /// ended.
-    #[inline]
+    #[inline(always)]
     fn sendmsg_zerocopy(&mut self, f: &Fields) -> (u32, std::io::Result<()>) {
         let flags = crate::sys::SendFlags::ZEROCOPY;
         let fd = self.sock.as_fd();
-        match f.bufs() {
+        match f.bufs(&self.slots) {
             [one] => sendmsg_one(fd, one.as_slice(), flags, &mut self.stats),
             many => {
                 let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
                 sendmsg_all(fd, &iov, flags, &mut self.stats)
             }
         }
+    }
+
+    /// The slot the next message is written in, left last in `free_slots`: a released one,
+    /// after reading the error queue when the policy says completions are due, else a new one.
+    #[inline]
+    fn free_slot(&mut self, len: usize) -> u32 {
+        let reap = self.free_slots.is_empty()
+            && policy::reap_before_take(
+                0,
+                self.held.outstanding(),
+                self.held.outstanding_bytes(),
+                self.reap_every,
+                self.limits,
+            );
+        if reap {
+            // An error here resurfaces on the next send, as in `take_buf`.
+            let _ = self.reap(0);
+        }
+        if let Some(&i) = self.free_slots.last() {
+            return i;
+        }
+        self.slots.push(Buf::page_aligned(len, crate::buffer::FILL));
+        self.free_slots.push((self.slots.len() - 1) as u32);
+        (self.slots.len() - 1) as u32
     }
 
     /// Reads completions until none is outstanding or `timeout` passed; leaks (never reuses
@@ -262,9 +366,15 @@ impl MsgZerocopy {
             }
         }
         let mut leaked = 0;
-        for f in self.held.abandon() {
+        for h in self.held.abandon() {
+            let Some(f) = self.kept.take(h) else {
+                continue;
+            };
             // The kernel may still read these pages: never reuse or free them.
-            leaked += f.bufs().len() as u64;
+            leaked += f.bufs(&self.slots).len() as u64;
+            if let Fields::Slot(i) = f {
+                std::mem::forget(std::mem::take(&mut self.slots[i as usize]));
+            }
             std::mem::forget(f);
         }
         self.stats.leaked_buffers += leaked;
@@ -327,6 +437,27 @@ impl SendPath for MsgZerocopy {
         self.pool.take_fields()
     }
 
+    /// Each message written in a slot of the path's own and sent from it with `MSG_ZEROCOPY`
+    /// (or by copy, as `send_buf` decides): only the slot's index is held until the kernel's
+    /// notification, and no buffer moves.
+    fn send_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        for i in 0..n {
+            let slot = self.free_slot(len);
+            let b = &mut self.slots[slot as usize];
+            b.resize(len);
+            fill(i, b.as_mut_slice());
+            // Taken only once written: a `fill` that panics leaves it free.
+            self.free_slots.pop();
+            self.send_fields(Fields::Slot(slot), len)?;
+        }
+        Ok(())
+    }
+
     fn stats(&self) -> &SendStats {
         &self.stats
     }
@@ -365,3 +496,57 @@ pub(super) const INFO: super::PathInfo = super::PathInfo {
         )))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages written in place hold only their slot until the kernel's notification; then
+    /// the slot is written again, so a steady loop needs about as many slots as sends in
+    /// flight, and every slot and kept message is back once the path has finished.
+    #[test]
+    fn slots_come_back_with_their_notifications_and_are_written_again() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut p = MsgZerocopy::new(Socket::from(tx), InflightLimits::default(), 32);
+        if !p.supported {
+            return crate::test_support::skip(p.note.as_deref().unwrap_or("SO_ZEROCOPY"));
+        }
+        let mut written = 0u64;
+        for round in 0..200u64 {
+            // Owned buffers between, on the same ids: both kinds are held by one tracker.
+            let b = p.take_buf(1000);
+            p.send_buf(b).unwrap();
+            p.send_in_place(16, 1400, &mut |i, b| {
+                assert_eq!(b.len(), 1400);
+                b[..8].copy_from_slice(&(round * 16 + i as u64).to_le_bytes());
+                written += 1;
+            })
+            .unwrap();
+        }
+        p.finish(Duration::from_secs(5)).unwrap();
+        let z = &p.stats.zerocopy;
+        assert_eq!((written, p.stats.sends), (3200, 3400));
+        assert_eq!(z.completions, z.attempts, "every id reported: {z:?}");
+        assert_eq!(p.free_slots.len(), p.slots.len(), "every slot back");
+        assert_eq!(
+            p.kept.free.len(),
+            p.kept.owned.len(),
+            "every owned message back"
+        );
+        assert!(p.kept.owned.iter().all(Option::is_none));
+        // Reaped every 32 sends in flight at most, and the policy's caps bound the rest.
+        assert!(
+            p.slots.len() <= 256,
+            "{} slots for 3200 messages",
+            p.slots.len()
+        );
+        assert!(
+            p.slots
+                .iter()
+                .all(|b| (b.as_slice().as_ptr() as usize).is_multiple_of(4096)),
+            "each slot starts on a page"
+        );
+    }
+}

@@ -475,10 +475,17 @@ impl Sender {
     }
 }
 
-/// Whether `strategy` writes its messages in place with `opts` (`uring` and `uring-zc` with
-/// an arena): they then go by `SendPath::send_in_place`, and no buffer moves.
+/// Whether `strategy` writes its messages in place with `opts`: `uring` and `uring-zc` with an
+/// arena (slots the kernel reads by index), `copy` always (in its own buffers, which the kernel
+/// has copied when the call returns, as an application writes a message and sends it) and
+/// `msg-zerocopy` always (in its own page-aligned slots, each held until its notification).
+/// They then go by `SendPath::send_in_place`, and no buffer moves.
 pub(super) fn in_place(strategy: Strategy, opts: &Options) -> bool {
-    opts.uring_arena.is_some() && matches!(strategy, Strategy::Uring | Strategy::UringZc)
+    match strategy {
+        Strategy::Copy | Strategy::MsgZerocopy => true,
+        Strategy::Uring | Strategy::UringZc => opts.uring_arena.is_some(),
+        _ => false,
+    }
 }
 
 /// Most one-buffer messages a stream sender hands to one `send_bufs`.
