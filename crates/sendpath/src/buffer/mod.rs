@@ -95,9 +95,7 @@ impl Buf {
     /// speed of the same sends from page-aligned buffers (64 KiB SEND_ZC: 0.69). Pools hand
     /// these out from a page up.
     pub fn page_aligned(len: usize, byte: u8) -> Buf {
-        let mut v: Vec<u8> = Vec::with_capacity(len + PAGE - 1);
-        let off = v.as_ptr().align_offset(PAGE).min(PAGE - 1);
-        v.resize(off + len, byte);
+        let (v, off) = aligned_vec(len, byte);
         Buf::of(Storage::Aligned { v, off })
     }
 
@@ -311,6 +309,15 @@ impl From<Vec<u8>> for Buf {
     fn from(data: Vec<u8>) -> Buf {
         Buf::of(Storage::Heap(data))
     }
+}
+
+/// `len` bytes that start on a page boundary, every one written with `byte`: `v[off..]`, `off`
+/// below a page ([`Buf::page_aligned`]).
+pub(crate) fn aligned_vec(len: usize, byte: u8) -> (Vec<u8>, usize) {
+    let mut v: Vec<u8> = Vec::with_capacity(len + PAGE - 1);
+    let off = v.as_ptr().align_offset(PAGE).min(PAGE - 1);
+    v.resize(off + len, byte);
+    (v, off)
 }
 
 /// `reused` resized to `len` bytes, or a new buffer of `len` bytes when there is none:

@@ -147,26 +147,31 @@ impl<T> ZcTracker<T> {
             notifications: 1,
             ..ZerocopyCounts::default()
         };
-        for k in 0..count {
-            let idx = first + k;
-            if idx >= len {
-                c.unexpected += (count - k) as u64;
-                break;
+        let mut one = |slot: Option<Pending<T>>, c: &mut ZerocopyCounts| match slot {
+            Some(p) => {
+                self.outstanding -= 1;
+                self.outstanding_bytes -= p.bytes;
+                c.completions += 1;
+                c.copied += u64::from(n.copied);
+                done(p.token, p.sent_at_ns.map(|at| now_ns.saturating_sub(at)));
             }
-            let slot = if idx >= 0 {
-                self.pending[idx as usize].take()
-            } else {
-                None
-            };
-            match slot {
-                Some(p) => {
-                    self.outstanding -= 1;
-                    self.outstanding_bytes -= p.bytes;
-                    c.completions += 1;
-                    c.copied += u64::from(n.copied);
-                    done(p.token, p.sent_at_ns.map(|at| now_ns.saturating_sub(at)));
+            None => c.unexpected += 1,
+        };
+        if first == 0 && count <= len {
+            // In order, the common case: the range is the oldest sends, taken off the front.
+            for _ in 0..count {
+                one(self.pending.pop_front().flatten(), &mut c);
+            }
+            self.base += count as u64;
+        } else {
+            for k in 0..count {
+                let idx = first + k;
+                if idx >= len {
+                    c.unexpected += (count - k) as u64;
+                    break;
                 }
-                None => c.unexpected += 1,
+                let slot = (idx >= 0).then(|| self.pending[idx as usize].take());
+                one(slot.flatten(), &mut c);
             }
         }
         while matches!(self.pending.front(), Some(None)) {

@@ -25,14 +25,21 @@ pub(super) enum Fields {
     Slot(u32),
 }
 
+/// A message's bytes: in one piece, or in several buffers.
+enum Bytes<'a> {
+    One(&'a [u8]),
+    Many(&'a [Buf]),
+}
+
 impl Fields {
-    /// The buffers the message owns, in order (a slot's among `slots`).
+    /// The message's bytes (a slot's among `slots`).
     #[inline(always)]
-    fn bufs<'a>(&'a self, slots: &'a [Buf]) -> &'a [Buf] {
+    fn bytes<'a>(&'a self, slots: &'a [Slot]) -> Bytes<'a> {
         match self {
-            Fields::One(b) => std::slice::from_ref(b),
-            Fields::List(l) => l,
-            Fields::Slot(i) => std::slice::from_ref(&slots[*i as usize]),
+            Fields::One(b) => Bytes::One(b.as_slice()),
+            Fields::List(l) if l.len() == 1 => Bytes::One(l[0].as_slice()),
+            Fields::List(l) => Bytes::Many(l),
+            Fields::Slot(i) => Bytes::One(slots[*i as usize].bytes()),
         }
     }
 
@@ -44,6 +51,43 @@ impl Fields {
             Fields::One(b) => pool.put(b),
             Fields::List(l) => pool.put_fields(l),
             Fields::Slot(i) => free_slots.push(i),
+        }
+    }
+}
+
+/// A buffer of `send_in_place`, kept by the path: bytes of its own from a page boundary (a
+/// zero-copy send pins every page its bytes touch), `v[off..]`, written again only once the
+/// kernel's notification has released it.
+struct Slot {
+    v: Vec<u8>,
+    off: usize,
+}
+
+impl Slot {
+    fn new(len: usize) -> Slot {
+        let (v, off) = crate::buffer::aligned_vec(len, crate::buffer::FILL);
+        Slot { v, off }
+    }
+
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.v[self.off..]
+    }
+
+    /// The slot cut (or grown) to `len` bytes, to write.
+    #[inline(always)]
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        if self.v.len() != self.off + len {
+            self.resize(len);
+        }
+        &mut self.v[self.off..]
+    }
+
+    #[cold]
+    fn resize(&mut self, len: usize) {
+        match self.off + len <= self.v.capacity() {
+            true => self.v.resize(self.off + len, crate::buffer::FILL),
+            false => *self = Slot::new(len),
         }
     }
 }
@@ -112,7 +156,7 @@ pub(super) struct MsgZerocopy {
     /// The buffers `send_in_place` writes messages in, each page-aligned (a zero-copy send
     /// pins every page its bytes touch); they never leave the path, and a message holds its
     /// slot's index until the kernel's notification.
-    slots: Vec<Buf>,
+    slots: Vec<Slot>,
     /// Slots no send holds, the last released first.
     free_slots: Vec<u32>,
     clock: SendClock,
@@ -218,9 +262,9 @@ impl MsgZerocopy {
     #[inline(always)]
     fn send_copy(&mut self, f: Fields) -> Result<()> {
         let fd = self.sock.as_fd();
-        let sent = match f.bufs(&self.slots) {
-            [one] => send_all(fd, one.as_slice(), &mut self.stats),
-            many => {
+        let sent = match f.bytes(&self.slots) {
+            Bytes::One(one) => send_all(fd, one, &mut self.stats),
+            Bytes::Many(many) => {
                 let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
                 let flags = crate::sys::SendFlags::default();
                 let (_, sent) = sendmsg_all(fd, &iov, flags, &mut self.stats);
@@ -319,9 +363,9 @@ impl MsgZerocopy {
     fn sendmsg_zerocopy(&mut self, f: &Fields) -> (u32, std::io::Result<()>) {
         let flags = crate::sys::SendFlags::ZEROCOPY;
         let fd = self.sock.as_fd();
-        match f.bufs(&self.slots) {
-            [one] => sendmsg_one(fd, one.as_slice(), flags, &mut self.stats),
-            many => {
+        match f.bytes(&self.slots) {
+            Bytes::One(one) => sendmsg_one(fd, one, flags, &mut self.stats),
+            Bytes::Many(many) => {
                 let iov: Vec<&[u8]> = many.iter().map(Buf::as_slice).collect();
                 sendmsg_all(fd, &iov, flags, &mut self.stats)
             }
@@ -347,7 +391,7 @@ impl MsgZerocopy {
         if let Some(&i) = self.free_slots.last() {
             return i;
         }
-        self.slots.push(Buf::page_aligned(len, crate::buffer::FILL));
+        self.slots.push(Slot::new(len));
         self.free_slots.push((self.slots.len() - 1) as u32);
         (self.slots.len() - 1) as u32
     }
@@ -365,17 +409,23 @@ impl MsgZerocopy {
                 break;
             }
         }
-        let mut leaked = 0;
+        let (mut leaked, mut slots) = (0, false);
         for h in self.held.abandon() {
             let Some(f) = self.kept.take(h) else {
                 continue;
             };
+            leaked += match &f {
+                Fields::List(l) => l.len() as u64,
+                _ => 1,
+            };
+            slots |= matches!(f, Fields::Slot(_));
             // The kernel may still read these pages: never reuse or free them.
-            leaked += f.bufs(&self.slots).len() as u64;
-            if let Fields::Slot(i) = f {
-                std::mem::forget(std::mem::take(&mut self.slots[i as usize]));
-            }
             std::mem::forget(f);
+        }
+        if slots {
+            // Every slot is let go with them, free ones too: the next messages get new ones.
+            std::mem::forget(std::mem::take(&mut self.slots));
+            self.free_slots.clear();
         }
         self.stats.leaked_buffers += leaked;
         leaked
@@ -448,9 +498,7 @@ impl SendPath for MsgZerocopy {
     ) -> Result<()> {
         for i in 0..n {
             let slot = self.free_slot(len);
-            let b = &mut self.slots[slot as usize];
-            b.resize(len);
-            fill(i, b.as_mut_slice());
+            fill(i, self.slots[slot as usize].bytes_mut(len));
             // Taken only once written: a `fill` that panics leaves it free.
             self.free_slots.pop();
             self.send_fields(Fields::Slot(slot), len)?;
@@ -545,7 +593,7 @@ mod tests {
         assert!(
             p.slots
                 .iter()
-                .all(|b| (b.as_slice().as_ptr() as usize).is_multiple_of(4096)),
+                .all(|b| (b.bytes().as_ptr() as usize).is_multiple_of(4096)),
             "each slot starts on a page"
         );
     }
