@@ -122,10 +122,9 @@ pub trait SendPath: Send {
     /// Sends one message, in order after the previous ones.
     fn send(&mut self, msg: Msg) -> Result<()>;
 
-    /// Sends one buffer as a message: `send(Msg::Fields)` of one field without the list, the
-    /// common case, which the copying paths (`copy`, `serialize`, `gather`, and `adaptive` in
-    /// a copy tier) make as lean as a bare `send()` loop; the other paths send it as a
-    /// one-field message.
+    /// Sends one buffer as a message: `send(Msg::Fields)` of one field without the list, which
+    /// the copying paths (`copy`, `serialize`, `gather`, and `adaptive` in a copy tier) make
+    /// as lean as a bare `send()` loop; the other paths send it as a one-field message.
     fn send_buf(&mut self, b: Buf) -> Result<()> {
         let mut f = self.take_fields();
         f.push(b);
@@ -147,14 +146,12 @@ pub trait SendPath: Send {
         Ok(())
     }
 
-    /// Sends `n` messages of `len` bytes, in order, each written by `fill(i, bytes)` for
-    /// `i` in `0..n`. On `uring` and `uring-zc` with an arena
-    /// ([`Options::uring_arena`](crate::Options::uring_arena)) each is written in place, in a
-    /// slot the kernel then reads by index, and no buffer moves between writing and sending;
-    /// on `copy` each is written in a buffer the path keeps, which the kernel has copied when
-    /// the call returns; on `msg-zerocopy` in a page-aligned slot the path keeps, whose index
-    /// is held until the kernel's notification; elsewhere each is a [`take_buf`] filled and sent as [`send_buf`]
-    /// sends it. On an error
+    /// Sends `n` messages of `len` bytes, in order, each written by `fill(i, bytes)` for `i`
+    /// in `0..n`, where no buffer moves between writing and sending: on `uring` and `uring-zc`
+    /// with an arena ([`Options::uring_arena`](crate::Options::uring_arena)) in a slot the
+    /// kernel reads by index; on `copy` in a buffer the path keeps and writes again at once;
+    /// on `msg-zerocopy` in a page-aligned slot the path keeps until its notification.
+    /// Elsewhere each is a [`take_buf`] filled and sent as [`send_buf`] sends it. On an error
     /// or a panic in `fill`, messages not yet queued are not sent; [`stats`] counts the rest.
     ///
     /// ```no_run
