@@ -372,21 +372,23 @@ impl MsgZerocopy {
         }
     }
 
+    /// With no free buffer (or slot) to take: reads the error queue when the policy says
+    /// completions are due. They usually wait there by now, merged into ranges; reading them
+    /// keeps the pool from growing. An error here resurfaces on the next send.
+    #[inline]
+    fn reap_before_take(&mut self) {
+        let (sends, bytes) = (self.held.outstanding(), self.held.outstanding_bytes());
+        if policy::reap_before_take(0, sends, bytes, self.reap_every, self.limits) {
+            let _ = self.reap(0);
+        }
+    }
+
     /// The slot the next message is written in, left last in `free_slots`: a released one,
     /// after reading the error queue when the policy says completions are due, else a new one.
     #[inline]
     fn free_slot(&mut self, len: usize) -> u32 {
-        let reap = self.free_slots.is_empty()
-            && policy::reap_before_take(
-                0,
-                self.held.outstanding(),
-                self.held.outstanding_bytes(),
-                self.reap_every,
-                self.limits,
-            );
-        if reap {
-            // An error here resurfaces on the next send, as in `take_buf`.
-            let _ = self.reap(0);
+        if self.free_slots.is_empty() {
+            self.reap_before_take();
         }
         if let Some(&i) = self.free_slots.last() {
             return i;
@@ -467,18 +469,8 @@ impl SendPath for MsgZerocopy {
     #[inline]
     fn take_buf(&mut self, len: usize) -> Buf {
         // A free buffer first: then nothing of the completions' state is touched.
-        let reap = self.pool.free_len() == 0
-            && policy::reap_before_take(
-                self.pool.free_len(),
-                self.held.outstanding(),
-                self.held.outstanding_bytes(),
-                self.reap_every,
-                self.limits,
-            );
-        if reap {
-            // Completions usually wait on the error queue by now, merged into ranges; reading
-            // them keeps the pool from growing. An error here resurfaces on the next send.
-            let _ = self.reap(0);
+        if self.pool.free_len() == 0 {
+            self.reap_before_take();
         }
         self.pool.take(len)
     }
