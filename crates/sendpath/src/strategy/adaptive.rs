@@ -18,7 +18,9 @@
 //! it, on a duplicate of the socket's fd.
 //!
 //! Buffers come back only once the kernel has released them: each half keeps its own pool
-//! (`take_buf` draws from the half the size's tier uses).
+//! (`take_buf` draws from the half the size's tier uses). `send_in_place` moves no buffer:
+//! each message is written where its half sends from (the blocking half's own buffers, a
+//! slot held until its notification for `MSG_ZEROCOPY`; the ring's arena slots).
 
 use super::msg_zerocopy::{Fields, MsgZerocopy};
 use super::{fields, sendfile::sendfile_all, SendPath};
@@ -194,50 +196,56 @@ impl AdaptivePath {
 
     /// Sends one run of buffers on `half`.
     fn send_run(&mut self, half: Half, run: &mut Vec<Buf>) -> Result<()> {
-        let n = run.len() as u64;
-        match half {
-            Half::Ring => {
-                let r = self.ring.as_mut().expect("a ring half has a ring");
-                r.driver.push_bufs(r.id, run)?;
-                self.on_ring = true;
-            }
-            Half::Copy => {
-                self.flush_ring()?;
-                let inflight = self.blocking.outstanding();
-                let len = run[0].len();
-                if self.decide().tier(len) == Strategy::Copy {
-                    // A copy tier is copied whatever the decisions' state: the first send is
-                    // decided (it may be a switch), the rest counted at once, as deciding
-                    // each would count them.
-                    self.decide().choose(len, inflight);
-                    self.decide().count_copies(n - 1);
-                    for b in run.drain(..) {
-                        self.blocking.send_copy_buf(b)?;
-                    }
-                } else {
-                    for b in run.drain(..) {
-                        self.decide().choose(len, inflight);
-                        self.blocking.send_copy_buf(b)?;
-                    }
-                }
-                if inflight > 0 {
-                    self.feedback();
-                }
-            }
-            Half::MsgZerocopy => {
-                self.flush_ring()?;
-                for b in run.drain(..) {
-                    let (len, inflight) = (b.len(), self.blocking.outstanding());
-                    if self.decide().choose(len, inflight).avoids_send_copy() {
-                        self.blocking.send_fields(Fields::One(b), len)?;
-                    } else {
-                        self.blocking.send_copy_buf(b)?;
-                    }
-                    self.feedback();
-                }
-            }
+        let (n, len) = (run.len(), run[0].len());
+        if half == Half::Ring {
+            let r = self.ring.as_mut().expect("a ring half has a ring");
+            r.driver.push_bufs(r.id, run)?;
+            self.on_ring = true;
+        } else {
+            let mut owned = Owned(run.drain(..));
+            self.send_blocking(half, len, n, &mut owned)?;
         }
-        self.counted(n);
+        self.counted(n as u64);
+        Ok(())
+    }
+
+    /// Sends `n` messages of `len` bytes on the blocking `half`, each decided here and sent by
+    /// `msgs`: messages owned by the caller or written in place go by the same decisions.
+    #[inline(always)]
+    fn send_blocking(
+        &mut self,
+        half: Half,
+        len: usize,
+        n: usize,
+        msgs: &mut impl Messages,
+    ) -> Result<()> {
+        self.flush_ring()?;
+        if half == Half::Copy {
+            let inflight = self.blocking.outstanding();
+            if self.decide().tier(len) == Strategy::Copy {
+                // A copy tier is copied whatever the decisions' state: the first send is
+                // decided (it may be a switch), the rest counted at once, as deciding each
+                // would count them.
+                self.decide().choose(len, inflight);
+                self.decide().count_copies(n as u64 - 1);
+                msgs.copies(&mut self.blocking, n)?;
+            } else {
+                for i in 0..n {
+                    self.decide().choose(len, inflight);
+                    msgs.one(&mut self.blocking, i, false)?;
+                }
+            }
+            if inflight > 0 {
+                self.feedback();
+            }
+            return Ok(());
+        }
+        for i in 0..n {
+            let inflight = self.blocking.outstanding();
+            let zc = self.decide().choose(len, inflight).avoids_send_copy();
+            msgs.one(&mut self.blocking, i, zc)?;
+            self.feedback();
+        }
         Ok(())
     }
 
@@ -315,6 +323,54 @@ impl AdaptivePath {
     }
 }
 
+/// The messages of a run on the blocking half, as [`AdaptivePath::send_blocking`] sends them.
+trait Messages {
+    /// Sends message `i`, with `MSG_ZEROCOPY` when `zc`, else by copy.
+    fn one(&mut self, blocking: &mut MsgZerocopy, i: usize, zc: bool) -> Result<()>;
+
+    /// Sends all `n` by copy.
+    fn copies(&mut self, blocking: &mut MsgZerocopy, n: usize) -> Result<()> {
+        (0..n).try_for_each(|i| self.one(blocking, i, false))
+    }
+}
+
+/// A run of the caller's buffers, each a message of `len` bytes.
+struct Owned<'a>(std::vec::Drain<'a, Buf>);
+
+impl Messages for Owned<'_> {
+    #[inline(always)]
+    fn one(&mut self, blocking: &mut MsgZerocopy, _: usize, zc: bool) -> Result<()> {
+        let b = self.0.next().expect("one buffer per message of the run");
+        match zc {
+            true => {
+                let len = b.len();
+                blocking.send_fields(Fields::One(b), len)
+            }
+            false => blocking.send_copy_buf(b),
+        }
+    }
+}
+
+/// Messages of `len` bytes that `fill` writes in the blocking half's own buffers.
+struct InPlace<'a> {
+    len: usize,
+    fill: &'a mut dyn FnMut(usize, &mut [u8]),
+}
+
+impl Messages for InPlace<'_> {
+    fn one(&mut self, blocking: &mut MsgZerocopy, i: usize, zc: bool) -> Result<()> {
+        match zc {
+            true => blocking.send_zc_in_place(i, self.len, self.fill),
+            false => blocking.send_copy_in_place(i, self.len, self.fill),
+        }
+    }
+
+    /// One tight loop: the copy tier's messages, each written and sent from one buffer.
+    fn copies(&mut self, blocking: &mut MsgZerocopy, n: usize) -> Result<()> {
+        (0..n).try_for_each(|i| blocking.send_copy_in_place(i, self.len, self.fill))
+    }
+}
+
 impl SendPath for AdaptivePath {
     fn name(&self) -> &'static str {
         "adaptive"
@@ -358,6 +414,30 @@ impl SendPath for AdaptivePath {
 
     fn send_bufs(&mut self, bufs: &mut Vec<Buf>) -> Result<()> {
         self.send_runs(bufs)
+    }
+
+    /// Each message written where the half its size's tier uses sends it from: the ring's
+    /// slots ([`UringDriver::send_in_place`]), or the blocking half's own buffers, by copy or
+    /// zero-copy as each send is decided. No buffer moves between the path and the caller.
+    fn send_in_place(
+        &mut self,
+        n: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        match self.half(len) {
+            Half::Ring => {
+                let r = self.ring.as_mut().expect("a ring half has a ring");
+                r.driver.send_in_place(r.id, n, len, fill)?;
+                self.on_ring = true;
+            }
+            half => self.send_blocking(half, len, n, &mut InPlace { len, fill })?,
+        }
+        self.counted(n as u64);
+        Ok(())
     }
 
     fn flush(&mut self) -> Result<()> {

@@ -159,6 +159,8 @@ pub(super) struct MsgZerocopy {
     slots: Vec<Slot>,
     /// Slots no send holds, the last released first.
     free_slots: Vec<u32>,
+    /// Where [`MsgZerocopy::send_copy_in_place`] writes each message it sends by copy.
+    copy_slot: Slot,
     clock: SendClock,
     scratch: Vec<ZcNotification>,
 }
@@ -186,6 +188,7 @@ impl MsgZerocopy {
             pool: BufPool::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
+            copy_slot: Slot::new(0),
             clock: SendClock::new(),
             scratch: Vec::new(),
         }
@@ -219,6 +222,37 @@ impl MsgZerocopy {
         send_counted(self.sock.as_fd(), b.as_slice(), &mut self.stats)?;
         self.pool.put(b);
         Ok(())
+    }
+
+    /// Message `i` of `len` bytes written by `fill` in a slot, and sent from it as
+    /// [`MsgZerocopy::send_fields`] decides (with `MSG_ZEROCOPY`, holding the slot until its
+    /// notification, or by copy): one message of [`SendPath::send_in_place`].
+    #[inline(always)]
+    pub(super) fn send_zc_in_place(
+        &mut self,
+        i: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let slot = self.free_slot(len);
+        fill(i, self.slots[slot as usize].bytes_mut(len));
+        // Taken only once written: a `fill` that panics leaves it free.
+        self.free_slots.pop();
+        self.send_fields(Fields::Slot(slot), len)
+    }
+
+    /// Message `i` of `len` bytes written by `fill` in a buffer of the path's and sent by copy, counted as a
+    /// send: `adaptive`'s copy tier in place. The kernel has copied the bytes when `send`
+    /// returns, so one buffer of its own serves every such message.
+    #[inline(always)]
+    pub(super) fn send_copy_in_place(
+        &mut self,
+        i: usize,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        fill(i, self.copy_slot.bytes_mut(len));
+        send_counted(self.sock.as_fd(), self.copy_slot.bytes(), &mut self.stats)
     }
 
     /// Zero-copy sends awaiting their completion.
@@ -489,11 +523,7 @@ impl SendPath for MsgZerocopy {
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> Result<()> {
         for i in 0..n {
-            let slot = self.free_slot(len);
-            fill(i, self.slots[slot as usize].bytes_mut(len));
-            // Taken only once written: a `fill` that panics leaves it free.
-            self.free_slots.pop();
-            self.send_fields(Fields::Slot(slot), len)?;
+            self.send_zc_in_place(i, len, fill)?;
         }
         Ok(())
     }

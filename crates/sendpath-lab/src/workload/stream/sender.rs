@@ -477,12 +477,14 @@ impl Sender {
 
 /// Whether `strategy` writes its messages in place with `opts`: `uring` and `uring-zc` with an
 /// arena (slots the kernel reads by index), `copy` always (in its own buffers, which the kernel
-/// has copied when the call returns, as an application writes a message and sends it) and
-/// `msg-zerocopy` always (in its own page-aligned slots, each held until its notification).
+/// has copied when the call returns, as an application writes a message and sends it),
+/// `msg-zerocopy` always (in its own page-aligned slots, each held until its notification) and
+/// `adaptive` always (where the half its tier uses sends from: the blocking half's buffers, or
+/// its ring's arena slots, or heap buffers of its ring without an arena).
 /// They then go by `SendPath::send_in_place`, and no buffer moves.
 pub(super) fn in_place(strategy: Strategy, opts: &Options) -> bool {
     match strategy {
-        Strategy::Copy | Strategy::MsgZerocopy => true,
+        Strategy::Copy | Strategy::MsgZerocopy | Strategy::Adaptive => true,
         Strategy::Uring | Strategy::UringZc => opts.uring_arena.is_some(),
         _ => false,
     }
