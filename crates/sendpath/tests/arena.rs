@@ -158,6 +158,26 @@ fn datagrams_go_in_place_one_per_slot() {
     assert!(st.arena.unwrap().registered_requests > 0);
 }
 
+/// `batches` batches of 16 messages through `send_in_place`, batch `k`'s of `len_of(k)`
+/// bytes, written with the pattern at their offset in the stream. The bytes and messages sent.
+fn batches_in_place(
+    p: &mut dyn sendpath::SendPath,
+    batches: usize,
+    len_of: impl Fn(usize) -> usize,
+) -> (u64, u64) {
+    let (mut off, mut messages) = (0u64, 0u64);
+    for batch in 0..batches {
+        let (len, base) = (len_of(batch), off);
+        p.send_in_place(16, len, &mut |i, b| {
+            assert_eq!(b.len(), len, "a message of the size asked for");
+            pattern::fill(b, base + (i * len) as u64);
+        })
+        .unwrap();
+        (off, messages) = (off + 16 * len as u64, messages + 16);
+    }
+    (off, messages)
+}
+
 #[test]
 fn send_in_place_writes_each_message_where_the_kernel_reads_it_on_every_path() {
     use sendpath::SendPath;
@@ -186,21 +206,11 @@ fn send_in_place_writes_each_message_where_the_kernel_reads_it_on_every_path() {
             Ok(p) => p,
             Err(e) => return common::skip(&format!("{strategy}: {e}")),
         };
-        let (mut off, mut messages) = (0u64, 0u64);
-        for batch in 0..40 {
-            // 100 B to a whole slot, and past a slot (from the heap) once.
-            let len = match batch {
-                39 => SLOT + 1,
-                _ => 100 + batch * (SLOT - 100) / 38,
-            };
-            let base = off;
-            p.send_in_place(16, len, &mut |i, b| {
-                assert_eq!(b.len(), len, "{strategy}: a message of the size asked for");
-                pattern::fill(b, base + (i * len) as u64);
-            })
-            .unwrap();
-            (off, messages) = (off + 16 * len as u64, messages + 16);
-        }
+        // 100 B to a whole slot, and past a slot (from the heap) once.
+        let (off, messages) = batches_in_place(&mut *p, 40, |batch| match batch {
+            39 => SLOT + 1,
+            _ => 100 + batch * (SLOT - 100) / 38,
+        });
         let st = p.close(Duration::from_secs(10)).unwrap();
         assert_eq!((st.sends, st.bytes), (messages, off), "{strategy}");
         match (arena, st.arena) {
@@ -254,18 +264,9 @@ fn adaptive_writes_in_place_on_every_tier_and_keeps_byte_order() {
     if let Some(note) = p.note() {
         return common::skip(note);
     }
-    let (mut off, mut messages) = (0u64, 0u64);
-    for batch in 0..60usize {
-        // Every tier in turn, and back: 100 B to a whole slot.
-        let len = 100 + (batch * 7919) % (SLOT - 100);
-        let base = off;
-        p.send_in_place(16, len, &mut |i, b| {
-            assert_eq!(b.len(), len, "a message of the size asked for");
-            pattern::fill(b, base + (i * len) as u64);
-        })
-        .unwrap();
-        (off, messages) = (off + 16 * len as u64, messages + 16);
-    }
+    // Every tier in turn, and back: 100 B to a whole slot.
+    let (off, messages) =
+        batches_in_place(&mut *p, 60, |batch| 100 + (batch * 7919) % (SLOT - 100));
     let st = p.close(Duration::from_secs(10)).unwrap();
     assert_eq!((st.sends, st.bytes), (messages, off));
     let d = st.decisions.expect("adaptive counts its decisions");
