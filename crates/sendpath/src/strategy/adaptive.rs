@@ -334,7 +334,7 @@ trait Messages {
     }
 }
 
-/// A run of the caller's buffers, each a message of `len` bytes.
+/// A run of the caller's buffers, each a message.
 struct Owned<'a>(std::vec::Drain<'a, Buf>);
 
 impl Messages for Owned<'_> {

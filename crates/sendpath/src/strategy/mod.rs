@@ -146,13 +146,13 @@ pub trait SendPath: Send {
         Ok(())
     }
 
-    /// Sends `n` messages of `len` bytes, in order, each written by `fill(i, bytes)` for `i`
-    /// in `0..n`, where no buffer moves between writing and sending: on `uring` and `uring-zc`
+    /// Sends `n` messages of `len` bytes, in order, each written by `fill(i, bytes)` (`i` in
+    /// `0..n`) where no buffer moves between writing and sending: on `uring` and `uring-zc`
     /// with an arena ([`Options::uring_arena`](crate::Options::uring_arena)) in a slot the
     /// kernel reads by index; on `copy` in a buffer the path keeps and writes again at once;
-    /// on `msg-zerocopy` in a page-aligned slot the path keeps until its notification; on
-    /// `adaptive` where the half its size's tier uses sends from. Elsewhere each is a [`take_buf`] filled and sent as [`send_buf`] sends it. On an error
-    /// or a panic in `fill`, messages not yet queued are not sent; [`stats`] counts the rest.
+    /// on `msg-zerocopy` in a page-aligned slot kept until its notification; on `adaptive`
+    /// where its size's tier sends from. Elsewhere: a [`take_buf`] filled, sent by [`send_buf`].
+    /// On an error or a panic in `fill`, unqueued messages are not sent; [`stats`] counts the rest.
     ///
     /// ```no_run
     /// # fn f(path: &mut dyn sendpath::SendPath) -> sendpath::Result<()> {

@@ -241,9 +241,9 @@ impl MsgZerocopy {
         self.send_fields(Fields::Slot(slot), len)
     }
 
-    /// Message `i` of `len` bytes written by `fill` in a buffer of the path's and sent by copy, counted as a
-    /// send: `adaptive`'s copy tier in place. The kernel has copied the bytes when `send`
-    /// returns, so one buffer of its own serves every such message.
+    /// Message `i` of `len` bytes written by `fill` in a buffer of the path's and sent by
+    /// copy, counted as a send: `adaptive`'s copy tier in place. The kernel has copied the
+    /// bytes when `send` returns, so one buffer serves every such message.
     #[inline(always)]
     pub(super) fn send_copy_in_place(
         &mut self,
