@@ -165,11 +165,11 @@ fn batches_in_place(
     batches: usize,
     len_of: impl Fn(usize) -> usize,
 ) -> (u64, u64) {
-    let (mut off, mut messages) = (0u64, 0u64);
+    let (mut off, mut messages, name) = (0u64, 0u64, p.name());
     for batch in 0..batches {
         let (len, base) = (len_of(batch), off);
         p.send_in_place(16, len, &mut |i, b| {
-            assert_eq!(b.len(), len, "a message of the size asked for");
+            assert_eq!(b.len(), len, "{name}: a message of the size asked for");
             pattern::fill(b, base + (i * len) as u64);
         })
         .unwrap();
