@@ -168,6 +168,98 @@ fn copy_batched_sends_each_message_as_a_datagram_by_sendmmsg() {
     }
 }
 
+/// The io_uring paths write datagrams in place in their arena's slots, each one request
+/// pushed as it is written: every datagram whole and in order, in batches that are not a
+/// multiple of the ring's depth (the rest of a batch goes with `flush`).
+#[test]
+fn ring_paths_write_datagrams_in_place_each_whole_and_in_order() {
+    if !sendpath::probe().io_uring.send_zc {
+        common::skip("io_uring SEND_ZC unavailable");
+        return;
+    }
+    const BATCH: usize = 13;
+    let opts = Options {
+        uring_depth: 8,
+        uring_arena: Some(sendpath::ArenaConfig {
+            slot_size: 2048,
+            slots: 64,
+        }),
+        ..Options::default()
+    };
+    for strategy in [Strategy::Uring, Strategy::UringZc] {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut p = open(strategy, tx, &opts).unwrap();
+        let (mut v, mut sizes, mut buf) = (Verifier::new(), Vec::new(), vec![0u8; 65536]);
+        for batch in 0..5 {
+            let at = |i: usize| ((batch * BATCH + i) * SIZE) as u64;
+            p.send_in_place(BATCH, SIZE, &mut |i, b| pattern::fill(b, at(i)))
+                .unwrap();
+            p.flush().unwrap();
+            for _ in 0..BATCH {
+                let n = rx.recv(&mut buf).expect("a datagram of the batch");
+                sizes.push(n);
+                v.check(&buf[..n]);
+            }
+        }
+        p.finish(Duration::from_secs(2)).unwrap();
+        let s = p.stats().summary();
+        let total = 5 * BATCH;
+        assert!(sizes.iter().all(|&n| n == SIZE), "{strategy}: {sizes:?}");
+        assert_eq!(v.first_mismatch, None, "{strategy}");
+        assert_eq!((s.sends, s.bytes), (total as u64, (total * SIZE) as u64));
+        let a = s.arena.expect("an arena");
+        assert_eq!((a.slots, a.heap), (total as u64, 0), "{strategy}: {a:?}");
+        if strategy == Strategy::UringZc {
+            let z = s.zerocopy;
+            assert_eq!(
+                (z.attempts, z.completions),
+                (total as u64, total as u64),
+                "{z:?}"
+            );
+            assert_eq!(a.registered_requests, total as u64, "sent by index: {a:?}");
+        }
+        assert_eq!(s.leaked_buffers, 0);
+        println!("{strategy} in place over UDP: {total} datagrams verified, {a:?}");
+    }
+}
+
+/// A datagram the kernel refuses mid-batch (the receiver is gone: `ECONNREFUSED`) ends the
+/// run written in place with that error, and every slot comes back.
+#[test]
+fn a_refused_datagram_in_place_ends_the_run_with_its_error() {
+    let opts = Options {
+        uring_arena: Some(sendpath::ArenaConfig {
+            slot_size: 2048,
+            slots: 64,
+        }),
+        ..Options::default()
+    };
+    for strategy in [Strategy::Uring, Strategy::UringZc] {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        drop(rx);
+        let mut p = open(strategy, tx, &opts).unwrap();
+        let mut err = None;
+        for _ in 0..50 {
+            if let Err(e) = p.send_in_place(16, SIZE, &mut |_, b| b.fill(1)) {
+                err = Some(e);
+                break;
+            }
+            let _ = p.flush();
+        }
+        let e = err.expect("the port unreachable comes back as an error");
+        assert!(e.to_string().contains("refused"), "{strategy}: {e}");
+        p.finish(Duration::from_secs(2)).ok();
+        assert_eq!(p.stats().summary().leaked_buffers, 0, "{strategy}");
+        assert_eq!(p.stats().summary().short_sends, 0);
+    }
+}
+
 /// vmsplice on a UDP socket: its splice from a pipe may cut a message into several datagrams,
 /// but every byte arrives, in order.
 #[test]

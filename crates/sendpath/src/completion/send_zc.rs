@@ -232,6 +232,13 @@ impl SendZcLedger {
         self.count(1, bytes, registered, true);
     }
 
+    /// A datagram of `bytes` that went in a SEND_ZC request ended (its last completion came)
+    /// where its sender matched its completions itself.
+    #[inline]
+    pub(crate) fn datagram_ended(&mut self, bytes: usize, registered: bool) {
+        self.count(1, bytes, registered, false);
+    }
+
     /// The result CQE of a datagram's request `req` of `bytes`, as submitted (see
     /// [`SendZcLedger::on_result`]): with `F_MORE` its notification is due; without, it ends.
     /// Returns the outcome of a notification that had arrived first, if one had.

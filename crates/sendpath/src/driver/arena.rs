@@ -2,10 +2,12 @@
 //! slots that connections write their messages into and send by index. A slot goes back to
 //! the arena only after the kernel's last completion for it, as any buffer does.
 
-use super::UringDriver;
+use super::{Conn, UringDriver};
+use crate::send::Pushed;
 use crate::sys::mem::ArenaMem;
 use crate::sys::uring::SendRing;
 use crate::{Buf, ConnId, Error, Result};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// A driver's arena ([`Options::uring_arena`](crate::Options::uring_arena)): `slots` slots of
@@ -244,8 +246,20 @@ impl UringDriver {
         len: usize,
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> Result<()> {
-        let mut i = 0;
+        let (mut i, mut pushed) = (0, 0);
         while i < n {
+            let went = self.send_lane_run(id, len, i..n, fill)?;
+            if went > 0 {
+                (i, pushed) = (i + went, pushed + went);
+                if self.lane_room(id) == 0 {
+                    // A full batch in the kernel: submitted, and waited for in the same call.
+                    self.enter_and_route(std::mem::take(&mut pushed), id)?;
+                    if self.lane_room(id) == 0 && self.lane_clear(id) {
+                        self.run_until(id, |d| d.lane_room(id) > 0 || !d.lane_clear(id))?;
+                    }
+                }
+                continue;
+            }
             if self.room(id) == 0 {
                 self.submit_ready(id)?;
                 if self.room(id) == 0 {
@@ -277,6 +291,69 @@ impl UringDriver {
         }
         self.submit_ready(id)?;
         self.conn_error(id)
+    }
+
+    /// The datagram lane of [`UringDriver::send_in_place`]: on a datagram socket with room in
+    /// the kernel and nothing queued or to resend, as many of messages `at` as there is room
+    /// for are written in parked slots and pushed at once, each one request
+    /// ([`SendRing::push_lane`](crate::sys::uring::SendRing::push_lane)), submitted with the
+    /// next wait. Returns how many went (0 when the lane does not apply or no slot is free:
+    /// the caller queues them).
+    fn send_lane_run(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        at: std::ops::Range<usize>,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Result<usize> {
+        let room = self.open_conn_mut(id)?.state.lane_room();
+        let at = at.start..at.end.min(at.start + room);
+        if at.is_empty() {
+            return Ok(0);
+        }
+        let mut written = std::mem::take(&mut self.written);
+        self.ring
+            .fill_parked(id.idx, len, at.clone(), fill, &mut written);
+        if written.is_empty() && self.park_fresh(id, len, at.len()) > 0 {
+            self.ring.fill_parked(id.idx, len, at, fill, &mut written);
+        }
+        let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
+        let before = state.zc_inflight();
+        if let Some(cap) = self.cfg.ring_zc_inflight {
+            state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
+        }
+        let mut pushed = 0;
+        for &slot in &written {
+            let (op, zc) = state.lane_op(len);
+            let Ok((req, registered)) = self.ring.push_lane(sock.as_fd(), slot, len, op) else {
+                // The ring refused the SQE: as for a chain, the connection fails.
+                state.fail(libc::EBUSY);
+                break;
+            };
+            state.lane_pushed(slot, len, zc, Pushed { req, registered });
+            pushed += 1;
+        }
+        self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
+        for &slot in &written[pushed..] {
+            if let Some(b) = self.ring.unhold(slot) {
+                state.on_released(b);
+            }
+        }
+        written.clear();
+        self.written = written;
+        Ok(pushed)
+    }
+
+    /// [`ConnState::lane_room`](crate::send::ConnState::lane_room) of `id` (0 for no open
+    /// connection).
+    fn lane_room(&self, id: ConnId) -> usize {
+        self.conn(id).map_or(0, |c| c.state.lane_room())
+    }
+
+    /// Whether the lane applies to `id` once the kernel has room.
+    fn lane_clear(&self, id: ConnId) -> bool {
+        self.conn(id)
+            .is_ok_and(|c| !c.closing && c.state.lane_clear())
     }
 
     /// The hot path of [`UringDriver::send_in_place`]: its messages `at` (indexes for `fill`)

@@ -474,10 +474,16 @@ impl ToConn<'_> {
         let before = st.zc_inflight();
         if c.notif {
             let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
-            st.on_notification(c.req, copied, c.age_ns);
+            match c.lane {
+                true => st.on_lane_notification(c.req as u32, copied, c.age_ns),
+                false => st.on_notification(c.req, copied, c.age_ns),
+            }
         } else {
             let (was, failed) = (st.chain_in_flight(), st.error().is_some());
-            st.on_result(c.req, c.res, c.more, c.age_ns);
+            match c.lane {
+                true => st.on_lane_result(c.req as u32, c.res, c.more, c.age_ns),
+                false => st.on_result(c.req, c.res, c.more, c.age_ns),
+            }
             if was && st.ready() {
                 self.dirty.push(c.tag);
             }

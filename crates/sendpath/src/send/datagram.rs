@@ -26,7 +26,7 @@ impl ConnState {
         &mut self,
         push: &mut impl FnMut(Submit<'_>) -> Result<Pushed, E>,
     ) -> Result<usize, E> {
-        let room = self.cfg.depth - self.in_kernel.len();
+        let room = self.cfg.depth.saturating_sub(self.datagrams_in_kernel());
         let copy = self.chooser.fixed() == Some(super::Choice::Copy);
         let mut pushed = 0;
         while pushed < room {
@@ -152,27 +152,39 @@ impl ConnState {
             self.unheld.push(d.slot);
             return;
         }
+        self.datagram_failed(d.slot, len, d.zc, res);
+    }
+
+    /// A datagram of `len` bytes in held `slot` sent nothing (`res`: 0 or `-errno`): resent
+    /// (interrupted or cancelled; by copy after a SEND_ZC's `ENOMEM`), or its error ends the
+    /// connection and the slot is let go of.
+    pub(super) fn datagram_failed(&mut self, slot: u32, len: usize, zc: bool, res: i32) {
         let whole = ChainEntry {
-            slot: d.slot,
+            slot,
             start: 0,
             end: len,
-            zc: d.zc,
+            zc,
         };
         match -res {
             libc::ECANCELED | libc::EINTR | libc::EAGAIN if self.error.is_none() => {
                 self.resend.push(whole);
             }
-            libc::ENOMEM if d.zc && self.error.is_none() => {
+            libc::ENOMEM if zc && self.error.is_none() => {
                 self.count_no_memory(1);
                 self.resend.push(ChainEntry { zc: false, ..whole });
             }
             errno => {
-                self.unheld.push(d.slot);
+                self.unheld.push(slot);
                 if self.error.is_none() {
                     self.fail(if res == 0 { libc::EPIPE } else { errno });
                 }
             }
         }
+    }
+
+    /// Datagrams awaiting their result, the queue's and the lane's.
+    pub(super) fn datagrams_in_kernel(&self) -> usize {
+        self.in_kernel.len() + self.lane.in_kernel()
     }
 
     /// Whether `req` is a SEND_ZC datagram still awaiting its result (a notification that

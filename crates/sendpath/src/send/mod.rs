@@ -22,6 +22,7 @@
 
 mod choose;
 mod datagram;
+mod lane;
 mod submit;
 
 use crate::buffer::{Buf, BufPool};
@@ -151,6 +152,8 @@ pub(crate) struct ConnState {
     /// kernel, oldest first (a datagram socket has no chain: see `datagram.rs`).
     datagrams: bool,
     in_kernel: VecDeque<datagram::InKernel>,
+    /// Datagrams written in place that went past the queue (see `lane.rs`).
+    lane: lane::Lane,
     error: Option<i32>,
     /// Zero-copy sends the ring still allows (its cap over every connection, see
     /// [`ConnState::set_zc_budget`]).
@@ -189,6 +192,7 @@ impl ConnState {
             flushing: false,
             datagrams: false,
             in_kernel: VecDeque::new(),
+            lane: lane::Lane::default(),
             error: None,
             zc_budget: usize::MAX,
         }
@@ -318,7 +322,7 @@ impl ConnState {
     /// or a flush asked for.
     pub(crate) fn ready(&self) -> bool {
         if self.datagrams {
-            return self.in_kernel.len() < self.cfg.depth && self.has_batch();
+            return self.datagrams_in_kernel() < self.cfg.depth && self.has_batch();
         }
         !self.chain_in_flight() && self.has_batch()
     }
@@ -334,7 +338,7 @@ impl ConnState {
 
     /// Whether a chain (or a datagram) is in the kernel.
     pub(crate) fn chain_in_flight(&self) -> bool {
-        !self.chain.is_empty() || !self.in_kernel.is_empty()
+        !self.chain.is_empty() || self.datagrams_in_kernel() > 0
     }
 
     /// Whether every byte handed in has been accepted by the socket (nothing queued, nothing

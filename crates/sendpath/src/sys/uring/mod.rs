@@ -109,6 +109,9 @@ pub(crate) struct Cqe {
     /// (what a zero-copy outcome is timed from), when the request was one of the timed ones
     /// ([`SendRing::clock`]); `None` otherwise.
     pub(crate) age_ns: Option<u64>,
+    /// A completion of a datagram pushed by [`SendRing::push_lane`] (its slot in the low half
+    /// of `req`).
+    pub(crate) lane: bool,
 }
 
 /// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
@@ -119,6 +122,8 @@ pub(super) const AUX: u64 = 1 << 63;
 const REAP_CHUNK: usize = 32;
 /// Bit 62 marks a vectored send: the low half of `user_data` is then its [`Group`], not a slot.
 const GROUP: u64 = 1 << 62;
+/// Bit 61 marks a datagram pushed by [`SendRing::push_lane`], which its owner no longer holds.
+const LANE: u64 = 1 << 61;
 
 /// How a ring was set up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -463,6 +468,10 @@ impl SendRing {
         let done = if req & GROUP != 0 {
             self.group_completed(req as u32, more)
         } else {
+            if req & LANE != 0 && !notif && res <= 0 {
+                // Nothing sent: the datagram's owner gets its slot back, held.
+                self.rehold(req as u32);
+            }
             let done = self.slot_completed(req as u32, more);
             if let (Some((tag, _)), false) = (done, more) {
                 self.request_ended(tag);
@@ -478,6 +487,7 @@ impl SendRing {
             notif,
             res,
             more,
+            lane: req & LANE != 0,
             age_ns: match (notif || more, pushed_at) {
                 (true, Some(at)) => {
                     let now = *now.get_or_insert_with(|| self.clock.now_ns());
@@ -617,6 +627,47 @@ mod tests {
             refused(ring.push_slot(fd, parked, 0..10, Op::Send, false)),
             badslt
         );
+        assert_eq!(ring.in_kernel(), 0);
+    }
+
+    #[test]
+    fn a_lane_datagram_s_slot_goes_with_its_completion_unless_it_sent_nothing() {
+        let Some((mut ring, sock)) = ring_and_socket(8) else {
+            return;
+        };
+        let fd = std::os::fd::AsFd::as_fd(&sock);
+        // Not connected: its send fails (EDESTADDRREQ).
+        let lone = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (sent, failed) = (
+            ring.hold(Buf::filled(10, 7), 3, None),
+            ring.hold(Buf::filled(10, 8), 3, None),
+        );
+        ring.push_lane(fd, sent, 10, Op::Send).unwrap();
+        ring.push_lane(std::os::fd::AsFd::as_fd(&lone), failed, 10, Op::Send)
+            .unwrap();
+        ring.submit_and_wait(2).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(ring.reap(&mut out), 2);
+        let mut got: Vec<_> = out.iter().map(|c| (c.req as u32, c.res, c.lane)).collect();
+        got.sort_unstable();
+        assert_eq!(got, [(sent, 10, true), (failed, -libc::EDESTADDRREQ, true)]);
+        let mut released = Vec::new();
+        ring.take_released(&mut released);
+        let back: Vec<_> = released
+            .iter()
+            .map(|(tag, b)| (*tag, b.as_slice()[0]))
+            .collect();
+        assert_eq!(
+            back,
+            [(3, 7)],
+            "the one that went is let go of at its completion"
+        );
+        // The one that sent nothing is its owner's again: sent from the same slot, let go.
+        ring.push_slot(fd, failed, 0..10, Op::Send, false).unwrap();
+        ring.submit_and_wait(1).unwrap();
+        assert_eq!(ring.reap(&mut out), 1);
+        assert_eq!(out.last().map(|c| (c.res, c.lane)), Some((10, false)));
+        assert_eq!(ring.unhold(failed).map(|b| b.as_slice()[0]), Some(8));
         assert_eq!(ring.in_kernel(), 0);
     }
 

@@ -196,6 +196,15 @@ impl SendRing {
         self.slots[slot as usize].take().map(|s| s.buf)
     }
 
+    /// A slot pushed by [`SendRing::push_lane`] whose result sent nothing: held for its owner
+    /// again, so its last completion does not free it.
+    #[cold]
+    pub(super) fn rehold(&mut self, slot: u32) {
+        if let Some(s) = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()) {
+            s.held = true;
+        }
+    }
+
     /// One completion of a request on `slot` came in (`more`: another will follow). Releases
     /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
     /// its buffer went to the ring; `None` for a slot not in use.

@@ -2,7 +2,7 @@
 //! `SENDMSG_ZC` over several, and the registered-buffer table zero-copy sends use.
 
 use super::slots::within;
-use super::{Group, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE};
+use super::{Group, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE, LANE};
 use crate::buffer::Buf;
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
@@ -184,9 +184,10 @@ impl SendRing {
         }
     }
 
-    /// The next request id's high half: 30 bits, clear of `AUX` (bit 63) and `GROUP` (62).
+    /// The next request id's high half: 29 bits, clear of `AUX` (bit 63), `GROUP` (62) and
+    /// `LANE` (61).
     fn next_request(&mut self) -> u64 {
-        self.requests = self.requests.wrapping_add(1) & 0x3fff_ffff;
+        self.requests = self.requests.wrapping_add(1) & 0x1fff_ffff;
         u64::from(self.requests) << 32
     }
 
@@ -275,6 +276,41 @@ impl SendRing {
         op: Op,
         link: bool,
     ) -> io::Result<(u64, bool)> {
+        self.push_slot_marked(fd, slot, range, op, link, 0)
+    }
+
+    /// One datagram of the first `len` bytes of held `slot`, pushed as
+    /// [`SendRing::push_slot`] does and let go of at once: the ring frees the slot after its
+    /// last completion, unless its result is `<= 0` (nothing sent, or an error), which hands
+    /// it back to its owner held (to resend it or let it go). Its completions say
+    /// [`Cqe::lane`]. Returns the request id and whether it sends from a registered buffer;
+    /// on an error the slot stays held.
+    #[inline]
+    pub(crate) fn push_lane(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        slot: u32,
+        len: usize,
+        op: Op,
+    ) -> io::Result<(u64, bool)> {
+        let pushed = self.push_slot_marked(fd, slot, 0..len, op, false, LANE)?;
+        if let Some(s) = self.slots[slot as usize].as_mut() {
+            s.held = false;
+        }
+        Ok(pushed)
+    }
+
+    /// [`SendRing::push_slot`], with `mark` in the request id.
+    #[inline(always)]
+    fn push_slot_marked(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        slot: u32,
+        range: std::ops::Range<usize>,
+        op: Op,
+        link: bool,
+        mark: u64,
+    ) -> io::Result<(u64, bool)> {
         // Entry 0 is the arena. SEND takes no registered buffer (the kernel refuses
         // IORING_RECVSEND_FIXED_BUF on it with EINVAL): it sends the arena by address.
         let zc = matches!(op, Op::SendZc { .. });
@@ -295,7 +331,7 @@ impl SendRing {
         }
         s.pending += 1;
         let tag = s.tag;
-        let req = self.next_request() | u64::from(slot);
+        let req = self.next_request() | mark | u64::from(slot);
         let fixed = match zc {
             false => None,
             true if in_arena => Some(0),
