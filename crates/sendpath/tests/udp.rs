@@ -168,6 +168,18 @@ fn copy_batched_sends_each_message_as_a_datagram_by_sendmmsg() {
     }
 }
 
+/// Options for the ring paths in place: depth 8, an arena of 64 slots of 2 KiB.
+fn in_place_options() -> Options {
+    Options {
+        uring_depth: 8,
+        uring_arena: Some(sendpath::ArenaConfig {
+            slot_size: 2048,
+            slots: 64,
+        }),
+        ..Options::default()
+    }
+}
+
 /// The io_uring paths write datagrams in place in their arena's slots, each one request
 /// pushed as it is written: every datagram whole and in order, in batches that are not a
 /// multiple of the ring's depth (the rest of a batch goes with `flush`).
@@ -178,14 +190,7 @@ fn ring_paths_write_datagrams_in_place_each_whole_and_in_order() {
         return;
     }
     const BATCH: usize = 13;
-    let opts = Options {
-        uring_depth: 8,
-        uring_arena: Some(sendpath::ArenaConfig {
-            slot_size: 2048,
-            slots: 64,
-        }),
-        ..Options::default()
-    };
+    let opts = in_place_options();
     for strategy in [Strategy::Uring, Strategy::UringZc] {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_millis(500)))
@@ -231,13 +236,7 @@ fn ring_paths_write_datagrams_in_place_each_whole_and_in_order() {
 /// run written in place with that error, and every slot comes back.
 #[test]
 fn a_refused_datagram_in_place_ends_the_run_with_its_error() {
-    let opts = Options {
-        uring_arena: Some(sendpath::ArenaConfig {
-            slot_size: 2048,
-            slots: 64,
-        }),
-        ..Options::default()
-    };
+    let opts = in_place_options();
     for strategy in [Strategy::Uring, Strategy::UringZc] {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
