@@ -359,7 +359,9 @@ impl SendZcLedger {
         }
     }
 
-    fn outcome(transmitted: bool, copied: bool, sends: usize) -> NotifOutcome {
+    /// What a notification says of a request of `sends` sends: a completion when it
+    /// transmitted bytes.
+    pub(crate) fn outcome(transmitted: bool, copied: bool, sends: usize) -> NotifOutcome {
         if transmitted {
             NotifOutcome::Completion { copied, sends }
         } else {

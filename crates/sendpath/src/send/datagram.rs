@@ -94,12 +94,7 @@ impl ConnState {
         let Payload::Held(slot) = parts[0].payload else {
             unreachable!("the driver puts every new buffer it pushes in a slot");
         };
-        self.count_request(1, zc, p);
-        if zc {
-            self.ledger.submitted_datagram(len, p.registered);
-        }
-        // In the ledger now: no longer a choice of this batch (`decide` counts both).
-        self.deciding = (0, 0);
+        self.count_datagram(len, zc, p);
         self.in_kernel.push_back(InKernel {
             req: p.req,
             slot,
@@ -182,6 +177,18 @@ impl ConnState {
         }
     }
 
+    /// Counts a datagram of `len` bytes the driver pushed (`zc`: as SEND_ZC), the queue's or
+    /// the lane's.
+    #[inline]
+    pub(super) fn count_datagram(&mut self, len: usize, zc: bool, p: Pushed) {
+        self.count_request(1, zc, p);
+        if zc {
+            self.ledger.submitted_datagram(len, p.registered);
+        }
+        // In the ledger now: no longer a choice of this batch (`decide` counts both).
+        self.deciding = (0, 0);
+    }
+
     /// Datagrams awaiting their result, the queue's and the lane's.
     pub(super) fn datagrams_in_kernel(&self) -> usize {
         self.in_kernel.len() + self.lane.in_kernel()
@@ -195,11 +202,12 @@ impl ConnState {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::{fill, state, Kernel};
     use super::super::{Choice, SendOp};
 
-    fn datagrams(depth: usize, zc: bool, choice: Choice) -> super::ConnState {
+    /// A connection state of `depth` on a datagram socket.
+    pub(in crate::send) fn datagrams(depth: usize, zc: bool, choice: Choice) -> super::ConnState {
         let mut st = state(depth, zc, choice);
         st.set_datagrams();
         st

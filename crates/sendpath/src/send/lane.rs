@@ -9,7 +9,7 @@
 //! [`SendRing::push_lane`]: crate::sys::uring::SendRing::push_lane
 
 use super::{Choice, ConnState, Pushed, SendOp};
-use crate::completion::NotifOutcome;
+use crate::completion::SendZcLedger;
 
 /// A datagram of the lane in the kernel, by its ring slot.
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,11 +73,7 @@ impl ConnState {
         if let Some(a) = &mut self.stats.arena {
             a.slots += 1;
         }
-        self.count_request(1, zc, p);
-        if zc {
-            self.ledger.submitted_datagram(len, p.registered);
-        }
-        self.deciding = (0, 0);
+        self.count_datagram(len, zc, p);
         let i = slot as usize;
         if self.lane.slots.len() <= i {
             self.lane.slots.resize(i + 1, LaneSlot::default());
@@ -113,7 +109,7 @@ impl ConnState {
             d.live = false;
         } else if let Some(copied) = d.notif {
             d.live = false;
-            outcome = Some(notif_outcome(transmitted, copied));
+            outcome = Some(SendZcLedger::outcome(transmitted, copied, 1));
         } else {
             d.result = Some(transmitted);
         }
@@ -150,28 +146,15 @@ impl ConnState {
         d.live = false;
         let (len, registered) = (d.len as usize, d.registered);
         self.ledger.datagram_ended(len, registered);
-        self.count_notif(Some(notif_outcome(transmitted, copied)), age_ns);
-    }
-}
-
-/// What a notification says of a datagram: a completion when it sent bytes.
-fn notif_outcome(transmitted: bool, copied: bool) -> NotifOutcome {
-    match transmitted {
-        true => NotifOutcome::Completion { copied, sends: 1 },
-        false => NotifOutcome::NoData,
+        self.count_notif(Some(SendZcLedger::outcome(transmitted, copied, 1)), age_ns);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::datagram::tests::datagrams;
     use super::super::tests::{state, Kernel};
     use super::super::{Choice, ConnState, Pushed, SendOp};
-
-    fn datagrams(depth: usize, zc: bool, choice: Choice) -> ConnState {
-        let mut st = state(depth, zc, choice);
-        st.set_datagrams();
-        st
-    }
 
     /// Pushes `len` bytes in `slot` by the lane; returns whether it went zero-copy.
     fn lane(st: &mut ConnState, slot: u32, len: usize, registered: bool) -> bool {
