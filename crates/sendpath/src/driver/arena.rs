@@ -322,15 +322,15 @@ impl UringDriver {
         if let Some(cap) = self.cfg.ring_zc_inflight {
             state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
         }
-        let mut pushed = 0;
+        let (mut pushed, mut again) = (0, None);
         for &slot in &written {
-            let (op, zc) = state.lane_op(len);
+            let (op, _) = state.lane_op(len, again);
             let Ok((req, registered)) = self.ring.push_lane(sock.as_fd(), slot, len, op) else {
                 // The ring refused the SQE: as for a chain, the connection fails.
                 state.fail(libc::EBUSY);
                 break;
             };
-            state.lane_pushed(slot, len, zc, Pushed { req, registered });
+            again = state.lane_pushed(slot, len, op, Pushed { req, registered });
             pushed += 1;
         }
         self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);

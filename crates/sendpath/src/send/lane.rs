@@ -58,17 +58,33 @@ impl ConnState {
 
     /// The operation for a datagram of `len` bytes about to go by the lane, as the queue's
     /// way decides it (counting a fallback when zero-copy cannot be), and whether it is
-    /// zero-copy.
+    /// zero-copy. `again` is what [`ConnState::lane_pushed`] returned for the datagram before
+    /// it in the same run: that decision stands while the ring's budget allows, since
+    /// nothing else it rests on has changed (see there).
     #[inline]
-    pub(crate) fn lane_op(&mut self, len: usize) -> (SendOp, bool) {
+    pub(crate) fn lane_op(&mut self, len: usize, again: Option<SendOp>) -> (SendOp, bool) {
+        if let (Some(op), true) = (again, self.zc_budget > 0) {
+            self.zc_budget -= 1;
+            return (op, true);
+        }
         let zc = self.chooser.fixed() != Some(Choice::Copy) && self.decide(len);
         (self.send_op(zc), zc)
     }
 
-    /// A datagram of `len` bytes written in held `slot` went by the lane (decided by
-    /// [`ConnState::lane_op`]): counted as the queue's way counts one.
+    /// A datagram of `len` bytes written in held `slot` went by the lane as `op` (decided by
+    /// [`ConnState::lane_op`]): counted as the queue's way counts one. Returns `op` when the
+    /// next datagram of the run may take it without deciding again: a fixed choice of
+    /// zero-copy from a registered slot, which leaves what `decide` reads as it was (the
+    /// pinned sends and bytes, and no choice of this batch pending), all but the budget.
     #[inline]
-    pub(crate) fn lane_pushed(&mut self, slot: u32, len: usize, zc: bool, p: Pushed) {
+    pub(crate) fn lane_pushed(
+        &mut self,
+        slot: u32,
+        len: usize,
+        op: SendOp,
+        p: Pushed,
+    ) -> Option<SendOp> {
+        let zc = op != SendOp::Send;
         self.stats.sends += 1;
         if let Some(a) = &mut self.stats.arena {
             a.slots += 1;
@@ -87,6 +103,8 @@ impl ConnState {
             notif: None,
         };
         self.lane.in_kernel += 1;
+        let fixed = self.chooser.fixed().is_some();
+        (zc && p.registered && fixed).then_some(op)
     }
 
     /// The result of the lane's datagram in `slot` (`res` bytes or `-errno`, `more` when a
@@ -156,13 +174,28 @@ mod tests {
     use super::super::tests::{state, Kernel};
     use super::super::{Choice, ConnState, Pushed, SendOp};
 
-    /// Pushes `len` bytes in `slot` by the lane; returns whether it went zero-copy.
-    fn lane(st: &mut ConnState, slot: u32, len: usize, registered: bool) -> bool {
+    /// Pushes `len` bytes in `slot` by the lane, the next of a run whose last push returned
+    /// `again`; returns whether it went zero-copy and what the push returned.
+    fn lane_again(
+        st: &mut ConnState,
+        slot: u32,
+        len: usize,
+        registered: bool,
+        again: Option<SendOp>,
+    ) -> (bool, Option<SendOp>) {
         assert!(st.lane_room() > 0, "room for slot {slot}");
-        let (_, zc) = st.lane_op(len);
+        let (op, zc) = st.lane_op(len, again);
         let req = u64::from(slot);
-        st.lane_pushed(slot, len, zc, Pushed { req, registered });
-        zc
+        (
+            zc,
+            st.lane_pushed(slot, len, op, Pushed { req, registered }),
+        )
+    }
+
+    /// Pushes `len` bytes in `slot` by the lane as the first of a run; whether it went
+    /// zero-copy.
+    fn lane(st: &mut ConnState, slot: u32, len: usize, registered: bool) -> bool {
+        lane_again(st, slot, len, registered, None).0
     }
 
     /// One datagram's completions: its result, then (or first, with `notif_first`) its
@@ -221,8 +254,14 @@ mod tests {
             assert_eq!(pushed.len(), events.len());
             // The lane's: the same six, pushed as they are written.
             let mut l = datagrams(8, zc, choice);
+            // One run: each datagram decided from the one before it where that stands.
+            let mut again = None;
             let lane_zc: Vec<_> = (0..events.len() as u32)
-                .map(|slot| lane(&mut l, slot, 100, registered))
+                .map(|slot| {
+                    let went;
+                    (went, again) = lane_again(&mut l, slot, 100, registered, again);
+                    went
+                })
                 .collect();
             for (slot, e) in events.iter().enumerate() {
                 let (went_zc, req) = (lane_zc[slot], pushed[slot].1);
@@ -271,6 +310,58 @@ mod tests {
                 "ENOMEM goes again by copy"
             );
         }
+    }
+
+    #[test]
+    fn a_run_s_decision_stands_only_for_a_fixed_zero_copy_from_registered_slots_within_budget() {
+        // Per datagram, decided afresh; and in one run, decided from the one before.
+        let run = |choice, registered, budget: usize| {
+            let (mut fresh, mut run) = (datagrams(8, true, choice), datagrams(8, true, choice));
+            fresh.set_zc_budget(budget);
+            run.set_zc_budget(budget);
+            let (mut again, mut hints, mut went) = (None, Vec::new(), Vec::new());
+            for slot in 0..6 {
+                let zc = lane(&mut fresh, slot, 100, registered);
+                let (zc2, next) = lane_again(&mut run, slot, 100, registered, again);
+                assert_eq!(zc, zc2, "slot {slot}");
+                (again, _) = (next, hints.push(next.is_some()));
+                went.push(zc);
+            }
+            let (f, r) = (fresh.stats(), run.stats());
+            assert_eq!(format!("{f:?}"), format!("{r:?}"));
+            (went, hints, r.zerocopy.fallbacks.total())
+        };
+        let (went, hints, fallbacks) = run(Choice::ZeroCopy, true, 4);
+        assert_eq!(
+            went,
+            [true, true, true, true, false, false],
+            "the budget of 4"
+        );
+        assert_eq!(hints, [true, true, true, true, false, false]);
+        assert_eq!(fallbacks, 2);
+        // Pinned: the cap of 4 is read again for each.
+        let (went, hints, _) = run(Choice::ZeroCopy, false, usize::MAX);
+        assert_eq!(went, [true, true, true, true, false, false]);
+        assert!(
+            hints.iter().all(|h| !h),
+            "no decision stands for pinned sends"
+        );
+        // Copy never goes zero-copy.
+        let (went, hints, _) = run(Choice::Copy, true, usize::MAX);
+        assert!(!went.iter().any(|&w| w) && !hints.iter().any(|&h| h));
+        // The adaptive sender decides each datagram (and counts each decision).
+        let profile = crate::profile::Profile::defaults();
+        let cfg = crate::policy::adaptive::AdaptiveConfig {
+            run_min: 0,
+            ..Default::default()
+        };
+        let a = crate::policy::adaptive::Adaptive::new(profile, cfg);
+        let mut st = ConnState::new(
+            state(8, true, Choice::ZeroCopy).cfg,
+            super::super::Chooser::Adaptive(Box::new(a)),
+        );
+        st.set_datagrams();
+        assert_eq!(lane_again(&mut st, 0, 65536, true, None), (true, None));
     }
 
     #[test]
