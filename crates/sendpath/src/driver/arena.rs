@@ -3,7 +3,6 @@
 //! the arena only after the kernel's last completion for it, as any buffer does.
 
 use super::{Conn, UringDriver};
-use crate::send::Pushed;
 use crate::sys::mem::ArenaMem;
 use crate::sys::uring::SendRing;
 use crate::{Buf, ConnId, Error, Result};
@@ -322,16 +321,31 @@ impl UringDriver {
         if let Some(cap) = self.cfg.ring_zc_inflight {
             state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
         }
-        let (mut pushed, mut again) = (0, None);
-        for &slot in &written {
-            let (op, _) = state.lane_op(len, again);
-            let Ok((req, registered)) = self.ring.push_lane(sock.as_fd(), slot, len, op) else {
+        let (mut pushed, mut again, fd) = (0, None, sock.as_fd());
+        while pushed < written.len() {
+            let went = match again.take() {
+                // The run's decision stands: as many as it allows, with one look at the
+                // submission queue (the rest, one at a time).
+                Some(op) => {
+                    let n = state.lane_take(op, written.len() - pushed);
+                    let run = &written[pushed..pushed + n];
+                    let went = self.ring.push_lane_run(fd, id.idx, run, len, op);
+                    went.map(|(n, registered)| state.lane_pushed_run(n, len, op, registered))
+                        .map(|()| n)
+                }
+                None => {
+                    let (op, _) = state.lane_op(len);
+                    let went = self.ring.push_lane(fd, written[pushed], len, op);
+                    went.map(|(_, registered)| again = state.lane_pushed(1, len, op, registered))
+                        .map(|()| 1)
+                }
+            };
+            let Ok(n) = went else {
                 // The ring refused the SQE: as for a chain, the connection fails.
                 state.fail(libc::EBUSY);
                 break;
             };
-            again = state.lane_pushed(slot, len, op, Pushed { req, registered });
-            pushed += 1;
+            pushed += n;
         }
         self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
         for &slot in &written[pushed..] {

@@ -241,6 +241,9 @@ impl UringDriver {
         if let Some(b) = &mut self.batch {
             b.seen += n;
         }
+        if self.ring.has_lane_tallies() {
+            self.take_lane_tallies();
+        }
         for i in 0..self.letting_go.len() {
             let tag = self.letting_go[i];
             let Some(c) = self.conns[tag as usize].as_mut() else {
@@ -267,6 +270,29 @@ impl UringDriver {
             self.dispatch_aux();
         }
         self.sweep_closed();
+    }
+
+    /// Hands each connection what its lane datagrams' completions in this reap came to.
+    fn take_lane_tallies(&mut self) {
+        let UringDriver {
+            ring,
+            conns,
+            dirty,
+            zc_inflight,
+            ..
+        } = self;
+        ring.take_lane_tallies(|tag, t| {
+            let Some(c) = conns.get_mut(tag as usize).and_then(|c| c.as_mut()) else {
+                return;
+            };
+            let before = c.state.zc_inflight();
+            c.state.on_lane_tally(t);
+            *zc_inflight = (*zc_inflight + c.state.zc_inflight()).saturating_sub(before);
+            // Room in the kernel: what the queue holds may go.
+            if c.state.ready() {
+                dirty.push(tag);
+            }
+        });
     }
 
     /// Pushes the next chain of every connection that has one ready; returns how many requests
@@ -474,15 +500,12 @@ impl ToConn<'_> {
         let before = st.zc_inflight();
         if c.notif {
             let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
-            match c.lane {
-                true => st.on_lane_notification(c.req as u32, copied, c.age_ns),
-                false => st.on_notification(c.req, copied, c.age_ns),
-            }
+            st.on_notification(c.req, copied, c.age_ns);
         } else {
             let (was, failed) = (st.chain_in_flight(), st.error().is_some());
             match c.lane {
-                true => st.on_lane_result(c.req as u32, c.res, c.more, c.age_ns),
-                false => st.on_result(c.req, c.res, c.more, c.age_ns),
+                Some(d) => st.on_lane_failed(c.req as u32, d, c.res),
+                None => st.on_result(c.req, c.res, c.more, c.age_ns),
             }
             if was && st.ready() {
                 self.dirty.push(c.tag);

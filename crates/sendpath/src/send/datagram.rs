@@ -94,7 +94,7 @@ impl ConnState {
         let Payload::Held(slot) = parts[0].payload else {
             unreachable!("the driver puts every new buffer it pushes in a slot");
         };
-        self.count_datagram(len, zc, p);
+        self.count_datagrams(1, len, zc, p.registered);
         self.in_kernel.push_back(InKernel {
             req: p.req,
             slot,
@@ -177,13 +177,13 @@ impl ConnState {
         }
     }
 
-    /// Counts a datagram of `len` bytes the driver pushed (`zc`: as SEND_ZC), the queue's or
-    /// the lane's.
+    /// Counts `n` datagrams of `len` bytes each the driver pushed (`zc`: as SEND_ZC), the
+    /// queue's or the lane's.
     #[inline]
-    pub(super) fn count_datagram(&mut self, len: usize, zc: bool, p: Pushed) {
-        self.count_request(1, zc, p);
+    pub(super) fn count_datagrams(&mut self, n: usize, len: usize, zc: bool, registered: bool) {
+        self.count_requests(n, n, zc, registered);
         if zc {
-            self.ledger.submitted_datagram(len, p.registered);
+            self.ledger.submitted_datagrams(n, n * len, registered);
         }
         // In the ledger now: no longer a choice of this batch (`decide` counts both).
         self.deciding = (0, 0);

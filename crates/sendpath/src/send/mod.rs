@@ -479,14 +479,19 @@ impl ConnState {
         self.pool.put(buf);
     }
 
+    /// `sends` zero-copy sends completed, `copied` of them reported copied.
+    fn count_completions(&mut self, sends: u64, copied: u64) {
+        self.stats.zerocopy.completions += sends;
+        self.stats.zerocopy.copied += copied;
+        self.chooser.on_completions(sends, copied);
+        self.chooser.copy_decisions(&mut self.stats.decisions);
+    }
+
     fn count_notif(&mut self, outcome: Option<NotifOutcome>, age_ns: Option<u64>) {
         match outcome {
             Some(NotifOutcome::Completion { copied, sends }) => {
                 let n = sends as u64;
-                self.stats.zerocopy.completions += n;
-                self.stats.zerocopy.copied += if copied { n } else { 0 };
-                self.chooser.on_completions(n, if copied { n } else { 0 });
-                self.chooser.copy_decisions(&mut self.stats.decisions);
+                self.count_completions(n, if copied { n } else { 0 });
                 if let Some(age) = age_ns {
                     crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age, n);
                 }

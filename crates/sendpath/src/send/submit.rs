@@ -176,7 +176,7 @@ impl ConnState {
             });
         }
         let n = parts.len();
-        self.count_request(n, zc, p);
+        self.count_requests(1, n, zc, p.registered);
         if zc {
             self.ledger.submitted_sends(p.req, bytes, n, p.registered);
         }
@@ -198,17 +198,24 @@ impl ConnState {
         }
     }
 
-    /// Counts a request the driver pushed, of `n` sends (its caller puts a zero-copy one in
-    /// the SEND_ZC ledger).
+    /// Counts `requests` requests the driver pushed, of `sends` sends in all (its caller puts
+    /// zero-copy ones in the SEND_ZC ledger).
     #[inline]
-    pub(super) fn count_request(&mut self, n: usize, zc: bool, p: Pushed) {
-        self.stats.calls += 1;
-        if let (Some(a), true) = (&mut self.stats.arena, p.registered) {
-            a.registered_requests += 1;
+    pub(super) fn count_requests(
+        &mut self,
+        requests: usize,
+        sends: usize,
+        zc: bool,
+        registered: bool,
+    ) {
+        let (requests, sends, r) = (requests as u64, sends as u64, u64::from(registered));
+        self.stats.calls += requests;
+        if let Some(a) = &mut self.stats.arena {
+            a.registered_requests += requests * r;
         }
         if zc {
-            self.stats.zerocopy.attempts += n as u64;
-            self.stats.zerocopy.registered += if p.registered { n as u64 } else { 0 };
+            self.stats.zerocopy.attempts += sends;
+            self.stats.zerocopy.registered += sends * r;
         }
     }
 

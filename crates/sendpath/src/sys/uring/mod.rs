@@ -13,10 +13,12 @@
 //! - `aux.rs`: requests that are not sends (multishot accept and receive, splice, cancel).
 
 mod aux;
+mod lane;
 mod slots;
 mod submit;
 
 pub(crate) use aux::{AuxCqe, AuxOp};
+pub(crate) use lane::{LaneDatagram, LaneSend, LaneTally};
 use slots::{Group, Slot};
 use submit::FixedTable;
 
@@ -109,9 +111,10 @@ pub(crate) struct Cqe {
     /// (what a zero-copy outcome is timed from), when the request was one of the timed ones
     /// ([`SendRing::clock`]); `None` otherwise.
     pub(crate) age_ns: Option<u64>,
-    /// A completion of a datagram pushed by [`SendRing::push_lane`] (its slot in the low half
-    /// of `req`).
-    pub(crate) lane: bool,
+    /// A result of a datagram pushed by [`SendRing::push_lane`] that sent nothing (its slot,
+    /// in the low half of `req`, held for the connection again): what it was. The lane's
+    /// other completions are counted into [`LaneTally`] instead.
+    pub(crate) lane: Option<LaneSend>,
 }
 
 /// Bit 63 of `user_data` marks a request that is not a send (accept, receive, cancel); send
@@ -159,6 +162,12 @@ pub(crate) struct SendRing {
     slots: Vec<Option<Slot>>,
     /// When each slot's buffer went to the ring (ns on `clock`), for the sampled ones.
     held_at: Vec<Option<u64>>,
+    /// The lane's datagram in each slot ([`SendRing::push_lane`]).
+    lane: Vec<LaneDatagram>,
+    /// Per tag, what its lane datagrams' completions came to ([`SendRing::take_lane_tallies`]),
+    /// and the tags whose tally has something.
+    lane_tallies: Vec<LaneTally>,
+    lane_listed: Vec<u32>,
     /// Times one zero-copy push in [`crate::stats::SendClock`]'s sample.
     clock: crate::stats::SendClock,
     free: Vec<u32>,
@@ -246,6 +255,9 @@ impl SendRing {
                         enabled: setup != RingSetup::SingleIssuerDeferTaskrun,
                         slots: Vec::new(),
                         held_at: Vec::new(),
+                        lane: Vec::new(),
+                        lane_tallies: Vec::new(),
+                        lane_listed: Vec::new(),
                         clock: crate::stats::SendClock::new(),
                         free: Vec::new(),
                         parked_free: Vec::new(),
@@ -463,15 +475,15 @@ impl SendRing {
             self.reap_aux(req, res, flags);
             return;
         }
+        if req & LANE != 0 {
+            self.route_lane(req, res, flags, now, to);
+            return;
+        }
         let notif = cqueue::notif(flags);
         let more = !notif && cqueue::more(flags);
         let done = if req & GROUP != 0 {
             self.group_completed(req as u32, more)
         } else {
-            if req & LANE != 0 && !notif && res <= 0 {
-                // Nothing sent: the datagram's owner gets its slot back, held.
-                self.rehold(req as u32);
-            }
             let done = self.slot_completed(req as u32, more);
             if let (Some((tag, _)), false) = (done, more) {
                 self.request_ended(tag);
@@ -487,7 +499,7 @@ impl SendRing {
             notif,
             res,
             more,
-            lane: req & LANE != 0,
+            lane: None,
             age_ns: match (notif || more, pushed_at) {
                 (true, Some(at)) => {
                     let now = *now.get_or_insert_with(|| self.clock.now_ns());
@@ -648,9 +660,18 @@ mod tests {
         ring.submit_and_wait(2).unwrap();
         let mut out = Vec::new();
         assert_eq!(ring.reap(&mut out), 2);
-        let mut got: Vec<_> = out.iter().map(|c| (c.req as u32, c.res, c.lane)).collect();
-        got.sort_unstable();
-        assert_eq!(got, [(sent, 10, true), (failed, -libc::EDESTADDRREQ, true)]);
+        // Only the one that sent nothing goes to its owner; the other is counted for tag 3.
+        let got: Vec<_> = out.iter().map(|c| (c.req as u32, c.res, c.lane)).collect();
+        let what = LaneSend {
+            len: 10,
+            zc: false,
+            registered: false,
+        };
+        assert_eq!(got, [(failed, -libc::EDESTADDRREQ, Some(what))]);
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
+        assert_eq!(tallies, [(3, 1, 10)]);
+        assert!(!ring.has_lane_tallies(), "taken, and started again");
         let mut released = Vec::new();
         ring.take_released(&mut released);
         let back: Vec<_> = released
@@ -666,9 +687,37 @@ mod tests {
         ring.push_slot(fd, failed, 0..10, Op::Send, false).unwrap();
         ring.submit_and_wait(1).unwrap();
         assert_eq!(ring.reap(&mut out), 1);
-        assert_eq!(out.last().map(|c| (c.res, c.lane)), Some((10, false)));
+        assert_eq!(out.last().map(|c| (c.res, c.lane)), Some((10, None)));
         assert_eq!(ring.unhold(failed).map(|b| b.as_slice()[0]), Some(8));
         assert_eq!(ring.in_kernel(), 0);
+    }
+
+    #[test]
+    fn a_lane_run_pushes_held_slots_until_one_is_not_and_each_comes_back_with_its_completion() {
+        let Some((mut ring, sock)) = ring_and_socket(8) else {
+            return;
+        };
+        let fd = std::os::fd::AsFd::as_fd(&sock);
+        let slots: Vec<u32> = (0..4).map(|i| ring.park(Buf::filled(10, i), 2)).collect();
+        // The third is let go of: the run stops there and pushes nothing of it or after.
+        assert!(ring.unhold(slots[2]).is_none());
+        assert_eq!(
+            ring.push_lane_run(fd, 2, &slots, 10, Op::Send).unwrap(),
+            (2, false)
+        );
+        assert_eq!(ring.in_kernel(), 2);
+        ring.submit_and_wait(2).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(ring.reap(&mut out), 2);
+        assert!(out.is_empty(), "both sent: nothing for their owner");
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
+        assert_eq!(tallies, [(2, 2, 20)]);
+        assert_eq!(ring.in_kernel(), 0);
+        // Both sent slots and the one let go of wait in the ring; the fourth is still held.
+        let mut free = ring.parked_free.clone();
+        free.sort_unstable();
+        assert_eq!(free, [slots[0], slots[1], slots[2]]);
     }
 
     #[test]

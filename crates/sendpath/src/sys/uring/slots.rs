@@ -3,7 +3,7 @@
 //! of it; a vectored request's header and iovecs are reused only after its last completion.
 //! This is what keeps every SQE the ring pushed pointing at live memory.
 
-use super::SendRing;
+use super::{LaneDatagram, SendRing};
 use crate::buffer::Buf;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -66,6 +66,7 @@ impl SendRing {
             None => {
                 self.slots.push(None);
                 self.held_at.push(now);
+                self.lane.push(LaneDatagram::default());
                 (self.slots.len() - 1) as u32
             }
         };
@@ -174,6 +175,16 @@ impl SendRing {
         bump(&mut self.tag_busy, tag, true);
     }
 
+    /// `n` more requests of `tag` whose last completion has not come.
+    #[inline]
+    pub(super) fn requests_started(&mut self, tag: u32, n: usize) {
+        if n > 0 {
+            self.request_started(tag);
+            self.busy += n - 1;
+            self.tag_busy[tag as usize] += n as u32 - 1;
+        }
+    }
+
     /// A request of `tag` had its last completion.
     pub(super) fn request_ended(&mut self, tag: u32) {
         self.busy = self.busy.saturating_sub(1);
@@ -196,15 +207,6 @@ impl SendRing {
         self.slots[slot as usize].take().map(|s| s.buf)
     }
 
-    /// A slot pushed by [`SendRing::push_lane`] whose result sent nothing: held for its owner
-    /// again, so its last completion does not free it.
-    #[cold]
-    pub(super) fn rehold(&mut self, slot: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize).and_then(|s| s.as_mut()) {
-            s.held = true;
-        }
-    }
-
     /// One completion of a request on `slot` came in (`more`: another will follow). Releases
     /// the buffer after its last one if its owner let it go. Returns the slot's tag and when
     /// its buffer went to the ring; `None` for a slot not in use.
@@ -214,16 +216,24 @@ impl SendRing {
         s.pending = s.pending.saturating_sub(1) + u32::from(more);
         let done = (s.tag, self.held_at[slot as usize]);
         if s.pending == 0 && !s.held {
-            if s.parked {
-                self.parked_free.push(slot);
-            } else {
-                self.free.push(slot);
-                if let Some(s) = self.slots[slot as usize].take() {
-                    self.released.push((s.tag, s.buf));
-                }
-            }
+            let parked = s.parked;
+            self.slot_done(slot, parked);
         }
         Some(done)
+    }
+
+    /// `slot` had its last completion and its owner let it go: a parked slot waits for the
+    /// next message, any other's buffer is released.
+    #[inline(always)]
+    pub(super) fn slot_done(&mut self, slot: u32, parked: bool) {
+        if parked {
+            self.parked_free.push(slot);
+        } else {
+            self.free.push(slot);
+            if let Some(s) = self.slots[slot as usize].take() {
+                self.released.push((s.tag, s.buf));
+            }
+        }
     }
 
     /// One completion of vectored request `g` came in: one for each of its slots. After its

@@ -2,7 +2,9 @@
 //! `SENDMSG_ZC` over several, and the registered-buffer table zero-copy sends use.
 
 use super::slots::within;
-use super::{Group, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE, LANE};
+use super::{
+    Group, LaneDatagram, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE, LANE,
+};
 use crate::buffer::Buf;
 use io_uring::{opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
@@ -187,8 +189,7 @@ impl SendRing {
     /// The next request id's high half: 29 bits, clear of `AUX` (bit 63), `GROUP` (62) and
     /// `LANE` (61).
     fn next_request(&mut self) -> u64 {
-        self.requests = self.requests.wrapping_add(1) & 0x1fff_ffff;
-        u64::from(self.requests) << 32
+        next_request(&mut self.requests)
     }
 
     /// Queues one vectored send of every part's bytes, in order, on `fd`: `IORING_OP_SENDMSG`
@@ -281,10 +282,15 @@ impl SendRing {
 
     /// One datagram of the first `len` bytes of held `slot`, pushed as
     /// [`SendRing::push_slot`] does and let go of at once: the ring frees the slot after its
-    /// last completion, unless its result is `<= 0` (nothing sent, or an error), which hands
-    /// it back to its owner held (to resend it or let it go). Its completions say
-    /// [`Cqe::lane`]. Returns the request id and whether it sends from a registered buffer;
-    /// on an error the slot stays held.
+    /// last completion and counts its completions into its tag's [`LaneTally`], unless its
+    /// result sent nothing (`<= 0` for a datagram of bytes), which hands it back to its owner
+    /// held (to resend it or let it go) in a [`Cqe`] that says [`Cqe::lane`]. Returns the
+    /// request id and whether it sends from a registered buffer; on an error the slot stays
+    /// held.
+    ///
+    /// [`LaneTally`]: super::LaneTally
+    /// [`Cqe`]: super::Cqe
+    /// [`Cqe::lane`]: super::Cqe::lane
     #[inline]
     pub(crate) fn push_lane(
         &mut self,
@@ -293,11 +299,13 @@ impl SendRing {
         len: usize,
         op: Op,
     ) -> io::Result<(u64, bool)> {
-        let pushed = self.push_slot_marked(fd, slot, 0..len, op, false, LANE)?;
+        let (req, registered) = self.push_slot_marked(fd, slot, 0..len, op, false, LANE)?;
         if let Some(s) = self.slots[slot as usize].as_mut() {
             s.held = false;
+            let (tag, zc) = (s.tag, matches!(op, Op::SendZc { .. }));
+            self.lane_pushed(slot, tag, LaneDatagram::new(len, zc, registered));
         }
-        Ok(pushed)
+        Ok((req, registered))
     }
 
     /// [`SendRing::push_slot`], with `mark` in the request id.
@@ -337,22 +345,7 @@ impl SendRing {
             true if in_arena => Some(0),
             true => self.own_index(slot),
         };
-        let fd = types::Fd(fd.as_raw_fd());
-        let entry = match op {
-            Op::Send => opcode::Send::new(fd, at, len as u32)
-                .flags(libc::MSG_WAITALL)
-                .build(),
-            Op::SendZc { report_usage } => opcode::SendZc::new(fd, at, len as u32)
-                .flags(libc::MSG_WAITALL)
-                .zc_flags(if report_usage {
-                    IORING_SEND_ZC_REPORT_USAGE
-                } else {
-                    0
-                })
-                .buf_index(fixed)
-                .build(),
-        };
-        let entry = entry.user_data(req);
+        let entry = send_entry(types::Fd(fd.as_raw_fd()), at, len, op, fixed).user_data(req);
         let entry = if link {
             entry.flags(squeue::Flags::IO_LINK)
         } else {
@@ -386,8 +379,41 @@ impl SendRing {
     }
 }
 
+/// The high half of the request id after `requests`: 29 bits, clear of `AUX` (bit 63),
+/// `GROUP` (62) and `LANE` (61).
+pub(super) fn next_request(requests: &mut u32) -> u64 {
+    *requests = requests.wrapping_add(1) & 0x1fff_ffff;
+    u64::from(*requests) << 32
+}
+
+/// The SQE of a send of `len` bytes from `at` on `fd`: `IORING_OP_SEND`, or `SEND_ZC` for
+/// `Op::SendZc` (from registered buffer `fixed` when given), with `MSG_WAITALL`.
+#[inline(always)]
+pub(super) fn send_entry(
+    fd: types::Fd,
+    at: *const u8,
+    len: usize,
+    op: Op,
+    fixed: Option<u16>,
+) -> squeue::Entry {
+    match op {
+        Op::Send => opcode::Send::new(fd, at, len as u32)
+            .flags(libc::MSG_WAITALL)
+            .build(),
+        Op::SendZc { report_usage } => opcode::SendZc::new(fd, at, len as u32)
+            .flags(libc::MSG_WAITALL)
+            .zc_flags(if report_usage {
+                IORING_SEND_ZC_REPORT_USAGE
+            } else {
+                0
+            })
+            .buf_index(fixed)
+            .build(),
+    }
+}
+
 /// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
-fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
+pub(super) fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
     let (p, n) = (bytes.as_ptr() as usize, bytes.len());
     region.is_some_and(|(base, len)| p >= base && p + n <= base + len)
 }
