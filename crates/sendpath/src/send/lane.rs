@@ -291,7 +291,8 @@ mod tests {
     }
 
     #[test]
-    fn a_run_s_decision_stands_for_a_fixed_copy_and_a_fixed_zero_copy_from_registered_slots_in_budget() {
+    fn a_run_s_decision_stands_for_a_fixed_copy_and_a_fixed_zero_copy_from_registered_slots_in_budget(
+    ) {
         // Per datagram, decided afresh; and in one run, decided from the one before.
         let run = |choice, registered, budget: usize| {
             let (mut fresh, mut run) = (datagrams(8, true, choice), datagrams(8, true, choice));

@@ -14,7 +14,7 @@
 //! [`Cqe`]: super::Cqe
 
 use super::submit::{in_region, next_request, send_entry};
-use super::{cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
+use super::{age_ns, cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
 use io_uring::types;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -215,13 +215,7 @@ impl SendRing {
         let tag = s.tag;
         let notif = cqueue::notif(flags);
         let more = !notif && cqueue::more(flags);
-        let age_ns = match (notif || more, self.held_at[slot as usize]) {
-            (true, Some(at)) => Some(
-                now.get_or_insert_with(|| self.clock.now_ns())
-                    .saturating_sub(at),
-            ),
-            _ => None,
-        };
+        let age_ns = age_ns(&self.clock, now, notif || more, self.held_at[slot as usize]);
         let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
             return;
         };

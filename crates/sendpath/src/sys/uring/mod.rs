@@ -121,6 +121,21 @@ pub(crate) struct Cqe {
 /// request ids keep it clear.
 pub(super) const AUX: u64 = 1 << 63;
 
+/// Nanoseconds on `clock` since `at`, for a completion that is timed (`timed`: a notification,
+/// or a result a notification follows) of a request that was; `now` is read once per reap.
+#[inline(always)]
+fn age_ns(
+    clock: &crate::stats::SendClock,
+    now: &mut Option<u64>,
+    timed: bool,
+    at: Option<u64>,
+) -> Option<u64> {
+    match (timed, at) {
+        (true, Some(at)) => Some(now.get_or_insert_with(|| clock.now_ns()).saturating_sub(at)),
+        _ => None,
+    }
+}
+
 /// Completions [`SendRing::reap_with`] copies out of the ring at a time.
 const REAP_CHUNK: usize = 32;
 /// Bit 62 marks a vectored send: the low half of `user_data` is then its [`Group`], not a slot.
@@ -500,13 +515,7 @@ impl SendRing {
             res,
             more,
             lane: None,
-            age_ns: match (notif || more, pushed_at) {
-                (true, Some(at)) => {
-                    let now = *now.get_or_insert_with(|| self.clock.now_ns());
-                    Some(now.saturating_sub(at))
-                }
-                _ => None,
-            },
+            age_ns: age_ns(&self.clock, now, notif || more, pushed_at),
         });
     }
 
