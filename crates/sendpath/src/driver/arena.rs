@@ -330,14 +330,18 @@ impl UringDriver {
                     let n = state.lane_take(op, written.len() - pushed);
                     let run = &written[pushed..pushed + n];
                     let went = self.ring.push_lane_run(fd, id.idx, run, len, op);
-                    went.map(|(n, registered)| state.lane_pushed_run(n, len, op, registered))
-                        .map(|()| n)
+                    went.map(|(k, registered)| {
+                        state.lane_pushed_run(k, len, op, registered);
+                        k
+                    })
                 }
                 None => {
                     let (op, _) = state.lane_op(len);
                     let went = self.ring.push_lane(fd, written[pushed], len, op);
-                    went.map(|(_, registered)| again = state.lane_pushed(1, len, op, registered))
-                        .map(|()| 1)
+                    went.map(|(_, registered)| {
+                        again = state.lane_pushed(1, len, op, registered);
+                        1
+                    })
                 }
             };
             let Ok(n) = went else {
