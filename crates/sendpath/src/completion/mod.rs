@@ -4,10 +4,12 @@
 
 mod chain;
 mod held;
+mod lane;
 mod send_zc;
 pub(crate) mod zerocopy;
 
 pub(crate) use chain::{settle_chain, ChainEntry, ChainResult};
 pub(crate) use held::HeldMessages;
+pub(crate) use lane::{LaneDatagram, LaneSend, LaneTally};
 pub(crate) use send_zc::{NotifOutcome, SendZcLedger};
 pub(crate) use zerocopy::ZcNotification;

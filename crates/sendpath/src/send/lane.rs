@@ -10,7 +10,7 @@
 //! [`SendRing::push_lane`]: crate::sys::uring::SendRing::push_lane
 
 use super::{Choice, ConnState, SendOp};
-use crate::sys::uring::{LaneSend, LaneTally};
+use crate::completion::{LaneSend, LaneTally};
 
 /// The lane's datagrams in the kernel.
 #[derive(Debug, Default)]
@@ -139,7 +139,7 @@ mod tests {
     use super::super::datagram::tests::datagrams;
     use super::super::tests::{state, Kernel};
     use super::super::{Choice, ConnState, SendOp};
-    use crate::sys::uring::{LaneDatagram, LaneTally};
+    use crate::completion::{LaneDatagram, LaneTally};
 
     /// Pushes `len` bytes by the lane, the next of a run whose last push returned `again`,
     /// as the driver does (from buffers the ring registered when `registered`); returns what

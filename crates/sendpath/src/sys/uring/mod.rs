@@ -10,15 +10,17 @@
 //!   still due for each: what keeps every SQE pointing at live memory;
 //! - `submit.rs`: send requests (`SEND`, `SEND_ZC`, vectored `SENDMSG`, `SENDMSG_ZC`) and the
 //!   registered-buffer table;
-//! - `aux.rs`: requests that are not sends (multishot accept and receive, splice, cancel).
+//! - `aux.rs`: requests that are not sends (multishot accept and receive, splice, cancel);
+//! - `lane.rs`: datagrams pushed past their connection's queue, whose completions the ring
+//!   counts into the connection's tally (`completion/lane.rs`).
 
 mod aux;
 mod lane;
 mod slots;
 mod submit;
 
+use crate::completion::{LaneDatagram, LaneSend, LaneTally};
 pub(crate) use aux::{AuxCqe, AuxOp};
-pub(crate) use lane::{LaneDatagram, LaneSend, LaneTally};
 use slots::{Group, Slot};
 use submit::FixedTable;
 
