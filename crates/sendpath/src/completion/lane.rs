@@ -27,8 +27,6 @@ pub(crate) struct LaneSend {
     pub(crate) len: usize,
     /// It went by SEND_ZC.
     pub(crate) zc: bool,
-    /// From a registered buffer.
-    pub(crate) registered: bool,
 }
 
 /// What one connection's lane datagrams' completions came to since the connection last took
@@ -84,7 +82,6 @@ impl LaneDatagram {
         LaneSend {
             len: self.len as usize,
             zc: self.zc,
-            registered: self.registered,
         }
     }
 }

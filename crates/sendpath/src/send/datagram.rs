@@ -191,7 +191,7 @@ impl ConnState {
 
     /// Datagrams awaiting their result, the queue's and the lane's.
     pub(super) fn datagrams_in_kernel(&self) -> usize {
-        self.in_kernel.len() + self.lane.in_kernel()
+        self.in_kernel.len() + self.lane_in_kernel
     }
 
     /// Whether `req` is a SEND_ZC datagram still awaiting its result (a notification that

@@ -12,19 +12,6 @@
 use super::{Choice, ConnState, SendOp};
 use crate::completion::{LaneSend, LaneTally};
 
-/// The lane's datagrams in the kernel.
-#[derive(Debug, Default)]
-pub(super) struct Lane {
-    /// Datagrams awaiting their result.
-    in_kernel: usize,
-}
-
-impl Lane {
-    pub(super) fn in_kernel(&self) -> usize {
-        self.in_kernel
-    }
-}
-
 impl ConnState {
     /// How many datagrams may go by the lane now: room in the kernel on a datagram socket with
     /// nothing queued or to resend (which go first) and no error; 0 otherwise.
@@ -94,7 +81,7 @@ impl ConnState {
             a.slots += n as u64;
         }
         self.count_datagrams(n, len, zc, registered);
-        self.lane.in_kernel += n;
+        self.lane_in_kernel += n;
         let stands = match self.chooser.fixed() {
             Some(Choice::Copy) => true,
             Some(Choice::ZeroCopy) => zc && registered,
@@ -107,7 +94,7 @@ impl ConnState {
     /// queue's way counts each completion. A reap's zero-copy completions reach the adaptive
     /// sender together, as a vectored request's do.
     pub(crate) fn on_lane_tally(&mut self, t: &LaneTally) {
-        self.lane.in_kernel = self.lane.in_kernel.saturating_sub(t.sent as usize);
+        self.lane_in_kernel = self.lane_in_kernel.saturating_sub(t.sent as usize);
         self.stats.bytes += t.bytes;
         self.stats.short_sends += t.short;
         let z = &mut self.stats.zerocopy;
@@ -129,7 +116,7 @@ impl ConnState {
     /// The lane's datagram `d` in `slot` sent nothing (`res`: 0 or `-errno`); the ring holds
     /// the slot for the state again: resent by the queue's way, or let go.
     pub(crate) fn on_lane_failed(&mut self, slot: u32, d: LaneSend, res: i32) {
-        self.lane.in_kernel = self.lane.in_kernel.saturating_sub(1);
+        self.lane_in_kernel = self.lane_in_kernel.saturating_sub(1);
         self.datagram_failed(slot, d.len, d.zc, res);
     }
 }

@@ -152,8 +152,9 @@ pub(crate) struct ConnState {
     /// kernel, oldest first (a datagram socket has no chain: see `datagram.rs`).
     datagrams: bool,
     in_kernel: VecDeque<datagram::InKernel>,
-    /// Datagrams written in place that went past the queue (see `lane.rs`).
-    lane: lane::Lane,
+    /// Datagrams written in place that went past the queue (see `lane.rs`) awaiting their
+    /// result.
+    lane_in_kernel: usize,
     error: Option<i32>,
     /// Zero-copy sends the ring still allows (its cap over every connection, see
     /// [`ConnState::set_zc_budget`]).
@@ -192,7 +193,7 @@ impl ConnState {
             flushing: false,
             datagrams: false,
             in_kernel: VecDeque::new(),
-            lane: lane::Lane::default(),
+            lane_in_kernel: 0,
             error: None,
             zc_budget: usize::MAX,
         }

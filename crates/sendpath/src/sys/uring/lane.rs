@@ -9,7 +9,7 @@
 //! [`SendRing::push_lane`]: super::SendRing::push_lane
 //! [`Cqe`]: super::Cqe
 
-use super::submit::{in_region, next_request, send_entry};
+use super::submit::{in_region, next_request, send_entry, time_first_push};
 use super::{age_ns, cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
 use crate::completion::{LaneDatagram, LaneTally};
 use io_uring::types;
@@ -119,10 +119,7 @@ impl SendRing {
             if zc && !in_region(*arena, bytes) {
                 break;
             }
-            if zc && s.parked && s.pending == 0 && held_at[slot as usize].is_none() {
-                // When it went to the ring, for the sampled ones (as `push_slot` times it).
-                held_at[slot as usize] = clock.timed();
-            }
+            time_first_push(s, zc, &mut held_at[slot as usize], clock);
             let req = next_request(requests) | LANE | u64::from(slot);
             let entry = send_entry(fd, bytes.as_ptr(), len, op, zc.then_some(0)).user_data(req);
             // SAFETY: the SQE points at `len` bytes inside the buffer held in `slots[slot]`,
@@ -137,10 +134,7 @@ impl SendRing {
         }
         drop(sq);
         self.requests_started(tag, n);
-        if self.lane_tallies.len() <= tag as usize {
-            self.lane_tallies
-                .resize_with(tag as usize + 1, LaneTally::default);
-        }
+        self.lane_tally_for(tag);
         Ok((n, zc))
     }
 
@@ -149,6 +143,12 @@ impl SendRing {
     pub(super) fn lane_pushed(&mut self, slot: u32, tag: u32, d: LaneDatagram) {
         // As long as `slots`: one for each.
         self.lane[slot as usize] = d;
+        self.lane_tally_for(tag);
+    }
+
+    /// Makes sure `tag` has a tally for its lane datagrams' completions to go into.
+    #[inline]
+    fn lane_tally_for(&mut self, tag: u32) {
         if self.lane_tallies.len() <= tag as usize {
             self.lane_tallies
                 .resize_with(tag as usize + 1, LaneTally::default);

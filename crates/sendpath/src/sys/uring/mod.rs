@@ -673,11 +673,7 @@ mod tests {
         assert_eq!(ring.reap(&mut out), 2);
         // Only the one that sent nothing goes to its owner; the other is counted for tag 3.
         let got: Vec<_> = out.iter().map(|c| (c.req as u32, c.res, c.lane)).collect();
-        let what = LaneSend {
-            len: 10,
-            zc: false,
-            registered: false,
-        };
+        let what = LaneSend { len: 10, zc: false };
         assert_eq!(got, [(failed, -libc::EDESTADDRREQ, Some(what))]);
         let mut tallies = Vec::new();
         ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));

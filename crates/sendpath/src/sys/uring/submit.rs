@@ -3,7 +3,8 @@
 
 use super::slots::within;
 use super::{
-    Group, LaneDatagram, Op, Part, Payload, SendRing, GROUP, IORING_SEND_ZC_REPORT_USAGE, LANE,
+    Group, LaneDatagram, Op, Part, Payload, SendRing, Slot, GROUP, IORING_SEND_ZC_REPORT_USAGE,
+    LANE,
 };
 use crate::buffer::Buf;
 use io_uring::{opcode, squeue, types, IoUring};
@@ -332,11 +333,7 @@ impl SendRing {
         };
         let (at, len) = (bytes.as_ptr(), bytes.len());
         let in_arena = zc && in_region(self.arena, bytes);
-        if zc && s.parked && s.pending == 0 && self.held_at[slot as usize].is_none() {
-            // A parked slot's first request: when it went to the ring, for the sampled ones
-            // (an owned buffer's time is taken by `hold`).
-            self.held_at[slot as usize] = self.clock.timed();
-        }
+        time_first_push(s, zc, &mut self.held_at[slot as usize], &mut self.clock);
         s.pending += 1;
         let tag = s.tag;
         let req = self.next_request() | mark | u64::from(slot);
@@ -376,6 +373,20 @@ impl SendRing {
             return None;
         }
         self.slots[slot as usize].as_ref()?.buf.fixed
+    }
+}
+
+/// A zero-copy request that is parked slot `s`'s first: when it went to the ring, in `at`, for
+/// the sampled ones (an owned buffer's time is taken by `hold`).
+#[inline(always)]
+pub(super) fn time_first_push(
+    s: &Slot,
+    zc: bool,
+    at: &mut Option<u64>,
+    clock: &mut crate::stats::SendClock,
+) {
+    if zc && s.parked && s.pending == 0 && at.is_none() {
+        *at = clock.timed();
     }
 }
 
