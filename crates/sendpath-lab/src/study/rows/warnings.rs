@@ -146,8 +146,8 @@ impl Row {
             "this row mixes zero-copy and copied sends"
         };
         Some(format!(
-            "{:.0}% of {sends} {} sends went by copy ({}): {advice}; {measures}",
-            fell as f64 * 100.0 / sends.max(1) as f64,
+            "{} of {sends} {} sends went by copy ({}): {advice}; {measures}",
+            share(fell, sends),
             self.strategy,
             reasons.join(", ")
         ))
@@ -174,5 +174,16 @@ impl Row {
             ));
         }
         out
+    }
+}
+
+/// `part` of `whole` as a percentage that never reads 0% when some were: whole percent from 1%
+/// up, one decimal below it, "<0.1%" below that.
+fn share(part: u64, whole: u64) -> String {
+    let pct = part as f64 * 100.0 / whole.max(1) as f64;
+    match pct {
+        p if p >= 1.0 || part == 0 => format!("{p:.0}%"),
+        p if p >= 0.1 => format!("{p:.1}%"),
+        _ => "<0.1%".to_string(),
     }
 }
