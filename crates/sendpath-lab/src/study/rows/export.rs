@@ -385,7 +385,14 @@ pub(crate) fn notification_line(row: &Row) -> Option<String> {
         z.completion_max_us,
     ) {
         (Some(a), Some(b), Some(c)) => {
-            format!("; from send to completion read: p50 {a:.1}, p99 {b:.1}, max {c:.1} us")
+            // One unit for the three, the one that suits the largest.
+            let (div, unit) = match c {
+                c if c >= 1e6 => (1e6, "s"),
+                c if c >= 1e4 => (1e3, "ms"),
+                _ => (1.0, "us"),
+            };
+            let (a, b, c) = (a / div, b / div, c / div);
+            format!("; from send to completion read: p50 {a:.1}, p99 {b:.1}, max {c:.1} {unit}")
         }
         _ => String::new(),
     };
@@ -499,6 +506,24 @@ mod tests {
     use crate::study::rows::Workload;
     use crate::study::rows::{Html, Markdown};
     use crate::window::Repeat;
+
+    #[test]
+    fn completion_ages_are_read_in_one_unit_that_suits_them() {
+        let line = |p50, p99, max| {
+            let mut row = Row::default();
+            let z = &mut row.zerocopy;
+            z.completions_per_notification = Some(8.0);
+            (
+                z.completion_p50_us,
+                z.completion_p99_us,
+                z.completion_max_us,
+            ) = (Some(p50), Some(p99), Some(max));
+            notification_line(&row).unwrap()
+        };
+        assert!(line(6.7, 20.0, 90.0).ends_with("p50 6.7, p99 20.0, max 90.0 us"));
+        assert!(line(313.3, 1638.4, 22446.0).ends_with("p50 0.3, p99 1.6, max 22.4 ms"));
+        assert!(line(1107296.3, 2080374.8, 2080374.8).ends_with("p50 1.1, p99 2.1, max 2.1 s"));
+    }
 
     #[test]
     fn every_exporter_renders_the_same_rows() {
