@@ -510,17 +510,20 @@ fn uring_zc_fixed_buffers_are_byte_exact() {
         uring_fixed_buffers: true,
         ..Options::default()
     };
+    let table = (opts.inflight.max_sends + 2 * opts.uring_depth) as u64;
     let o = stream(Strategy::UringZc, 65536, 1, 300, opts, NO_PAUSE);
     report("uring-zc fixed", &o);
     assert_intact(&o);
     assert_eq!(o.stats.zerocopy.completions, o.stats.zerocopy.attempts);
-    // Every SEND_ZC went from a registered buffer, and most sends were SEND_ZC (a few may
-    // go by copy under the in-flight cap): before, a run that registered none passed.
+    // Most sends were SEND_ZC (a few may go by copy under the in-flight cap), and each of the
+    // first buffers the table holds went registered: before, a run that registered none
+    // passed. Registered sends are not held to the cap, so while notifications are slow (a
+    // loaded host) the pool outgrows the table and its newer buffers go unregistered.
     let z = &o.stats.zerocopy;
     assert!(z.attempts >= 150, "{z:?}");
-    assert_eq!(
-        z.registered, z.attempts,
-        "every SEND_ZC from a registered buffer"
+    assert!(
+        z.registered >= z.attempts.min(table),
+        "every SEND_ZC from a buffer the table could hold: {z:?}"
     );
 }
 
