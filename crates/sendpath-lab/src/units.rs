@@ -78,6 +78,20 @@ pub fn fmt_size(b: usize) -> String {
     format!("{b}B")
 }
 
+/// A fraction (0..=1) as a percentage that reads 0% only when none were and 100% only when
+/// all were: whole percent from 1% to 99%, one decimal outside it, "<0.1%" and ">99.9%" at
+/// the ends.
+pub(crate) fn percent(f: f64) -> String {
+    match f * 100.0 {
+        p if p <= 0.0 => "0%".into(),
+        p if p < 0.1 => "<0.1%".into(),
+        p if p < 1.0 || (99.0..99.9).contains(&p) => format!("{p:.1}%"),
+        p if p < 99.0 => format!("{p:.0}%"),
+        p if p < 100.0 => ">99.9%".into(),
+        _ => "100%".into(),
+    }
+}
+
 /// `4KiB` or `4KiB .. 1MiB`.
 pub(crate) fn size_range(from: usize, to: usize) -> String {
     if from == to {
@@ -149,5 +163,17 @@ mod tests {
         assert!(parse_duration("99999999999999999999").is_err());
         assert!(parse_duration("inf").is_err());
         assert!(parse_duration("NaN").is_err());
+    }
+
+    #[test]
+    fn a_percentage_reads_none_or_all_only_when_it_is() {
+        let said: Vec<_> = [0.0, 0.0002, 0.002, 0.0096, 0.5, 0.987, 0.995, 0.9996, 1.0]
+            .into_iter()
+            .map(percent)
+            .collect();
+        let want = [
+            "0%", "<0.1%", "0.2%", "1.0%", "50%", "99%", "99.5%", ">99.9%", "100%",
+        ];
+        assert_eq!(said, want);
     }
 }

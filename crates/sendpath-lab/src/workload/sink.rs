@@ -101,8 +101,8 @@ fn report(
                         at.unwrap_or_default()
                     )
                 } else if mode == RecvMode::Zerocopy {
-                    let share = mapped as f64 * 100.0 / bytes.max(1) as f64;
-                    format!(", {share:.0}% mapped (TCP_ZEROCOPY_RECEIVE), the rest copied")
+                    let share = crate::units::percent(mapped as f64 / bytes.max(1) as f64);
+                    format!(", {share} mapped (TCP_ZEROCOPY_RECEIVE), the rest copied")
                 } else {
                     String::new()
                 };

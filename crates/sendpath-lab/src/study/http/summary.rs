@@ -305,7 +305,7 @@ fn closed_table(r: &StudyResults, body: usize, servers: &[String], conns: &[usiz
                 if copied.is_empty() {
                     "-".into()
                 } else {
-                    format!("{:.0}%", 100.0 * median(copied.into_iter()).unwrap_or(0.0))
+                    crate::units::percent(median(copied.into_iter()).unwrap_or(0.0))
                 },
             );
         }
@@ -428,7 +428,7 @@ fn send_vs_send_zc(r: &StudyResults, body: usize, servers: &[String], conns: &[u
             ms(pa),
             ms(pb),
             delta(pa, pb),
-            copied.map_or("unknown".into(), |f| format!("{:.0}%", f * 100.0)),
+            copied.map_or("unknown".into(), crate::units::percent),
         );
     }
     s

@@ -368,20 +368,20 @@ fn copied_notice(r: &Results, route: &str) -> Option<String> {
     let names = names.into_iter().collect::<Vec<_>>().join(" and ");
     Some(if receiver_here {
         format!(
-            "This host copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the kernel's COPIED flag. \
+            "This host copied the \"zero-copy\" sends: up to {} of {names} completions carried the kernel's COPIED flag. \
              The receiver was on the same host, and the kernel always copies pinned pages when they reach a local socket. \
              So the zero-copy numbers here measure the zero-copy bookkeeping (pinning, notifications) plus a copy, and \
              say nothing about the gain on a real NIC: run `sendpath agent` on a remote host and `sendpath sweep --agent HOST` \
              for that, or `sendpath sweep --preset udp-zerocopy` (root) for UDP zero-copy that this host does not copy. \
              sendfile, splice and vmsplice do avoid the send-side copy here.",
-            max * 100.0
+            crate::units::percent(max)
         )
     } else {
         format!(
-            "The kernel copied the \"zero-copy\" sends: up to {:.0}% of {names} completions carried the COPIED flag, \
+            "The kernel copied the \"zero-copy\" sends: up to {} of {names} completions carried the COPIED flag, \
              with the receiver {route}. Either the route delivered them locally (a receiver on this host) or the device \
              cannot send from user pages; either way the zero-copy rows measure bookkeeping plus a copy.",
-            max * 100.0,
+            crate::units::percent(max),
         )
     })
 }

@@ -122,7 +122,7 @@ pub(crate) fn verdict(path: Strategy, claim: Option<Claim>, n: &Counted) -> Stri
         ));
     }
     if let Some(f) = n.zc_copied.filter(|&f| f > 0.5) {
-        says.push(format!("here the kernel copied {:.0}% of the zero-copy sends after the fact (their COPIED flag): the claim holds only where the receiver is on another host", f * 100.0));
+        says.push(format!("here the kernel copied {} of the zero-copy sends after the fact (their COPIED flag): the claim holds only where the receiver is on another host", crate::units::percent(f)));
     }
     if let Some(r) = n.receive[0].filter(|&r| r > 0.5) {
         says.push(format!("no study counts the receiver's copy into user memory: {r:.2} B per byte with a receiver that reads"));

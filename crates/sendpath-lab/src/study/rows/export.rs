@@ -425,7 +425,7 @@ pub(crate) fn table_line(row: &Row) -> String {
     let t = row.throughput_gbps;
     let copied = match (row.zerocopy.counts.attempts, row.zerocopy.copied_fraction) {
         (0, _) => "-".to_string(),
-        (_, Some(f)) => format!("{:.0}%", f * 100.0),
+        (_, Some(f)) => crate::units::percent(f),
         (_, None) => "unknown".to_string(),
     };
     let fb = row.zerocopy.counts.fallbacks.total();
@@ -441,7 +441,9 @@ pub(crate) fn table_line(row: &Row) -> String {
             "  verified {} B, {} bad",
             row.integrity.bytes_verified, row.integrity.mismatches
         ),
-        (Receiver::Zerocopy, Some(f)) => format!("  received {:.0}% mapped", f * 100.0),
+        (Receiver::Zerocopy, Some(f)) => {
+            format!("  received {} mapped", crate::units::percent(f))
+        }
         _ => String::new(),
     };
     let decided = row.zerocopy.decisions.map_or(String::new(), |d| {

@@ -102,7 +102,7 @@ fn results_table(r: &Results) -> Table {
             cpu_cell(x, |c| Some(c.system)),
             x.zerocopy
                 .copied_fraction
-                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+                .map_or("-".into(), crate::units::percent),
             x.zerocopy.counts.fallbacks.total().to_string(),
             x.latency_us
                 .map_or("-".into(), |l| format!("{:.1}/{:.1}", l.p50, l.p99)),
@@ -236,7 +236,7 @@ fn zerocopy_paper_table(r: &Results) -> Option<Table> {
             format!("{:.3}", zc.system_softirq),
             z.zerocopy
                 .copied_fraction
-                .map_or("-".into(), |f| format!("{:.0}%", f * 100.0)),
+                .map_or("-".into(), crate::units::percent),
             z.zerocopy
                 .completions_per_notification
                 .map_or("-".into(), |c| format!("{c:.1}")),

@@ -84,7 +84,7 @@ fn paths_table(r: &Results, sizes: &BTreeSet<usize>) -> Table {
             .iter()
             .flatten()
             .filter_map(|x| x.zerocopy.copied_fraction)
-            .map(|f| format!("{:.0}%", f * 100.0))
+            .map(crate::units::percent)
             .collect();
         t.rows.push(vec![
             fmt_size(s),

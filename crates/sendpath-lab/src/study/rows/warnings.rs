@@ -9,8 +9,8 @@ impl Row {
         self.warnings = self.zerocopy.note.iter().cloned().collect();
         if let Some(f) = self.zerocopy.copied_fraction.filter(|f| *f > 0.5) {
             self.warnings.push(format!(
-                "the kernel copied {:.0}% of the zero-copy sends (it always does when the receiver is on this host): this measures zero-copy bookkeeping plus a copy",
-                f * 100.0
+                "the kernel copied {} of the zero-copy sends (it always does when the receiver is on this host): this measures zero-copy bookkeeping plus a copy",
+                crate::units::percent(f)
             ));
         }
         if self.strategy == sendpath::Strategy::MsgZerocopy
@@ -76,11 +76,10 @@ impl Row {
         // Rows without an arena have no share, and no warning.
         self.arena_registered?;
         let z = &self.zerocopy.counts;
-        let share = z.registered as f64 / z.attempts.max(1) as f64;
-        (z.attempts > 0 && share < 0.5).then(|| {
+        (z.attempts > 0 && z.registered * 2 < z.attempts).then(|| {
             format!(
-                "--arena: only {:.0}% of the zero-copy sends went from the arena by index; the rest came from the heap, as the arena had too few slots for the buffers in flight (give --arena more bytes), or from a part of it the kernel did not register (`ulimit -l`, said above if so)",
-                share * 100.0
+                "--arena: only {} of the zero-copy sends went from the arena by index; the rest came from the heap, as the arena had too few slots for the buffers in flight (give --arena more bytes), or from a part of it the kernel did not register (`ulimit -l`, said above if so)",
+                share(z.registered, z.attempts)
             )
         })
     }
@@ -177,13 +176,7 @@ impl Row {
     }
 }
 
-/// `part` of `whole` as a percentage that never reads 0% when some were: whole percent from 1%
-/// up, one decimal below it, "<0.1%" below that.
+/// `part` of `whole` as a [`percent`](crate::units::percent).
 fn share(part: u64, whole: u64) -> String {
-    let pct = part as f64 * 100.0 / whole.max(1) as f64;
-    match pct {
-        p if p >= 1.0 || part == 0 => format!("{p:.0}%"),
-        p if p >= 0.1 => format!("{p:.1}%"),
-        _ => "<0.1%".to_string(),
-    }
+    crate::units::percent(part as f64 / whole.max(1) as f64)
 }
