@@ -208,7 +208,11 @@ pub struct ZerocopyCounts {
     /// Completion ids that matched no outstanding send.
     #[serde(default)]
     pub unexpected: u64,
-    /// Zero-copy sends made from a registered (fixed) buffer.
+    /// Zero-copy sends made from a registered (fixed) buffer. With
+    /// [`Options::uring_fixed_buffers`](crate::Options::uring_fixed_buffers) the ring's table
+    /// holds `inflight.max_sends + 2 * uring_depth` buffers per connection (16384 at most);
+    /// buffers past it go unregistered (registered sends are not held to the in-flight cap,
+    /// so a pool grows while notifications are slow).
     #[serde(default, alias = "registered_sends")]
     pub registered: u64,
     /// Sends meant to be zero-copy that went by copy, by reason.

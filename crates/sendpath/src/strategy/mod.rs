@@ -496,11 +496,7 @@ pub struct Options {
     pub uring_depth: usize,
     /// Ask SEND_ZC for usage reporting (`IORING_SEND_ZC_REPORT_USAGE`) so copies are seen.
     pub uring_report_usage: bool,
-    /// Send SEND_ZC from registered (fixed) buffers. The ring's table holds
-    /// `inflight.max_sends + 2 * uring_depth` buffers per connection (16384 at most); buffers
-    /// past it (registered sends are not held to the in-flight cap, so a pool grows while
-    /// notifications are slow) go unregistered, and `ZerocopyCounts::registered` counts the
-    /// sends that were registered.
+    /// Send SEND_ZC from registered (fixed) buffers ([`crate::ZerocopyCounts::registered`]).
     pub uring_fixed_buffers: bool,
     /// New buffers of a ring's connections come from one arena the ring registers once,
     /// and its sends name them by index ([`ArenaConfig`](crate::ArenaConfig)); `None`: from
