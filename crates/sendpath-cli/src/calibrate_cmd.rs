@@ -133,8 +133,10 @@ fn print_profile(profile: &Profile) {
                         p.ratio_max,
                         p.wins,
                         m.rounds,
-                        p.copied_fraction
-                            .map_or(String::new(), |f| format!(" copied {:.0}%", f * 100.0))
+                        p.copied_fraction.map_or(String::new(), |f| format!(
+                            " copied {}",
+                            sendpath_lab::units::percent(f)
+                        ))
                     )
                 })
         };

@@ -118,7 +118,7 @@ fn print_serve(r: &ServeReport) {
     if let Some(s) = &r.send_stats {
         let copied = r
             .copied_fraction
-            .map_or_else(|| "unknown".to_string(), |f| format!("{:.1}%", f * 100.0));
+            .map_or_else(|| "unknown".to_string(), sendpath_lab::units::percent);
         say!(
             "sends: zero-copy attempts {}, copied {}; fallbacks: {}; CQ overflows {}{}",
             s.zerocopy.attempts,

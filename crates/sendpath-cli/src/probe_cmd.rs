@@ -231,9 +231,9 @@ fn route_lines(routes: &[sendpath_lab::workload::routes::RouteZeroCopy]) -> Vec<
             .map(|r| match (&r.error, r.copied_fraction) {
                 (Some(e), _) => format!("{}: not tried ({e})", r.path),
                 (None, Some(f)) => format!(
-                    "{}: {:.0}% of {} completions copied",
+                    "{}: {} of {} completions copied",
                     r.path,
-                    f * 100.0,
+                    sendpath_lab::units::percent(f),
                     r.completions
                 ),
                 (None, None) => format!(

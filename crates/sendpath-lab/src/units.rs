@@ -81,12 +81,13 @@ pub fn fmt_size(b: usize) -> String {
 /// A fraction (0..=1) as a percentage that reads 0% only when none were and 100% only when
 /// all were: whole percent from 1% to 99%, one decimal outside it, "<0.1%" and ">99.9%" at
 /// the ends.
-pub(crate) fn percent(f: f64) -> String {
+pub fn percent(f: f64) -> String {
     match f * 100.0 {
         p if p <= 0.0 => "0%".into(),
         p if p < 0.1 => "<0.1%".into(),
-        p if p < 1.0 || (99.0..99.9).contains(&p) => format!("{p:.1}%"),
+        p if p < 1.0 => format!("{p:.1}%"),
         p if p < 99.0 => format!("{p:.0}%"),
+        p if p < 99.9 => format!("{p:.1}%"),
         p if p < 100.0 => ">99.9%".into(),
         _ => "100%".into(),
     }

@@ -51,8 +51,8 @@ impl Row {
         if let Some(fc) = &self.file_cache {
             if fc.cold && fc.resident_fraction.is_some_and(|f| f > 0.05) {
                 self.warnings.push(format!(
-                    "--cold: {:.0}% of the file was still in the page cache at window start",
-                    fc.resident_fraction.unwrap_or(0.0) * 100.0
+                    "--cold: {} of the file was still in the page cache at window start",
+                    crate::units::percent(fc.resident_fraction.unwrap_or(0.0))
                 ));
             }
         }

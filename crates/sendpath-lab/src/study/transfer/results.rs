@@ -142,12 +142,12 @@ impl TransferRow {
         self.warnings = self.note.iter().cloned().collect();
         match (self.cache, self.resident_fraction) {
             (Cache::Cold, Some(f)) if f > 0.05 => self.warnings.push(format!(
-                "cold: {:.0}% of the file was still in the page cache at the start (a memory filesystem? set TMPDIR to a directory on a disk)",
-                f * 100.0
+                "cold: {} of the file was still in the page cache at the start (a memory filesystem? set TMPDIR to a directory on a disk)",
+                crate::units::percent(f)
             )),
             (Cache::Warm, Some(f)) if f < 0.95 => self.warnings.push(format!(
-                "warm: only {:.0}% of the file was in the page cache at the start (memory pressure?)",
-                f * 100.0
+                "warm: only {} of the file was in the page cache at the start (memory pressure?)",
+                crate::units::percent(f)
             )),
             _ => {}
         }
