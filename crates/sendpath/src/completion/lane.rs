@@ -1,29 +1,36 @@
-//! The datagram lane's completions, counted where they are read (the ring does, in
-//! `sys/uring/lane.rs`): per datagram, which of a SEND_ZC's result and notification came
-//! first; per connection, what they came to, as the counts its state would have made one
-//! completion at a time ([`LaneTally`], handed to the connection once per reap). A result that
-//! sent nothing fails the datagram, whose slot goes back to its connection. Every count is
-//! the one the connection's queue makes for a queued datagram (`send/lane.rs` tests the two
-//! against each other); tested here on simulated completions.
+//! The lanes' completions, counted where they are read (the ring does, in
+//! `sys/uring/lane.rs`): per request (a datagram, or a stream's vectored send of equal
+//! messages), which of a SEND_ZC's result and notification came first; per connection, what
+//! they came to, as the counts its state would have made one completion at a time
+//! ([`LaneTally`], handed to the connection once per reap). A datagram's result that sent
+//! nothing, or a stream's that sent less than all, fails the request, whose slots go back to
+//! its connection. Every count is the one the connection's queue makes for the same sends
+//! (`send/lane.rs` tests the two against each other); tested here on simulated completions.
 
-/// A datagram of the lane, by its ring slot: what its completions are counted against.
+/// A request of a lane, by its ring slot (a datagram) or group (a stream's vectored send):
+/// what its completions are counted against.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct LaneDatagram {
+pub(crate) struct LaneRequest {
+    /// Its bytes, in all.
     len: u32,
+    /// The messages it carries, of equal length: 1 for a datagram.
+    sends: u16,
+    /// A stream's: anything short of all its bytes fails it.
+    stream: bool,
     zc: bool,
     registered: bool,
     /// Awaiting a completion.
     live: bool,
-    /// Its result came, with `F_MORE`: whether it sent bytes.
-    result: Option<bool>,
+    /// Its result came, with `F_MORE`: how many of its sends transmitted bytes.
+    result: Option<u16>,
     /// Its notification came before its result: whether the kernel copied.
     notif: Option<bool>,
 }
 
-/// A lane datagram whose result sent nothing, for its connection: what it was.
+/// A lane request whose result failed it, for its connection: what it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LaneSend {
-    /// Its bytes.
+    /// Its bytes, in all.
     pub(crate) len: usize,
     /// It went by SEND_ZC.
     pub(crate) zc: bool,
@@ -49,8 +56,9 @@ pub(crate) struct LaneTally {
     pub(crate) copied: u64,
     /// Completions that matched no datagram of the lane awaiting one.
     pub(crate) unexpected: u64,
-    /// How long each timed completion took (ns since its buffer went to the ring).
-    pub(crate) ages: Vec<u64>,
+    /// How long each timed completion took (ns since its buffer went to the ring), with
+    /// the sends it speaks for.
+    pub(crate) ages: Vec<(u64, u64)>,
     /// In the ring's list of tallies to hand over ([`LaneTally::list`]).
     listed: bool,
 }
@@ -63,17 +71,39 @@ pub(crate) struct LaneStep {
     pub(crate) failed: bool,
 }
 
-impl LaneDatagram {
+impl LaneRequest {
     /// A datagram of `len` bytes just pushed (by SEND_ZC when `zc`, from a registered buffer
     /// when `registered`).
-    pub(crate) fn new(len: usize, zc: bool, registered: bool) -> LaneDatagram {
-        LaneDatagram {
+    pub(crate) fn new(len: usize, zc: bool, registered: bool) -> LaneRequest {
+        LaneRequest {
             len: len as u32,
+            sends: 1,
+            stream: false,
             zc,
             registered,
             live: true,
             result: None,
             notif: None,
+        }
+    }
+
+    /// A stream's vectored send of `sends` messages of `len` bytes each, just pushed.
+    pub(crate) fn stream(len: usize, sends: usize, zc: bool, registered: bool) -> LaneRequest {
+        LaneRequest {
+            len: (len * sends) as u32,
+            sends: sends as u16,
+            stream: true,
+            ..LaneRequest::new(0, zc, registered)
+        }
+    }
+
+    /// How many of its sends a result of `res` reached: all when it sent all, none when it
+    /// sent nothing, else those its bytes began.
+    fn transmitted(&self, res: i32) -> u16 {
+        match res {
+            ..=0 => 0,
+            n if n as u32 >= self.len => self.sends,
+            n => (n as u32).div_ceil(self.len / u32::from(self.sends).max(1)) as u16,
         }
     }
 
@@ -92,7 +122,7 @@ impl LaneTally {
     #[inline]
     pub(crate) fn on_result(
         &mut self,
-        d: &mut LaneDatagram,
+        d: &mut LaneRequest,
         res: i32,
         more: bool,
         age_ns: Option<u64>,
@@ -101,7 +131,7 @@ impl LaneTally {
             self.unexpected += 1;
             return LaneStep::default();
         }
-        let transmitted = res > 0;
+        let transmitted = d.transmitted(res);
         let mut last = true;
         if d.zc && more {
             match d.notif {
@@ -113,7 +143,11 @@ impl LaneTally {
             self.end(d);
         }
         let len = d.len as usize;
-        let failed = !(transmitted || (res == 0 && len == 0));
+        let failed = match d.stream {
+            // The connection settles it, as a chain: it counts what it sent.
+            true => res < 0 || res as usize != len,
+            false => !(res > 0 || (res == 0 && len == 0)),
+        };
         if !failed {
             self.sent += 1;
             self.bytes += res as u64;
@@ -127,7 +161,7 @@ impl LaneTally {
     #[inline]
     pub(crate) fn on_notification(
         &mut self,
-        d: &mut LaneDatagram,
+        d: &mut LaneRequest,
         copied: bool,
         age_ns: Option<u64>,
     ) -> LaneStep {
@@ -148,21 +182,23 @@ impl LaneTally {
         }
     }
 
-    fn end(&mut self, d: &mut LaneDatagram) {
+    fn end(&mut self, d: &mut LaneRequest) {
         d.live = false;
         if d.zc {
             let e = &mut self.ended[usize::from(d.registered)];
-            *e = (e.0 + 1, e.1 + d.len as usize);
+            *e = (e.0 + usize::from(d.sends), e.1 + d.len as usize);
         }
     }
 
-    /// A zero-copy datagram's two completions are in: a completion if it sent bytes.
-    fn outcome(&mut self, transmitted: bool, copied: bool, age_ns: Option<u64>) {
-        if transmitted {
-            self.completions += 1;
-            self.copied += u64::from(copied);
+    /// A zero-copy request's two completions are in: a completion for each of its sends that
+    /// transmitted bytes.
+    fn outcome(&mut self, transmitted: u16, copied: bool, age_ns: Option<u64>) {
+        if transmitted > 0 {
+            let n = u64::from(transmitted);
+            self.completions += n;
+            self.copied += n * u64::from(copied);
             if let Some(age) = age_ns {
-                self.ages.push(age);
+                self.ages.push((age, n));
             }
         }
     }
@@ -187,8 +223,8 @@ impl LaneTally {
 mod tests {
     use super::*;
 
-    fn zc() -> LaneDatagram {
-        LaneDatagram::new(100, true, true)
+    fn zc() -> LaneRequest {
+        LaneRequest::new(100, true, true)
     }
 
     #[test]
@@ -204,7 +240,7 @@ mod tests {
         assert_eq!((t.sent, t.bytes, t.short), (2, 160, 1));
         assert_eq!((t.completions, t.copied, t.notifications), (2, 1, 2));
         assert_eq!(t.ended, [(0, 0), (2, 200)]);
-        assert_eq!(t.ages, [5, 7]);
+        assert_eq!(t.ages, [(5, 1), (7, 1)]);
         // A third completion of either is unexpected and changes nothing.
         assert_eq!(t.on_notification(&mut a, false, None), step(false, false));
         assert_eq!(t.on_result(&mut b, 100, false, None), step(false, false));
@@ -214,7 +250,7 @@ mod tests {
     #[test]
     fn a_result_that_sent_nothing_fails_and_its_notification_still_ends_it() {
         let mut t = LaneTally::default();
-        let mut d = LaneDatagram::new(100, true, false);
+        let mut d = LaneRequest::new(100, true, false);
         let failed = t.on_result(&mut d, -libc::EAGAIN, true, None);
         assert_eq!((failed.last, failed.failed), (false, true));
         assert_eq!(d.send().len, 100);
@@ -224,9 +260,9 @@ mod tests {
         assert_eq!(t.ended, [(1, 100), (0, 0)], "pinned: out of the ledger");
         assert!(t.ages.is_empty(), "no data, no completion timed");
         // A copy ends with its result; an empty datagram's 0 is no failure, another's is.
-        let mut copy = LaneDatagram::new(100, false, false);
+        let mut copy = LaneRequest::new(100, false, false);
         assert!(t.on_result(&mut copy, 0, false, None).failed);
-        let mut empty = LaneDatagram::new(0, false, false);
+        let mut empty = LaneRequest::new(0, false, false);
         let s = t.on_result(&mut empty, 0, false, None);
         assert!(s.last && !s.failed);
         assert_eq!((t.sent, t.ended), (1, [(1, 100), (0, 0)]));

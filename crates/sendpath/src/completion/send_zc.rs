@@ -161,7 +161,7 @@ struct Due {
 /// `F_MORE`).
 ///
 /// A datagram's request has no entry until its result: its sender keeps it in flight until
-/// then and matches the result itself ([`SendZcLedger::submitted_datagrams`]). From its result
+/// then and matches the result itself ([`SendZcLedger::submitted_unkeyed`]). From its result
 /// it waits in `due`, in the order results came, which is the order notifications come as a
 /// rule: one look at the front ends it, where a table entry is made, looked up and taken.
 #[derive(Debug, Default)]
@@ -225,18 +225,19 @@ impl SendZcLedger {
         }
     }
 
-    /// `sends` datagrams of `bytes` in all went in SEND_ZC requests, one each (from a
-    /// registered buffer or not): in flight, with no entry until their result
-    /// ([`SendZcLedger::on_datagram_result`]).
+    /// `sends` sends of `bytes` in all went in SEND_ZC requests that get no entry (from
+    /// registered buffers or not): datagrams, one each, with none until their result
+    /// ([`SendZcLedger::on_datagram_result`]), and the lanes' requests, whose completions their
+    /// sender matches itself ([`SendZcLedger::unkeyed_ended`]). In flight.
     #[inline]
-    pub(crate) fn submitted_datagrams(&mut self, sends: usize, bytes: usize, registered: bool) {
+    pub(crate) fn submitted_unkeyed(&mut self, sends: usize, bytes: usize, registered: bool) {
         self.count(sends, bytes, registered, true);
     }
 
-    /// `sends` datagrams of `bytes` in all that went in SEND_ZC requests ended (their last
-    /// completion came) where their sender matched their completions itself.
+    /// `sends` sends of `bytes` in all that went in SEND_ZC requests with no entry ended
+    /// (their last completion came) where their sender matched their completions itself.
     #[inline]
-    pub(crate) fn datagrams_ended(&mut self, sends: usize, bytes: usize, registered: bool) {
+    pub(crate) fn unkeyed_ended(&mut self, sends: usize, bytes: usize, registered: bool) {
         self.count(sends, bytes, registered, false);
     }
 
@@ -571,7 +572,7 @@ mod tests {
         let mut l = SendZcLedger::new();
         let sent = |copied| Completion { copied, sends: 1 };
         for _ in 1..=4 {
-            l.submitted_datagrams(1, 100, false);
+            l.submitted_unkeyed(1, 100, false);
         }
         assert_eq!((l.inflight(), l.inflight_bytes()), (4, 400));
         assert_eq!(l.on_datagram_result(1, 100, true, (100, false)), None);
@@ -593,7 +594,7 @@ mod tests {
         assert_eq!(l.on_notification(1, false), Unexpected);
         assert_eq!((l.inflight(), l.inflight_bytes()), (0, 0));
         // Before its result (its sender knows it is in flight): settled by the result.
-        l.submitted_datagrams(1, 50, false);
+        l.submitted_unkeyed(1, 50, false);
         l.notified_early(5, true);
         assert_eq!(
             l.on_datagram_result(5, 50, true, (50, false)),
@@ -608,7 +609,7 @@ mod tests {
         let mut l = SendZcLedger::new();
         l.submitted_sends(1, 800, 8, true);
         l.submitted_sends(2, 100, 1, false);
-        l.submitted_datagrams(1, 50, true);
+        l.submitted_unkeyed(1, 50, true);
         assert_eq!((l.inflight(), l.inflight_bytes()), (10, 950));
         assert_eq!(l.pinned(), (1, 100));
         // A short vectored request: its unsent buffers leave both counts.
@@ -631,7 +632,7 @@ mod tests {
     fn datagrams_and_keyed_requests_share_the_counts_and_keep_their_own_entries() {
         let mut l = SendZcLedger::new();
         l.submitted(7, 10);
-        l.submitted_datagrams(1, 20, false);
+        l.submitted_unkeyed(1, 20, false);
         assert_eq!(l.on_datagram_result(8, 20, true, (20, false)), None);
         assert_eq!(l.on_result(7, 10, true), None);
         assert_eq!((l.inflight(), l.inflight_bytes()), (2, 30));

@@ -3,6 +3,7 @@
 //! the arena only after the kernel's last completion for it, as any buffer does.
 
 use super::{Conn, UringDriver};
+use crate::send::SendOp;
 use crate::sys::mem::ArenaMem;
 use crate::sys::uring::SendRing;
 use crate::{Buf, ConnId, Error, Result};
@@ -247,9 +248,9 @@ impl UringDriver {
     ) -> Result<()> {
         let (mut i, mut pushed) = (0, 0);
         while i < n {
-            let went = self.send_lane_run(id, len, i..n, fill)?;
+            let (went, requests) = self.send_lane_run(id, len, i..n, fill)?;
             if went > 0 {
-                (i, pushed) = (i + went, pushed + went);
+                (i, pushed) = (i + went, pushed + requests);
                 if self.lane_room(id) == 0 {
                     // A full batch in the kernel: submitted, and waited for in the same call.
                     self.enter_and_route(std::mem::take(&mut pushed), id)?;
@@ -292,29 +293,47 @@ impl UringDriver {
         self.conn_error(id)
     }
 
-    /// The datagram lane of [`UringDriver::send_in_place`]: on a datagram socket with room in
-    /// the kernel and nothing queued or to resend, as many of messages `at` as there is room
-    /// for are written in parked slots and pushed at once, each one request
-    /// ([`SendRing::push_lane`](crate::sys::uring::SendRing::push_lane)), submitted with the
-    /// next wait. Returns how many went (0 when the lane does not apply or no slot is free:
-    /// the caller queues them).
+    /// The lanes of [`UringDriver::send_in_place`]: with room in the kernel and nothing
+    /// queued or to resend, as many of messages `at` as there is room for are written in
+    /// parked slots and pushed at once, on a datagram socket each one request
+    /// ([`SendRing::push_lane`](crate::sys::uring::SendRing::push_lane)), on a stream socket
+    /// a full batch one vectored request ([`UringDriver::stream_lane_run`]), submitted with
+    /// the next wait. Returns how many messages went and in how many requests (0 when the
+    /// lane does not apply or no slot is free: the caller queues them).
     fn send_lane_run(
         &mut self,
         id: ConnId,
         len: usize,
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> Result<usize> {
-        let room = self.open_conn_mut(id)?.state.lane_room();
+    ) -> Result<(usize, usize)> {
+        let st = &mut self.open_conn_mut(id)?.state;
+        let room = st.lane_room();
         let at = at.start..at.end.min(at.start + room);
-        if at.is_empty() {
-            return Ok(0);
+        // A stream's messages go by the lane a full request at a time (`depth` of them, as
+        // the queue's way batches them); fewer wait in the queue for the next.
+        if at.is_empty() || (!st.datagrams() && at.len() < room) {
+            return Ok((0, 0));
         }
+        // In one request, by one operation: decided before any is written.
+        let stream = match st.datagrams() {
+            true => None,
+            false => match self.stream_lane_op(id, at.len(), len) {
+                Some(op) => Some(op),
+                None => return Ok((0, 0)),
+            },
+        };
         let mut written = std::mem::take(&mut self.written);
         self.ring
             .fill_parked(id.idx, len, at.clone(), fill, &mut written);
         if written.is_empty() && self.park_fresh(id, len, at.len()) > 0 {
             self.ring.fill_parked(id.idx, len, at, fill, &mut written);
+        }
+        if let Some(op) = stream.filter(|_| !written.is_empty()) {
+            let went = self.stream_lane_run(id, &written, len, op);
+            written.clear();
+            self.written = written;
+            return Ok((went, usize::from(went > 0)));
         }
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
@@ -359,7 +378,47 @@ impl UringDriver {
         }
         written.clear();
         self.written = written;
-        Ok(pushed)
+        Ok((pushed, pushed))
+    }
+
+    /// The operation of `id`'s next stream lane request of up to `n` messages of `len` bytes
+    /// ([`ConnState::stream_lane_op`](crate::send::ConnState::stream_lane_op)), within the
+    /// ring's zero-copy budget.
+    fn stream_lane_op(&mut self, id: ConnId, n: usize, len: usize) -> Option<SendOp> {
+        let cap = self.cfg.ring_zc_inflight;
+        let state = &mut self.conns[id.index()].as_mut()?.state;
+        if let Some(cap) = cap {
+            state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
+        }
+        state.stream_lane_op(n, len)
+    }
+
+    /// The stream lane: messages `written` in held parked slots of `id` (`len` bytes each)
+    /// pushed as one vectored request by `op`. When the ring refuses it, the connection fails
+    /// (as for a chain) and the slots go back. Returns how many went.
+    fn stream_lane_run(&mut self, id: ConnId, written: &[u32], len: usize, op: SendOp) -> usize {
+        let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
+        let before = state.zc_inflight();
+        let went = match self
+            .ring
+            .push_stream_lane(sock.as_fd(), id.idx, written, len, op)
+        {
+            Ok((_, registered)) => {
+                state.stream_lane_pushed(written, len, op, registered);
+                written.len()
+            }
+            Err(_) => {
+                state.fail(libc::EBUSY);
+                for &slot in written {
+                    if let Some(b) = self.ring.unhold(slot) {
+                        state.on_released(b);
+                    }
+                }
+                0
+            }
+        };
+        self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
+        went
     }
 
     /// [`ConnState::lane_room`](crate::send::ConnState::lane_room) of `id` (0 for no open

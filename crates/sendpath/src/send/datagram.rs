@@ -183,7 +183,7 @@ impl ConnState {
     pub(super) fn count_datagrams(&mut self, n: usize, len: usize, zc: bool, registered: bool) {
         self.count_requests(n, n, zc, registered);
         if zc {
-            self.ledger.submitted_datagrams(n, n * len, registered);
+            self.ledger.submitted_unkeyed(n, n * len, registered);
         }
         // In the ledger now: no longer a choice of this batch (`decide` counts both).
         self.deciding = (0, 0);

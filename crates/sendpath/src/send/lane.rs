@@ -1,31 +1,102 @@
-//! The datagram lane: datagrams written in place and pushed to the ring as they are written,
-//! past the queue ([`SendRing::push_lane`]). Each is one request the ring lets go of once
-//! pushed: its slot goes back to the arena with its last completion, and its completions are
-//! counted where they are read, into a [`LaneTally`] the connection takes once per reap
-//! ([`ConnState::on_lane_tally`]). The state keeps only how many are in the kernel. Every
-//! count is the one the queue's way would make ([`ConnState::submit_datagrams`] and
-//! [`ConnState::on_datagram_result`]); a datagram that sent nothing comes back to the state,
-//! held, and is resent by the queue's way or let go ([`ConnState::on_lane_failed`]).
+//! The lanes: messages written in place and pushed to the ring as they are written, past
+//! the queue. On a datagram socket each is one request ([`SendRing::push_lane`]); on a stream
+//! socket a run of them is one vectored request ([`SendRing::push_stream_lane`]), the one the
+//! connection has in the kernel, as a chain would be. The ring lets go of a lane's request
+//! once pushed: its slots go back to the arena with its last completion, and its completions
+//! are counted where they are read, into a [`LaneTally`] the connection takes once per reap
+//! ([`ConnState::on_lane_tally`]). The state keeps only how many are in the kernel (and a
+//! stream's slots). Every count is the one the queue's way would make; a datagram that sent
+//! nothing comes back to the state, held, and is resent by the queue's way or let go, and a
+//! stream's request that sent less than all is settled as its chain would be
+//! ([`ConnState::on_lane_failed`]).
 //!
 //! [`SendRing::push_lane`]: crate::sys::uring::SendRing::push_lane
+//! [`SendRing::push_stream_lane`]: crate::sys::uring::SendRing::push_stream_lane
 
-use super::{Choice, ConnState, SendOp};
-use crate::completion::{LaneSend, LaneTally};
+use super::{Choice, ConnState, Order, SendOp, MAX_IOV};
+use crate::completion::{ChainEntry, ChainResult, LaneSend, LaneTally};
+use crate::policy::{self, ZcDecision};
+
+/// A stream's request in the kernel by the lane: its slots, in order, each `len` bytes.
+#[derive(Debug, Default)]
+pub(super) struct LaneGroup {
+    slots: Vec<u32>,
+    len: usize,
+    zc: bool,
+}
 
 impl ConnState {
-    /// How many datagrams may go by the lane now: room in the kernel on a datagram socket with
-    /// nothing queued or to resend (which go first) and no error; 0 otherwise.
+    /// How many messages may go by the lane now: as many datagrams as the kernel has room
+    /// for, or on a stream socket with nothing in the kernel a vectored request's worth; 0
+    /// unless [`ConnState::lane_clear`].
     pub(crate) fn lane_room(&self) -> usize {
-        if !self.lane_clear() {
-            return 0;
+        match (self.lane_clear(), self.datagrams) {
+            (false, _) => 0,
+            (true, true) => self.cfg.depth.saturating_sub(self.datagrams_in_kernel()),
+            (true, false) if self.chain_in_flight() => 0,
+            (true, false) => self.cfg.depth.min(MAX_IOV),
         }
-        self.cfg.depth.saturating_sub(self.datagrams_in_kernel())
     }
 
-    /// Whether the lane would take datagrams once the kernel has room: a datagram socket with
-    /// nothing queued or to resend and no error.
+    /// Whether the lane would take messages once the kernel has room: nothing queued or to
+    /// resend (which go first) and no error, on a datagram socket, or on a stream socket
+    /// whose chains are vectored and whose operation is fixed (one request carries one).
     pub(crate) fn lane_clear(&self) -> bool {
-        self.datagrams && self.error.is_none() && self.queued.is_empty() && self.resend.is_empty()
+        let stream = self.cfg.order == Order::Vectored && self.chooser.fixed().is_some();
+        (self.datagrams || stream)
+            && self.error.is_none()
+            && self.queued.is_empty()
+            && self.resend.is_empty()
+    }
+
+    /// The operation of a stream's request of up to `n` messages of `len` bytes about to go
+    /// by the lane, when the queue's way would decide every one the same
+    /// ([`ConnState::stream_lane_pushed`] then decides them); `None` otherwise, the queue's
+    /// way then taking them.
+    pub(crate) fn stream_lane_op(&self, n: usize, len: usize) -> Option<SendOp> {
+        if self.chooser.fixed()? == Choice::Copy {
+            return Some(SendOp::Send);
+        }
+        let z = self.cfg.zc?;
+        // `decide` admits by the sends in flight and those chosen before in the request: the
+        // last of the `n` is admitted only if every one is.
+        let (pinned, bytes) = self.ledger.pinned();
+        let last = (n.max(1) - 1, (n.max(1) - 1) * len);
+        let admit = policy::admit(true, z.limits, pinned + last.0, bytes + last.1, len, true);
+        (self.zc_budget >= n && admit == ZcDecision::ZeroCopy).then_some(self.send_op(true))
+    }
+
+    /// A stream's request of the messages in `slots`, `len` bytes each, went by the lane as
+    /// `op` (from [`ConnState::stream_lane_op`] for as many or more), from registered
+    /// buffers when `registered`: decided and counted as the queue's way does its chain.
+    pub(crate) fn stream_lane_pushed(
+        &mut self,
+        slots: &[u32],
+        len: usize,
+        op: SendOp,
+        registered: bool,
+    ) {
+        let (n, zc) = (slots.len(), op != SendOp::Send);
+        if zc {
+            // As the queue's way decides each (`stream_lane_op` found every one admitted).
+            self.deciding = (0, 0);
+            let all = (0..n).fold(true, |all, _| self.decide(len) && all);
+            debug_assert!(all, "admitted by stream_lane_op");
+        }
+        self.stats.sends += n as u64;
+        if let Some(a) = &mut self.stats.arena {
+            a.slots += n as u64;
+        }
+        self.count_requests(1, n, zc, registered);
+        if zc {
+            self.ledger.submitted_unkeyed(n, n * len, registered);
+        }
+        self.deciding = (0, 0);
+        self.lane_in_kernel += 1;
+        let g = &mut self.lane_group;
+        g.slots.clear();
+        g.slots.extend_from_slice(slots);
+        (g.len, g.zc) = (len, zc);
     }
 
     /// The operation for a datagram of `len` bytes about to go by the lane, as the queue's
@@ -102,22 +173,39 @@ impl ConnState {
         z.unexpected += t.unexpected;
         for (registered, &(sends, bytes)) in [false, true].into_iter().zip(&t.ended) {
             if sends > 0 {
-                self.ledger.datagrams_ended(sends, bytes, registered);
+                self.ledger.unkeyed_ended(sends, bytes, registered);
             }
         }
         if t.completions > 0 {
             self.count_completions(t.completions, t.copied);
         }
-        for &age in &t.ages {
-            crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age, 1);
+        for &(age, n) in &t.ages {
+            crate::stats::record_ns_n(&mut self.stats.completion_latency_ns, age, n);
         }
     }
 
-    /// The lane's datagram `d` in `slot` sent nothing (`res`: 0 or `-errno`); the ring holds
-    /// the slot for the state again: resent by the queue's way, or let go.
+    /// The lane's datagram `d` in `slot` sent nothing (`res`: 0 or `-errno`), or the stream's
+    /// request sent less than all; the ring holds its slots for the state again. A datagram is
+    /// resent by the queue's way or let go; a stream's request is settled as a chain of one
+    /// request: the bytes it sent count, and what it left is resent first, in order.
     pub(crate) fn on_lane_failed(&mut self, slot: u32, d: LaneSend, res: i32) {
         self.lane_in_kernel = self.lane_in_kernel.saturating_sub(1);
-        self.datagram_failed(slot, d.len, d.zc, res);
+        if self.datagrams {
+            return self.datagram_failed(slot, d.len, d.zc, res);
+        }
+        let g = std::mem::take(&mut self.lane_group);
+        let mut chain = std::mem::take(&mut self.chain);
+        let entry = |&slot: &u32| ChainEntry {
+            slot,
+            start: 0,
+            end: g.len,
+            zc: g.zc,
+        };
+        chain.extend(g.slots.iter().map(entry));
+        let entries = chain.len();
+        self.settle_links(&chain, &[ChainResult { entries, res }]);
+        chain.clear();
+        (self.chain, self.lane_group) = (chain, g);
     }
 }
 
@@ -126,7 +214,7 @@ mod tests {
     use super::super::datagram::tests::datagrams;
     use super::super::tests::{state, Kernel};
     use super::super::{Choice, ConnState, SendOp};
-    use crate::completion::{LaneDatagram, LaneTally};
+    use crate::completion::{LaneRequest, LaneTally};
 
     /// Pushes `len` bytes by the lane, the next of a run whose last push returned `again`,
     /// as the driver does (from buffers the ring registered when `registered`); returns what
@@ -137,26 +225,26 @@ mod tests {
         len: usize,
         registered: bool,
         again: Option<SendOp>,
-    ) -> (LaneDatagram, bool, Option<SendOp>) {
+    ) -> (LaneRequest, bool, Option<SendOp>) {
         assert!(st.lane_room() > 0, "room");
         if let Some(op) = again.filter(|&op| st.lane_take(op, 1) == 1) {
             let zc = op != SendOp::Send;
             st.lane_pushed_run(1, len, op, registered && zc);
-            return (LaneDatagram::new(len, zc, registered && zc), zc, Some(op));
+            return (LaneRequest::new(len, zc, registered && zc), zc, Some(op));
         }
         let (op, zc) = st.lane_op(len);
         let next = st.lane_pushed(1, len, op, registered && zc);
-        (LaneDatagram::new(len, zc, registered && zc), zc, next)
+        (LaneRequest::new(len, zc, registered && zc), zc, next)
     }
 
     /// Pushes `len` bytes by the lane as the first of a run.
-    fn lane(st: &mut ConnState, len: usize, registered: bool) -> (LaneDatagram, bool) {
+    fn lane(st: &mut ConnState, len: usize, registered: bool) -> (LaneRequest, bool) {
         let (d, zc, _) = lane_again(st, len, registered, None);
         (d, zc)
     }
 
     /// A result as the ring counts it, and as the state gets it when it sent nothing.
-    fn result(st: &mut ConnState, t: &mut LaneTally, slot: u32, d: &mut LaneDatagram, res: i32) {
+    fn result(st: &mut ConnState, t: &mut LaneTally, slot: u32, d: &mut LaneRequest, res: i32) {
         if t.on_result(d, res, d.send().zc, Some(7)).failed {
             st.on_lane_failed(slot, d.send(), res);
         }
@@ -391,5 +479,99 @@ mod tests {
         assert_eq!(st.lane_room(), 1);
         st.on_result(q[0].1, 10, false, None);
         assert_eq!(st.lane_room(), 2);
+    }
+
+    /// A connection state of `depth` on a stream socket whose chains are vectored.
+    fn stream(depth: usize, zc: bool, choice: Choice) -> ConnState {
+        let mut st = state(depth, zc, choice);
+        st.cfg.order = super::super::Order::Vectored;
+        st
+    }
+
+    #[test]
+    fn a_stream_s_lane_request_counts_and_resends_what_its_chain_would() {
+        // One request of four messages of 100 bytes: its result, then its notification.
+        let results = [400, 250, -libc::ENOMEM, -libc::EAGAIN, 0, -libc::ECONNRESET];
+        let slots = [0, 1, 2, 3];
+        for (zc, choice, registered, copied) in [
+            (true, Choice::ZeroCopy, true, false),
+            (true, Choice::ZeroCopy, false, true),
+            (false, Choice::Copy, false, false),
+        ] {
+            for res in results {
+                let why = format!("zc {zc}, registered {registered}, result {res}");
+                // The queue's way: the four queued, pushed as one vectored request.
+                let mut q = stream(8, zc, choice);
+                let mut k = Kernel::new(1);
+                k.registered = registered;
+                for slot in slots {
+                    q.push_held(slot, 100).unwrap();
+                }
+                q.request_flush();
+                let req = k.submit(&mut q)[0].1;
+                q.on_result(req, res, zc, Some(7));
+                // The lane's: the same four in one request, counted as the ring counts.
+                let mut l = stream(8, zc, choice);
+                assert_eq!(l.lane_room(), 8);
+                let op = l
+                    .stream_lane_op(4, 100)
+                    .expect("one operation for all four");
+                l.stream_lane_pushed(&slots, 100, op, registered && zc);
+                assert_eq!(l.lane_room(), 0, "one request in the kernel");
+                let mut d = LaneRequest::stream(100, 4, zc, registered && zc);
+                let mut t = LaneTally::default();
+                let failed = t.on_result(&mut d, res, zc, Some(7)).failed;
+                assert_eq!(failed, res != 400, "{why}");
+                if failed {
+                    l.on_lane_failed(0, d.send(), res);
+                }
+                if zc {
+                    q.on_notification(req, copied, Some(9));
+                    t.on_notification(&mut d, copied, Some(9));
+                }
+                l.on_lane_tally(&t);
+                let (qs, ls) = (q.stats(), l.stats());
+                assert_eq!(format!("{qs:?}"), format!("{ls:?}"), "{why}");
+                assert_eq!((q.zc_inflight(), l.zc_inflight()), (0, 0), "{why}");
+                assert_eq!(q.error(), l.error(), "{why}");
+                let (mut qu, mut lu) = (Vec::new(), Vec::new());
+                q.drain_unheld(&mut qu);
+                l.drain_unheld(&mut lu);
+                // A request that sent all is the ring's to let go of; one that did not, the
+                // state's, as the chain's are.
+                let ring = if failed { &qu[..] } else { &[] };
+                assert_eq!(lu, ring, "the same slots let go of: {why}");
+                // What is left goes again, by the queue's way, the same on both.
+                let again = |st: &mut ConnState| {
+                    let log = Kernel::new(1 << 40).submit(st);
+                    log.into_iter().map(|x| (x.0, x.2, x.3)).collect::<Vec<_>>()
+                };
+                assert_eq!(again(&mut q), again(&mut l), "{why}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_takes_the_lane_only_when_one_operation_fits_every_message() {
+        // Zero-copy under a cap of 4 pinned sends: four fit one request, five do not.
+        let st = stream(8, true, Choice::ZeroCopy);
+        assert!(st.stream_lane_op(4, 100).is_some());
+        assert_eq!(st.stream_lane_op(5, 100), None);
+        let mut st = stream(8, true, Choice::ZeroCopy);
+        st.set_zc_budget(3);
+        assert_eq!(st.stream_lane_op(4, 100), None, "past the ring's budget");
+        assert_eq!(st.stats().zerocopy.fallbacks.total(), 0, "nothing decided");
+        // Linked chains, something queued, or a chain in flight: not now.
+        let mut st = state(8, false, Choice::Copy);
+        assert_eq!(st.lane_room(), 0, "linked");
+        st.cfg.order = super::super::Order::Vectored;
+        assert_eq!(st.lane_room(), 8);
+        st.push_held(0, 100).unwrap();
+        assert_eq!(st.lane_room(), 0, "the queue goes first");
+        st.request_flush();
+        let log = Kernel::new(1).submit(&mut st);
+        assert_eq!(st.lane_room(), 0, "a chain in flight");
+        st.on_result(log[0].1, 100, false, None);
+        assert_eq!(st.lane_room(), 8);
     }
 }

@@ -152,9 +152,11 @@ pub(crate) struct ConnState {
     /// kernel, oldest first (a datagram socket has no chain: see `datagram.rs`).
     datagrams: bool,
     in_kernel: VecDeque<datagram::InKernel>,
-    /// Datagrams written in place that went past the queue (see `lane.rs`) awaiting their
-    /// result.
+    /// Requests written in place that went past the queue (see `lane.rs`) awaiting their
+    /// result: datagrams, or on a stream socket its one vectored send, whose slots
+    /// `lane_group` keeps.
     lane_in_kernel: usize,
+    lane_group: lane::LaneGroup,
     error: Option<i32>,
     /// Zero-copy sends the ring still allows (its cap over every connection, see
     /// [`ConnState::set_zc_budget`]).
@@ -194,6 +196,7 @@ impl ConnState {
             datagrams: false,
             in_kernel: VecDeque::new(),
             lane_in_kernel: 0,
+            lane_group: lane::LaneGroup::default(),
             error: None,
             zc_budget: usize::MAX,
         }

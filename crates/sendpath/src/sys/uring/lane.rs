@@ -9,9 +9,9 @@
 //! [`SendRing::push_lane`]: super::SendRing::push_lane
 //! [`Cqe`]: super::Cqe
 
-use super::submit::{in_region, next_request, send_entry, time_first_push};
-use super::{age_ns, cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
-use crate::completion::{LaneDatagram, LaneTally};
+use super::submit::{in_region, next_request, send_entry, sendmsg_entry, time_first_push};
+use super::{age_ns, cqueue, Cqe, Op, SendRing, GROUP, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
+use crate::completion::{LaneRequest, LaneTally};
 use io_uring::types;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -129,7 +129,7 @@ impl SendRing {
                 break;
             }
             (s.pending, s.held) = (s.pending + 1, false);
-            lane[slot as usize] = LaneDatagram::new(len, zc, zc);
+            lane[slot as usize] = LaneRequest::new(len, zc, zc);
             n += 1;
         }
         drop(sq);
@@ -138,9 +138,185 @@ impl SendRing {
         Ok((n, zc))
     }
 
+    /// A stream's vectored send (`SENDMSG`, or `SENDMSG_ZC` for `Op::SendZc`, with
+    /// `MSG_WAITALL`) of the first `len` bytes of each of held parked `slots` (all of `tag`),
+    /// in order, let go of once pushed: the ring frees the slots after the request's last
+    /// completion and counts its completions into `tag`'s [`LaneTally`], unless its result
+    /// sent less than all, which hands the slots back to their owner held, in a [`Cqe`] that
+    /// says [`Cqe::lane`]. A zero-copy request whose bytes all lie in the registered arena
+    /// goes by index where the kernel takes registered iovecs. Returns the request id and
+    /// whether it goes by index. A slot not held and parked, or with fewer bytes, is an error
+    /// (`EBADSLT`), and then nothing is pushed.
+    ///
+    /// [`Cqe`]: super::Cqe
+    /// [`Cqe::lane`]: super::Cqe::lane
+    pub(crate) fn push_stream_lane(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        tag: u32,
+        slots: &[u32],
+        len: usize,
+        op: Op,
+    ) -> io::Result<(u64, bool)> {
+        if slots.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let zc = matches!(op, Op::SendZc { .. });
+        let (g, mut held, mut iovs) = self.take_group();
+        let mut fixed = self.vectored_fixed && zc;
+        // Where `fill_parked` put them, as a rule: no look at each buffer again.
+        let staged = self
+            .staged
+            .len()
+            .checked_sub(slots.len())
+            .map(|at| &self.staged[at..]);
+        let staged = staged.filter(|st| st.iter().map(|p| p.0).eq(slots.iter().copied()));
+        for (i, &slot) in slots.iter().enumerate() {
+            let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
+            let at = s.filter(|s| s.held && s.parked).and_then(|s| match staged {
+                Some(st) => (st[i].2 == len).then_some(st[i].1),
+                None => s.buf.as_slice().get(..len).map(|b| b.as_ptr() as usize),
+            });
+            let Some(at) = at else {
+                let group = &mut self.groups[g as usize];
+                (group.slots, group.iovs) = (held, iovs);
+                self.free_groups.push(g);
+                return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+            };
+            fixed = fixed
+                && self
+                    .arena
+                    .is_some_and(|(b, n)| at >= b && at + len <= b + n);
+            iovs.push(libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
+        held.extend_from_slice(slots);
+        let now = self.clock(op);
+        let req = next_request(&mut self.requests) | GROUP | LANE | u64::from(g);
+        let group = &mut self.groups[g as usize];
+        group.hdr.msg_iov = iovs.as_mut_ptr();
+        group.hdr.msg_iovlen = iovs.len();
+        (group.slots, group.iovs) = (held, iovs);
+        (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
+        (group.lane, group.lane_failed) = (LaneRequest::stream(len, slots.len(), zc, fixed), false);
+        let entry = sendmsg_entry(fd, &group.hdr, op, false, fixed, req);
+        loop {
+            // SAFETY: as for `push_vectored`: the SQE points at the group's header, its
+            // iovecs and the first `len` bytes of parked slots of the arena (whose memory
+            // never moves), none of which is reused or released before the request's last
+            // completion (`in_lane`, set below, holds each slot that long).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                break;
+            }
+            if let Err(e) = self.submit() {
+                self.groups[g as usize].pending = 0;
+                self.free_groups.push(g);
+                return Err(e);
+            }
+        }
+        for &slot in slots {
+            if let Some(s) = self.slots[slot as usize].as_mut() {
+                s.held = false;
+            }
+            self.in_lane[slot as usize] = true;
+        }
+        self.staged.clear();
+        self.request_started(tag);
+        self.lane_tally_for(tag);
+        Ok((req, fixed))
+    }
+
+    /// One completion of a stream's lane request `req` (which carries [`GROUP`] and
+    /// [`LANE`]): counted into its connection's tally; a result that sent less than all also
+    /// goes to `to`, its slots held again. After its last, each slot its owner does not hold
+    /// is free.
+    pub(super) fn route_lane_group(
+        &mut self,
+        req: u64,
+        res: i32,
+        flags: u32,
+        now: &mut Option<u64>,
+        to: &mut impl FnMut(Cqe),
+    ) {
+        let g = req as u32;
+        let Some(group) = self.groups.get_mut(g as usize).filter(|g| g.pending > 0) else {
+            return;
+        };
+        let tag = group.tag;
+        let notif = cqueue::notif(flags);
+        let more = !notif && cqueue::more(flags);
+        let age_ns = age_ns(&self.clock, now, notif || more, group.pushed_at);
+        let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
+            return;
+        };
+        if t.list() {
+            self.lane_listed.push(tag);
+        }
+        let d = &mut group.lane;
+        let step = match notif {
+            true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
+            false => t.on_result(d, res, more, age_ns),
+        };
+        let send = d.send();
+        group.lane_failed |= step.failed;
+        let slots = std::mem::take(&mut group.slots);
+        if step.failed {
+            // Sent less than all: the slots are the connection's again, to settle.
+            for &slot in &slots {
+                if let Some(s) = self.slots[slot as usize].as_mut() {
+                    s.held = true;
+                }
+            }
+        }
+        if step.last {
+            self.lane_ended(g, &slots);
+        }
+        self.groups[g as usize].slots = slots;
+        if step.failed {
+            to(Cqe {
+                tag,
+                req,
+                notif,
+                res,
+                more,
+                age_ns: None,
+                lane: Some(send),
+            });
+        }
+    }
+
+    /// Stream lane request `g` of `slots` had its last completion: its slots that no one holds
+    /// are free, and so is the group.
+    fn lane_ended(&mut self, g: u32, slots: &[u32]) {
+        let group = &mut self.groups[g as usize];
+        let (tag, failed) = (group.tag, group.lane_failed);
+        group.pending = 0;
+        for &slot in slots {
+            self.in_lane[slot as usize] = false;
+        }
+        if failed {
+            // Their owner holds them, or let go of some (which may be in a request again).
+            for &slot in slots {
+                if !self.in_use(slot) && self.slots[slot as usize].as_ref().is_some_and(|s| !s.held)
+                {
+                    self.slot_done(slot, true);
+                }
+            }
+        } else {
+            // Parked, not held (the ring's since the push) and in no other request: free
+            // without a look at each.
+            self.parked_free.extend_from_slice(slots);
+        }
+        self.free_groups.push(g);
+        self.request_ended(tag);
+    }
+
     /// Records lane datagram `d` pushed from `slot` for `tag`.
     #[inline]
-    pub(super) fn lane_pushed(&mut self, slot: u32, tag: u32, d: LaneDatagram) {
+    pub(super) fn lane_pushed(&mut self, slot: u32, tag: u32, d: LaneRequest) {
         // As long as `slots`: one for each.
         self.lane[slot as usize] = d;
         self.lane_tally_for(tag);
@@ -169,5 +345,71 @@ impl SendRing {
     /// Whether a lane tally waits to be taken.
     pub(crate) fn has_lane_tallies(&self) -> bool {
         !self.lane_listed.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Op;
+    use super::SendRing;
+    use crate::buffer::Buf;
+    use std::io::Read;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_stream_lane_request_sends_its_slots_in_order_and_gives_them_back_only_when_short() {
+        let Ok(mut ring) = SendRing::new(8, 16) else {
+            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let slots: Vec<u32> = (0..3)
+            .map(|i| ring.park(Buf::filled(10, i + 1), 2))
+            .collect();
+        // A slot not held: refused, nothing pushed, the others still held.
+        let lone = ring.park(Buf::filled(10, 9), 2);
+        ring.unhold(lone);
+        let refused = ring.push_stream_lane(sock.as_fd(), 2, &[slots[0], lone], 10, Op::Send);
+        assert_eq!(refused.unwrap_err().raw_os_error(), Some(libc::EBADSLT));
+        assert_eq!(ring.in_kernel(), 0);
+        // All three in one request: sent in order, counted for tag 2, their slots free.
+        let (_, by_index) = ring
+            .push_stream_lane(sock.as_fd(), 2, &slots, 10, Op::Send)
+            .unwrap();
+        assert!(!by_index, "a copy goes by address");
+        ring.submit_and_wait(1).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(ring.reap(&mut out), 1);
+        assert!(out.is_empty(), "sent in full: nothing for its owner");
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
+        assert_eq!(tallies, [(2, 1, 30)]);
+        let mut got = [0u8; 30];
+        peer.read_exact(&mut got).unwrap();
+        let want: Vec<u8> = (1..=3).flat_map(|i| [i; 10]).collect();
+        assert_eq!(got[..], want[..]);
+        let mut free = ring.parked_free.clone();
+        free.sort_unstable();
+        assert_eq!(free, [slots[0], slots[1], slots[2], lone]);
+        // On a socket shut for writing it sends nothing: the slots are their owner's again.
+        let again: Vec<u32> = (4..6).map(|i| ring.park(Buf::filled(10, i), 2)).collect();
+        sock.shutdown(Shutdown::Write).unwrap();
+        ring.push_stream_lane(sock.as_fd(), 2, &again, 10, Op::Send)
+            .unwrap();
+        ring.submit_and_wait(1).unwrap();
+        assert_eq!(ring.reap(&mut out), 1);
+        let lane = out
+            .iter()
+            .map(|c| (c.res, c.lane.map(|l| l.len)))
+            .collect::<Vec<_>>();
+        assert_eq!(lane, [(-libc::EPIPE, Some(20))]);
+        assert_eq!(ring.in_kernel(), 0);
+        assert_eq!(ring.parked_free.len(), 4, "held by their owner");
+        for &slot in &again {
+            assert!(ring.unhold(slot).is_none(), "let go of, parked");
+        }
+        assert_eq!(ring.parked_free[4..], again[..]);
     }
 }

@@ -19,7 +19,7 @@ mod lane;
 mod slots;
 mod submit;
 
-use crate::completion::{LaneDatagram, LaneSend, LaneTally};
+use crate::completion::{LaneRequest, LaneSend, LaneTally};
 pub(crate) use aux::{AuxCqe, AuxOp};
 use slots::{Group, Slot};
 use submit::FixedTable;
@@ -180,7 +180,11 @@ pub(crate) struct SendRing {
     /// When each slot's buffer went to the ring (ns on `clock`), for the sampled ones.
     held_at: Vec<Option<u64>>,
     /// The lane's datagram in each slot ([`SendRing::push_lane`]).
-    lane: Vec<LaneDatagram>,
+    lane: Vec<LaneRequest>,
+    /// Slots a stream's lane request reads, counted on its group ([`SendRing::push_stream_lane`]);
+    /// where those [`SendRing::fill_parked`] took last are (slot, first byte, length).
+    in_lane: Vec<bool>,
+    staged: Vec<(u32, usize, usize)>,
     /// Per tag, what its lane datagrams' completions came to ([`SendRing::take_lane_tallies`]),
     /// and the tags whose tally has something.
     lane_tallies: Vec<LaneTally>,
@@ -273,6 +277,8 @@ impl SendRing {
                         slots: Vec::new(),
                         held_at: Vec::new(),
                         lane: Vec::new(),
+                        in_lane: Vec::new(),
+                        staged: Vec::new(),
                         lane_tallies: Vec::new(),
                         lane_listed: Vec::new(),
                         clock: crate::stats::SendClock::new(),
@@ -492,9 +498,10 @@ impl SendRing {
             self.reap_aux(req, res, flags);
             return;
         }
-        if req & LANE != 0 {
-            self.route_lane(req, res, flags, now, to);
-            return;
+        match (req & LANE != 0, req & GROUP != 0) {
+            (true, false) => return self.route_lane(req, res, flags, now, to),
+            (true, true) => return self.route_lane_group(req, res, flags, now, to),
+            _ => {}
         }
         let notif = cqueue::notif(flags);
         let more = !notif && cqueue::more(flags);
@@ -560,10 +567,8 @@ impl SendRing {
             self.reap(&mut sink);
             self.aux.clear();
         }
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|s| s.pending > 0)
+        (0..self.slots.len() as u32)
+            .filter(|&slot| self.in_use(slot))
             .count()
     }
 }
@@ -580,9 +585,9 @@ impl Drop for SendRing {
                 std::mem::forget(r);
             }
         }
-        for s in self.slots.drain(..).flatten() {
-            if s.pending > 0 {
-                std::mem::forget(s.buf);
+        for slot in 0..self.slots.len() {
+            if self.in_use(slot as u32) {
+                std::mem::forget(self.slots[slot].take());
             }
         }
         for g in self.groups.drain(..) {

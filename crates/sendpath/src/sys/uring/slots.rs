@@ -3,7 +3,7 @@
 //! of it; a vectored request's header and iovecs are reused only after its last completion.
 //! This is what keeps every SQE the ring pushed pointing at live memory.
 
-use super::{LaneDatagram, SendRing};
+use super::{LaneRequest, SendRing};
 use crate::buffer::Buf;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -37,6 +37,10 @@ pub(super) struct Group {
     ///
     /// [`SendClock`]: crate::stats::SendClock
     pub(super) pushed_at: Option<u64>,
+    /// A stream's request by the lane ([`SendRing::push_stream_lane`]): what its completions
+    /// are counted against, and whether its result handed its slots back to their owner.
+    pub(super) lane: LaneRequest,
+    pub(super) lane_failed: bool,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
@@ -53,6 +57,8 @@ impl Group {
             tag: 0,
             pending: 0,
             pushed_at: None,
+            lane: LaneRequest::default(),
+            lane_failed: false,
         }
     }
 }
@@ -66,7 +72,8 @@ impl SendRing {
             None => {
                 self.slots.push(None);
                 self.held_at.push(now);
-                self.lane.push(LaneDatagram::default());
+                self.lane.push(LaneRequest::default());
+                self.in_lane.push(false);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -112,10 +119,14 @@ impl SendRing {
         out: &mut Vec<u32>,
     ) {
         let start = out.len();
+        if start == 0 {
+            self.staged.clear();
+        }
         for i in at {
             let Some((slot, bytes)) = self.take_parked(tag, len) else {
                 return;
             };
+            let at = (bytes.as_ptr() as usize, bytes.len());
             out.push(slot);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
                 for slot in out.drain(start..) {
@@ -123,6 +134,7 @@ impl SendRing {
                 }
                 resume_unwind(panic);
             }
+            self.staged.push((slot, at.0, at.1));
         }
     }
 
@@ -196,7 +208,7 @@ impl SendRing {
     pub(crate) fn unhold(&mut self, slot: u32) -> Option<Buf> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         s.held = false;
-        if s.pending > 0 {
+        if s.pending > 0 || self.in_lane[slot as usize] {
             return None;
         }
         if s.parked {
@@ -215,7 +227,7 @@ impl SendRing {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         s.pending = s.pending.saturating_sub(1) + u32::from(more);
         let done = (s.tag, self.held_at[slot as usize]);
-        if s.pending == 0 && !s.held {
+        if s.pending == 0 && !s.held && !self.in_lane[slot as usize] {
             let parked = s.parked;
             self.slot_done(slot, parked);
         }
@@ -280,8 +292,21 @@ impl SendRing {
     /// Number of buffers carrying `tag` that the kernel may still read (a scan: for counting
     /// what is left after a deadline, not for a loop).
     pub(crate) fn buffers_in_kernel_for(&self, tag: u32) -> usize {
-        let slots = self.slots.iter().flatten();
-        slots.filter(|s| s.tag == tag && s.pending > 0).count()
+        let of_tag = |slot: &u32| {
+            self.slots[*slot as usize]
+                .as_ref()
+                .is_some_and(|s| s.tag == tag)
+        };
+        (0..self.slots.len() as u32)
+            .filter(|slot| of_tag(slot) && self.in_use(*slot))
+            .count()
+    }
+
+    /// Whether the kernel may still read `slot`'s buffer: a request on it, or a stream's
+    /// lane request, awaits a completion.
+    pub(super) fn in_use(&self, slot: u32) -> bool {
+        let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
+        s.is_some_and(|s| s.pending > 0) || self.in_lane.get(slot as usize) == Some(&true)
     }
 
     /// Accept and receive requests armed (multishot requests stay armed until their last CQE).

@@ -3,8 +3,7 @@
 
 use super::slots::within;
 use super::{
-    Group, LaneDatagram, Op, Part, Payload, SendRing, Slot, GROUP, IORING_SEND_ZC_REPORT_USAGE,
-    LANE,
+    Group, LaneRequest, Op, Part, Payload, SendRing, Slot, GROUP, IORING_SEND_ZC_REPORT_USAGE, LANE,
 };
 use crate::buffer::Buf;
 use io_uring::{opcode, squeue, types, IoUring};
@@ -218,14 +217,7 @@ impl SendRing {
         if !all_live {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         }
-        let g = self.free_groups.pop().unwrap_or_else(|| {
-            self.groups.push(Group::new());
-            (self.groups.len() - 1) as u32
-        });
-        let mut slots = std::mem::take(&mut self.groups[g as usize].slots);
-        let mut iovs = std::mem::take(&mut self.groups[g as usize].iovs);
-        slots.clear();
-        iovs.clear();
+        let (g, mut slots, mut iovs) = self.take_group();
         let now = self.clock(op);
         let mut fixed = self.vectored_fixed && matches!(op, Op::SendZc { .. });
         for part in parts.iter_mut() {
@@ -263,6 +255,23 @@ impl SendRing {
             }
             self.submit()?;
         }
+    }
+
+    /// A free group for a vectored request, with its lists of slots and iovecs taken out
+    /// (empty, keeping their allocations).
+    pub(super) fn take_group(&mut self) -> (u32, Vec<u32>, Vec<libc::iovec>) {
+        let g = self.free_groups.pop().unwrap_or_else(|| {
+            self.groups.push(Group::new());
+            (self.groups.len() - 1) as u32
+        });
+        let group = &mut self.groups[g as usize];
+        let (mut slots, mut iovs) = (
+            std::mem::take(&mut group.slots),
+            std::mem::take(&mut group.iovs),
+        );
+        slots.clear();
+        iovs.clear();
+        (g, slots, iovs)
     }
 
     /// Queues another send from a buffer the ring holds (the rest of a short send, or a retry
@@ -304,7 +313,7 @@ impl SendRing {
         if let Some(s) = self.slots[slot as usize].as_mut() {
             s.held = false;
             let (tag, zc) = (s.tag, matches!(op, Op::SendZc { .. }));
-            self.lane_pushed(slot, tag, LaneDatagram::new(len, zc, registered));
+            self.lane_pushed(slot, tag, LaneRequest::new(len, zc, registered));
         }
         Ok((req, registered))
     }
@@ -432,7 +441,7 @@ pub(super) fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
 /// The SQE of a vectored send of `hdr`'s iovecs on `fd`: `IORING_OP_SENDMSG`, or
 /// `SENDMSG_ZC` for `Op::SendZc`, with `MSG_WAITALL`, linked to the next when `link`; a
 /// `fixed` SENDMSG_ZC's iovecs name bytes of registered buffer 0 (the arena).
-fn sendmsg_entry(
+pub(super) fn sendmsg_entry(
     fd: BorrowedFd<'_>,
     hdr: &libc::msghdr,
     op: Op,
