@@ -329,12 +329,28 @@ impl UringDriver {
         if written.is_empty() && self.park_fresh(id, len, at.len()) > 0 {
             self.ring.fill_parked(id.idx, len, at, fill, &mut written);
         }
-        if let Some(op) = stream.filter(|_| !written.is_empty()) {
-            let went = self.stream_lane_run(id, &written, len, op);
-            written.clear();
-            self.written = written;
-            return Ok((went, usize::from(went > 0)));
-        }
+        let went = match (stream, written.is_empty()) {
+            // No slot free (or a message larger than one): the caller queues them.
+            (_, true) => (0, 0),
+            (Some(op), false) => {
+                let n = self.stream_lane_run(id, &written, len, op);
+                (n, usize::from(n > 0))
+            }
+            (None, false) => {
+                let n = self.datagram_lane_run(id, &written, len);
+                (n, n)
+            }
+        };
+        written.clear();
+        self.written = written;
+        Ok(went)
+    }
+
+    /// The datagram lane: messages `written` in held parked slots of `id` (`len` bytes each)
+    /// pushed one request each, a run at a time where a decision stands. When the ring
+    /// refuses one, the connection fails (as for a chain) and the rest go back. Returns how
+    /// many went.
+    fn datagram_lane_run(&mut self, id: ConnId, written: &[u32], len: usize) -> usize {
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
         if let Some(cap) = self.cfg.ring_zc_inflight {
@@ -376,9 +392,7 @@ impl UringDriver {
                 state.on_released(b);
             }
         }
-        written.clear();
-        self.written = written;
-        Ok((pushed, pushed))
+        pushed
     }
 
     /// The operation of `id`'s next stream lane request of up to `n` messages of `len` bytes
