@@ -10,6 +10,6 @@ pub(crate) mod zerocopy;
 
 pub(crate) use chain::{settle_chain, ChainEntry, ChainResult};
 pub(crate) use held::HeldMessages;
-pub(crate) use lane::{LaneRequest, LaneSend, LaneTally};
+pub(crate) use lane::{LaneRequest, LaneSend, LaneStep, LaneTally};
 pub(crate) use send_zc::{NotifOutcome, SendZcLedger};
 pub(crate) use zerocopy::ZcNotification;

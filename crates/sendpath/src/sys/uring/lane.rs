@@ -11,7 +11,7 @@
 
 use super::submit::{in_region, next_request, send_entry, sendmsg_entry, time_first_push};
 use super::{age_ns, cqueue, Cqe, Op, SendRing, GROUP, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
-use crate::completion::{LaneRequest, LaneTally};
+use crate::completion::{LaneRequest, LaneSend, LaneStep, LaneTally};
 use io_uring::types;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -36,18 +36,16 @@ impl SendRing {
             return;
         };
         let tag = s.tag;
-        let notif = cqueue::notif(flags);
-        let more = !notif && cqueue::more(flags);
-        let age_ns = age_ns(&self.clock, now, notif || more, self.held_at[slot as usize]);
-        let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
+        let c = Done::new(req, res, flags);
+        let age_ns = age_ns(&self.clock, now, c.timed(), self.held_at[slot as usize]);
+        let Some(step) = c.count(
+            &mut self.lane_tallies,
+            &mut self.lane_listed,
+            tag,
+            d,
+            age_ns,
+        ) else {
             return;
-        };
-        if t.list() {
-            self.lane_listed.push(tag);
-        }
-        let step = match notif {
-            true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
-            false => t.on_result(d, res, more, age_ns),
         };
         // Nothing sent: the slot is its connection's again, to resend or let go of.
         s.held |= step.failed;
@@ -62,15 +60,7 @@ impl SendRing {
             self.request_ended(tag);
         }
         if step.failed {
-            to(Cqe {
-                tag,
-                req,
-                notif,
-                res,
-                more,
-                age_ns: None,
-                lane: Some(send),
-            });
+            to(c.failed(tag, send));
         }
     }
 
@@ -246,21 +236,13 @@ impl SendRing {
             return;
         };
         let tag = group.tag;
-        let notif = cqueue::notif(flags);
-        let more = !notif && cqueue::more(flags);
-        let age_ns = age_ns(&self.clock, now, notif || more, group.pushed_at);
-        let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
+        let c = Done::new(req, res, flags);
+        let age_ns = age_ns(&self.clock, now, c.timed(), group.pushed_at);
+        let (tallies, listed) = (&mut self.lane_tallies, &mut self.lane_listed);
+        let Some(step) = c.count(tallies, listed, tag, &mut group.lane, age_ns) else {
             return;
         };
-        if t.list() {
-            self.lane_listed.push(tag);
-        }
-        let d = &mut group.lane;
-        let step = match notif {
-            true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
-            false => t.on_result(d, res, more, age_ns),
-        };
-        let send = d.send();
+        let send = group.lane.send();
         group.lane_failed |= step.failed;
         let slots = std::mem::take(&mut group.slots);
         if step.failed {
@@ -276,15 +258,7 @@ impl SendRing {
         }
         self.groups[g as usize].slots = slots;
         if step.failed {
-            to(Cqe {
-                tag,
-                req,
-                notif,
-                res,
-                more,
-                age_ns: None,
-                lane: Some(send),
-            });
+            to(c.failed(tag, send));
         }
     }
 
@@ -345,6 +319,71 @@ impl SendRing {
     /// Whether a lane tally waits to be taken.
     pub(crate) fn has_lane_tallies(&self) -> bool {
         !self.lane_listed.is_empty()
+    }
+}
+
+/// One completion of a lane's request, decoded.
+struct Done {
+    req: u64,
+    res: i32,
+    notif: bool,
+    /// A result a notification follows.
+    more: bool,
+}
+
+impl Done {
+    #[inline(always)]
+    fn new(req: u64, res: i32, flags: u32) -> Done {
+        let notif = cqueue::notif(flags);
+        let more = !notif && cqueue::more(flags);
+        Done {
+            req,
+            res,
+            notif,
+            more,
+        }
+    }
+
+    /// Whether it is one a zero-copy outcome is timed from.
+    fn timed(&self) -> bool {
+        self.notif || self.more
+    }
+
+    /// Counted against request `d` of `tag` into the tag's tally in `tallies` (listed in
+    /// `listed` for the hand-over if it was not); `None` for a tag with no tally.
+    #[inline(always)]
+    fn count(
+        &self,
+        tallies: &mut [LaneTally],
+        listed: &mut Vec<u32>,
+        tag: u32,
+        d: &mut LaneRequest,
+        age_ns: Option<u64>,
+    ) -> Option<LaneStep> {
+        let t = tallies.get_mut(tag as usize)?;
+        if t.list() {
+            listed.push(tag);
+        }
+        Some(match self.notif {
+            true => {
+                let copied = (self.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
+                t.on_notification(d, copied, age_ns)
+            }
+            false => t.on_result(d, self.res, self.more, age_ns),
+        })
+    }
+
+    /// For `tag`'s connection: its request, `send`, failed.
+    fn failed(&self, tag: u32, send: LaneSend) -> Cqe {
+        Cqe {
+            tag,
+            req: self.req,
+            notif: self.notif,
+            res: self.res,
+            more: self.more,
+            age_ns: None,
+            lane: Some(send),
+        }
     }
 }
 
