@@ -65,7 +65,7 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["settings"]["sink"], "discard");
     let rows = v["rows"].as_array().unwrap();
-    let mut switches = 0;
+    let (mut switches, mut cold) = (0, Vec::new());
     // 2 sizes x 2 caches x (2 read-send chunks + 4 paths).
     assert_eq!(rows.len(), 24, "{v}");
     for r in rows {
@@ -88,11 +88,24 @@ fn transfer_times_whole_files_warm_and_cold_with_every_method() {
             }
             let resident = x["resident_fraction"].as_f64().unwrap();
             match r["cache"].as_str().unwrap() {
-                "cold" => assert!(resident < 0.2, "a cold start found {resident} cached: {r}"),
+                // A loaded host may keep some pages past every drop: the row must say so.
+                "cold" => {
+                    cold.push(resident);
+                    let warned = r["warnings"]
+                        .to_string()
+                        .contains("still in the page cache");
+                    assert!(resident < 0.2 || warned, "{resident} cached, unsaid: {r}");
+                }
                 _ => assert!(resident > 0.95, "a warm start found {resident} cached: {r}"),
             }
         }
     }
+    // Most cold starts find the file dropped from the page cache.
+    let dropped = cold.iter().filter(|&&f| f < 0.2).count();
+    assert!(
+        dropped * 2 > cold.len(),
+        "cold starts found cached: {cold:?}"
+    );
     // 48 transfers of warm and cold files do not all run without a single context switch:
     // the counters are read, not left at zero.
     assert!(switches > 0, "no context switch counted in any transfer");
