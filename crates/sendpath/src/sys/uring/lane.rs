@@ -152,43 +152,19 @@ impl SendRing {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let zc = matches!(op, Op::SendZc { .. });
-        let (g, mut held, mut iovs) = self.take_group();
-        let mut fixed = self.vectored_fixed && zc;
-        // Where `fill_parked` put them, as a rule: no look at each buffer again.
-        let staged = self
-            .staged
-            .len()
-            .checked_sub(slots.len())
-            .map(|at| &self.staged[at..]);
-        let staged = staged.filter(|st| st.iter().map(|p| p.0).eq(slots.iter().copied()));
-        for (i, &slot) in slots.iter().enumerate() {
-            let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
-            let at = s.filter(|s| s.held && s.parked).and_then(|s| match staged {
-                Some(st) => (st[i].2 == len).then_some(st[i].1),
-                None => s.buf.as_slice().get(..len).map(|b| b.as_ptr() as usize),
-            });
-            let Some(at) = at else {
-                let group = &mut self.groups[g as usize];
-                (group.slots, group.iovs) = (held, iovs);
-                self.free_groups.push(g);
-                return Err(io::Error::from_raw_os_error(libc::EBADSLT));
-            };
-            fixed = fixed
-                && self
-                    .arena
-                    .is_some_and(|(b, n)| at >= b && at + len <= b + n);
-            iovs.push(libc::iovec {
-                iov_base: at as *mut libc::c_void,
-                iov_len: len,
-            });
-        }
-        held.extend_from_slice(slots);
+        let (g, held, mut iovs) = self.take_group();
+        let fixed = self.lane_iovecs(slots, len, &mut iovs);
+        let group = &mut self.groups[g as usize];
+        (group.hdr.msg_iov, group.hdr.msg_iovlen) = (iovs.as_mut_ptr(), iovs.len());
+        (group.slots, group.iovs) = (held, iovs);
+        let Some(fixed) = fixed.map(|f| f && zc && self.vectored_fixed) else {
+            self.give_back_group(g);
+            return Err(io::Error::from_raw_os_error(libc::EBADSLT));
+        };
         let now = self.clock(op);
         let req = next_request(&mut self.requests) | GROUP | LANE | u64::from(g);
         let group = &mut self.groups[g as usize];
-        group.hdr.msg_iov = iovs.as_mut_ptr();
-        group.hdr.msg_iovlen = iovs.len();
-        (group.slots, group.iovs) = (held, iovs);
+        group.slots.extend_from_slice(slots);
         (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
         (group.lane, group.lane_failed) = (LaneRequest::stream(len, slots.len(), zc, fixed), false);
         let entry = sendmsg_entry(fd, &group.hdr, op, false, fixed, req);
@@ -202,8 +178,7 @@ impl SendRing {
                 break;
             }
             if let Err(e) = self.submit() {
-                self.groups[g as usize].pending = 0;
-                self.free_groups.push(g);
+                self.give_back_group(g);
                 return Err(e);
             }
         }
@@ -217,6 +192,44 @@ impl SendRing {
         self.request_started(tag);
         self.lane_tally_for(tag);
         Ok((req, fixed))
+    }
+
+    /// The iovecs of a stream lane request of `slots`, `len` bytes each, onto `iovs`: where
+    /// `fill_parked` put them, as a rule, with no look at each buffer again. Returns whether
+    /// every one lies in the registered arena, or `None` for a slot not held and parked, or
+    /// with fewer bytes.
+    fn lane_iovecs(&self, slots: &[u32], len: usize, iovs: &mut Vec<libc::iovec>) -> Option<bool> {
+        let staged = self
+            .staged
+            .len()
+            .checked_sub(slots.len())
+            .map(|at| &self.staged[at..]);
+        let staged = staged.filter(|st| st.iter().map(|p| p.0).eq(slots.iter().copied()));
+        let mut fixed = true;
+        for (i, &slot) in slots.iter().enumerate() {
+            let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
+            let at = s
+                .filter(|s| s.held && s.parked)
+                .and_then(|s| match staged {
+                    Some(st) => (st[i].2 == len).then_some(st[i].1),
+                    None => s.buf.as_slice().get(..len).map(|b| b.as_ptr() as usize),
+                })?;
+            fixed = fixed
+                && self
+                    .arena
+                    .is_some_and(|(b, n)| at >= b && at + len <= b + n);
+            iovs.push(libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
+        Some(fixed)
+    }
+
+    /// Group `g`, taken for a request that did not go, free again.
+    fn give_back_group(&mut self, g: u32) {
+        self.groups[g as usize].pending = 0;
+        self.free_groups.push(g);
     }
 
     /// One completion of a stream's lane request `req` (which carries [`GROUP`] and
