@@ -217,7 +217,7 @@ impl UringDriver {
         }
         let at = self.place_for(id, len)?;
         if let Place::Slot(_) = at {
-            self.conn_mut(id)?.state.count_in_place();
+            self.conn_mut(id)?.state.count_in_place(1, false);
         }
         Ok(Reserved {
             driver: self,
@@ -353,9 +353,7 @@ impl UringDriver {
     fn datagram_lane_run(&mut self, id: ConnId, written: &[u32], len: usize) -> usize {
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
-        if let Some(cap) = self.cfg.ring_zc_inflight {
-            state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
-        }
+        state.share_ring_cap(self.cfg.ring_zc_inflight, self.zc_inflight);
         let (mut pushed, mut again, fd) = (0, None, sock.as_fd());
         while pushed < written.len() {
             let went = match again.take() {
@@ -399,11 +397,8 @@ impl UringDriver {
     /// ([`ConnState::stream_lane_op`](crate::send::ConnState::stream_lane_op)), within the
     /// ring's zero-copy budget.
     fn stream_lane_op(&mut self, id: ConnId, n: usize, len: usize) -> Option<SendOp> {
-        let cap = self.cfg.ring_zc_inflight;
         let state = &mut self.conns[id.index()].as_mut()?.state;
-        if let Some(cap) = cap {
-            state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
-        }
+        state.share_ring_cap(self.cfg.ring_zc_inflight, self.zc_inflight);
         state.stream_lane_op(n, len)
     }
 

@@ -309,9 +309,7 @@ impl UringDriver {
             let ring = &mut self.ring;
             let fd = sock.as_fd();
             let before = state.zc_inflight();
-            if let Some(cap) = self.cfg.ring_zc_inflight {
-                state.set_zc_budget(cap.saturating_sub(self.zc_inflight));
-            }
+            state.share_ring_cap(self.cfg.ring_zc_inflight, self.zc_inflight);
             let pushed = state.submit_chain(|s| push_request(ring, fd, s, id));
             self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
             total += pushed.as_ref().map_or(0, |n| *n);

@@ -94,7 +94,7 @@ impl ConnState {
         let Payload::Held(slot) = parts[0].payload else {
             unreachable!("the driver puts every new buffer it pushes in a slot");
         };
-        self.count_datagrams(1, len, zc, p.registered);
+        self.count_unkeyed(1, 1, len, zc, p.registered);
         self.in_kernel.push_back(InKernel {
             req: p.req,
             slot,
@@ -177,11 +177,19 @@ impl ConnState {
         }
     }
 
-    /// Counts `n` datagrams of `len` bytes each the driver pushed (`zc`: as SEND_ZC), the
-    /// queue's or the lane's.
+    /// Counts `n` sends of `len` bytes each the driver pushed in `requests` requests that
+    /// no key follows (`zc`: as SEND_ZC): datagrams, the queue's or the lane's, and a
+    /// stream's lane requests.
     #[inline]
-    pub(super) fn count_datagrams(&mut self, n: usize, len: usize, zc: bool, registered: bool) {
-        self.count_requests(n, n, zc, registered);
+    pub(super) fn count_unkeyed(
+        &mut self,
+        requests: usize,
+        n: usize,
+        len: usize,
+        zc: bool,
+        registered: bool,
+    ) {
+        self.count_requests(requests, n, zc, registered);
         if zc {
             self.ledger.submitted_unkeyed(n, n * len, registered);
         }

@@ -83,15 +83,8 @@ impl ConnState {
             let all = (0..n).fold(true, |all, _| self.decide(len) && all);
             debug_assert!(all, "admitted by stream_lane_op");
         }
-        self.stats.sends += n as u64;
-        if let Some(a) = &mut self.stats.arena {
-            a.slots += n as u64;
-        }
-        self.count_requests(1, n, zc, registered);
-        if zc {
-            self.ledger.submitted_unkeyed(n, n * len, registered);
-        }
-        self.deciding = (0, 0);
+        self.count_in_place(n, true);
+        self.count_unkeyed(1, n, len, zc, registered);
         self.lane_in_kernel += 1;
         let g = &mut self.lane_group;
         g.slots.clear();
@@ -147,11 +140,8 @@ impl ConnState {
         registered: bool,
     ) -> Option<SendOp> {
         let zc = op != SendOp::Send;
-        self.stats.sends += n as u64;
-        if let Some(a) = &mut self.stats.arena {
-            a.slots += n as u64;
-        }
-        self.count_datagrams(n, len, zc, registered);
+        self.count_in_place(n, true);
+        self.count_unkeyed(n, n, len, zc, registered);
         self.lane_in_kernel += n;
         let stands = match self.chooser.fixed() {
             Some(Choice::Copy) => true,

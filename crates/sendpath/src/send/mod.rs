@@ -243,10 +243,7 @@ impl ConnState {
         let n = slots.len().min(self.room());
         let run = slots[..n].iter().map(|&slot| Queued::Held { slot, len });
         self.queued.extend(run);
-        self.stats.sends += n as u64;
-        if let Some(a) = &mut self.stats.arena {
-            a.slots += n as u64;
-        }
+        self.count_in_place(n, true);
         n
     }
 
@@ -262,10 +259,15 @@ impl ConnState {
         true
     }
 
-    /// Counts a slot of the arena handed out for a message written in place.
-    pub(crate) fn count_in_place(&mut self) {
+    /// Counts `n` slots of the arena handed out for messages written in place, and as many
+    /// sends when they are `sent` (queued or pushed) now.
+    #[inline]
+    pub(crate) fn count_in_place(&mut self, n: usize, sent: bool) {
+        if sent {
+            self.stats.sends += n as u64;
+        }
         if let Some(a) = &mut self.stats.arena {
-            a.slots += 1;
+            a.slots += n as u64;
         }
     }
 
@@ -361,6 +363,15 @@ impl ConnState {
     /// by copy, counted as an `inflight_cap` fallback.
     pub(crate) fn set_zc_budget(&mut self, n: usize) {
         self.zc_budget = n;
+    }
+
+    /// [`ConnState::set_zc_budget`] from the ring's cap (`None`: no cap, nothing changes) and
+    /// the zero-copy sends in flight on the whole ring.
+    #[inline]
+    pub(crate) fn share_ring_cap(&mut self, cap: Option<usize>, ring_inflight: usize) {
+        if let Some(cap) = cap {
+            self.set_zc_budget(cap.saturating_sub(ring_inflight));
+        }
     }
 
     /// The errno that ended the connection, if one did.
