@@ -199,25 +199,50 @@ impl SendRing {
     /// every one lies in the registered arena, or `None` for a slot not held and parked, or
     /// with fewer bytes.
     fn lane_iovecs(&self, slots: &[u32], len: usize, iovs: &mut Vec<libc::iovec>) -> Option<bool> {
-        let staged = self
-            .staged
-            .len()
-            .checked_sub(slots.len())
-            .map(|at| &self.staged[at..]);
-        let staged = staged.filter(|st| st.iter().map(|p| p.0).eq(slots.iter().copied()));
+        let staged = self.staged.len().checked_sub(slots.len());
+        let staged = staged.map_or(&[][..], |at| &self.staged[at..]);
+        if staged.len() != slots.len() {
+            return self.lane_iovecs_of_slots(slots, len, iovs);
+        }
+        // The registered arena's bounds (none: an empty range).
+        let (lo, hi) = self.arena.map_or((1, 0), |(b, n)| (b, b + n));
         let mut fixed = true;
-        for (i, &slot) in slots.iter().enumerate() {
+        iovs.reserve(slots.len());
+        for (&slot, &(was, at, n)) in slots.iter().zip(staged) {
             let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
-            let at = s
-                .filter(|s| s.held && s.parked)
-                .and_then(|s| match staged {
-                    Some(st) => (st[i].2 == len).then_some(st[i].1),
-                    None => s.buf.as_slice().get(..len).map(|b| b.as_ptr() as usize),
-                })?;
-            fixed = fixed
-                && self
-                    .arena
-                    .is_some_and(|(b, n)| at >= b && at + len <= b + n);
+            if was != slot || n != len || !s.is_some_and(|s| s.held && s.parked) {
+                iovs.clear();
+                return self.lane_iovecs_of_slots(slots, len, iovs);
+            }
+            fixed &= at >= lo && at + len <= hi;
+            iovs.push(libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
+        Some(fixed)
+    }
+
+    /// [`SendRing::lane_iovecs`] for slots `fill_parked` did not just write: a look at each
+    /// one's buffer.
+    fn lane_iovecs_of_slots(
+        &self,
+        slots: &[u32],
+        len: usize,
+        iovs: &mut Vec<libc::iovec>,
+    ) -> Option<bool> {
+        let mut fixed = true;
+        for &slot in slots {
+            let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
+            let b = s
+                .filter(|s| s.held && s.parked)?
+                .buf
+                .as_slice()
+                .get(..len)?;
+            let at = b.as_ptr() as usize;
+            fixed &= self
+                .arena
+                .is_some_and(|(b, n)| at >= b && at + len <= b + n);
             iovs.push(libc::iovec {
                 iov_base: at as *mut libc::c_void,
                 iov_len: len,
