@@ -155,6 +155,37 @@ fn a_wrong_byte_fails_the_twins_receiver_naming_its_offset() {
     );
 }
 
+/// `--recv-process` (the receiver a process of its own, for callgrind): the library's stream
+/// lane and bare's own loop send to it, it checks every byte and the run checks it read all
+/// that was sent; told to expect another byte, it fails the run with its reason.
+#[test]
+fn a_receiver_in_a_process_of_its_own_checks_every_byte() {
+    for extra in [&["--lib", "--arena"][..], &[][..]] {
+        let mut args = vec!["uring", "4K", "--seconds", "0.2", "--warmup", "0"];
+        args.extend_from_slice(&["--recv-process", "--verify"]);
+        args.extend_from_slice(extra);
+        let Some(out) = run(&args) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {e}");
+        assert!(field(&text, " sends,") > 0, "{text}");
+    }
+    let args = ["copy", "16K", "--seconds", "0.1", "--warmup", "0"];
+    let args = [&args[..], &["--recv-process", "--verify"]].concat();
+    let Some(out) = run_env(&args, Some(("SENDPATH_BARE_EXPECT", "0x5b"))) else {
+        return;
+    };
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains("byte 0 of the stream is 0x5a where 0x5b was expected")
+            && e.contains("the receiver failed: the receiver process ended with exit status: 1"),
+        "{e}"
+    );
+}
+
 /// `--recv copy` reads every byte out without checking it (the peer tools' receiver): the same
 /// wrong expected byte that fails `--verify` above passes, the run still checks that every
 /// byte sent was read, and an unknown receiver is refused with exit status 2.

@@ -6,14 +6,15 @@
 //! cargo run --release -p sendpath --example bare -- PATH SIZE [--proto tcp|udp]
 //!     [--seconds 2] [--warmup 0.5] [--cpu S[,R]] [--depth 8] [--order linked|none|vectored|bundle]
 //!     [--fixed] [--arena] [--fixed-file] [--pool] [--bufs 1] [--lib] [--reap-every 32] [--recv-size N] [--file-size N]
-//!     [--pipe-size N] [--gso SEG] [--mtu 65535] [--verify]
+//!     [--pipe-size N] [--gso SEG] [--mtu 65535] [--verify] [--recv-process]
 //! ```
 //!
 //! TCP (the default): a loopback connection whose receiver, a thread of this program (pinned to
 //! R), discards with `recv(MSG_TRUNC)` `--recv-size` bytes at a time, as `stream --recv
 //! discard` does; with `--recv copy` it reads every byte out instead, as `stream --recv copy`
 //! does, and with `--verify` also checks each is the 0x5a every path writes (a wrong byte ends
-//! the run naming its offset). UDP: a namespace whose veth peer is down, a permanent neighbour; the device
+//! the run naming its offset); with `--recv-process` the receiver is a process of its own (bare
+//! run again), for callgrind, which runs a program's threads one at a time. UDP: a namespace whose veth peer is down, a permanent neighbour; the device
 //! drops every frame at its queue, so nothing copies zero-copy pages (root). It sends for
 //! `--warmup` unmeasured, as sendpath does before a window, then for `--seconds`, and prints
 //! one line: bytes per second, sends per second, completions and how
@@ -53,6 +54,7 @@ use std::time::{Duration, Instant};
 
 mod lib_loop;
 mod pool;
+mod receiver;
 mod route;
 use route::Route;
 
@@ -72,7 +74,7 @@ const PATHS: [&str; 12] = [
     "serialize",
 ];
 
-const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--arena] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--recv copy|discard|verify] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
+const USAGE: &str = "usage: bare PATH SIZE [--proto tcp|udp] [--seconds S] [--warmup S] [--cpu S[,R]] [--depth N] [--order linked|none|vectored|bundle] [--fixed] [--arena] [--fixed-file] [--pool] [--bufs N] [--lib] [--reap-every N] [--recv-size N] [--recv copy|discard|verify] [--recv-process] [--verify] [--file-size N] [--pipe-size N] [--gso SEG] [--mtu M] [--congestion ALGO]";
 
 /// How io_uring requests of one connection are ordered.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -112,6 +114,9 @@ pub(crate) struct Args {
     /// `--recv copy`: the receiver reads every byte out (`read()`, as `stream --recv copy`),
     /// checking none; `--recv discard` (the default) drops them with `recv(MSG_TRUNC)`.
     pub(crate) recv_copy: bool,
+    /// `--recv-process`: the receiver in a process of its own instead of a thread (for a
+    /// tool that runs bare's threads one at a time: callgrind).
+    pub(crate) recv_process: bool,
 }
 
 /// A size with an optional K/M/G suffix (powers of 1024).
@@ -187,6 +192,7 @@ fn parse() -> Result<Args, String> {
         recv_size: None,
         verify: false,
         recv_copy: false,
+        recv_process: false,
         file_size: 64 << 20,
         pipe_size: 1 << 20,
         congestion: None,
@@ -224,6 +230,7 @@ fn parse() -> Result<Args, String> {
                 }
             },
             "--cpu" => a.cpu = Some(parse_cpu(it.next())?),
+            "--recv-process" => a.recv_process = true,
             "--recv-size" => a.recv_size = Some(size(it.next(), "--recv-size")? as usize),
             "--file-size" => a.file_size = size(it.next(), "--file-size")?,
             "--pipe-size" => a.pipe_size = size(it.next(), "--pipe-size")? as usize,
@@ -294,6 +301,15 @@ fn fail(e: impl std::fmt::Display) -> ! {
 }
 
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--receive") {
+        // The receiver process of `--recv-process`: the bytes it read, for the sender.
+        match receiver::serve(&argv[2..]) {
+            Ok(n) => println!("{n}"),
+            Err(e) => fail(format!("the receiver: {e}")),
+        }
+        return;
+    }
     let a = match parse() {
         Ok(a) => a,
         Err(e) => {

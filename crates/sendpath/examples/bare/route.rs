@@ -3,13 +3,13 @@
 
 use super::lib_loop::LibPath;
 use super::pool::Pool;
+use super::receiver::{Reading, Receiver};
 use super::{sys, Args, Tally};
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::process::Command;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// The paths whose buffers the kernel is done with when the call returns (`--bufs`).
@@ -39,7 +39,7 @@ pub(crate) struct Route {
 enum Link {
     Tcp {
         tx: TcpStream,
-        receiver: JoinHandle<io::Result<u64>>,
+        receiver: Receiver,
         file: Option<File>,
     },
     Udp {
@@ -69,25 +69,18 @@ impl Route {
             false => None,
         };
         let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let tx = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let rx = l.accept().map_err(|e| e.to_string())?.0;
+        let reading = Reading {
+            // As `stream --recv discard` reads: the message size clamped to 16 KiB..1 MiB.
+            read: a.recv_size.unwrap_or(a.size.clamp(16 << 10, 1 << 20)),
+            cpu: a.cpu.and_then(|c| c.1),
+            verify: a.verify.then(expected),
+            copy: a.recv_copy,
+        };
+        let (tx, receiver) = Receiver::start(&l, reading, a.recv_process)
+            .map_err(|e| format!("the receiver: {e}"))?;
         if let Some(cc) = &a.congestion {
             sys::set_congestion(tx.as_raw_fd(), cc)?;
         }
-        // As `stream --recv discard` reads: the message size clamped to 16 KiB..1 MiB.
-        let read = a.recv_size.unwrap_or(a.size.clamp(16 << 10, 1 << 20));
-        let (cpu, verify, copy) = (a.cpu.and_then(|c| c.1), a.verify, a.recv_copy);
-        let receiver = std::thread::spawn(move || {
-            if let Some(c) = cpu {
-                sys::pin(c)?;
-            }
-            match (verify, copy) {
-                (true, _) => sys::read_out(rx.as_raw_fd(), read, Some(expected())),
-                (false, true) => sys::read_out(rx.as_raw_fd(), read, None),
-                (false, false) => sys::discard(rx.as_raw_fd(), read),
-            }
-        });
         let lib = match a.lib {
             true => Some(LibPath::open(a, dup(&tx)?, file.as_ref())?),
             false => None,
@@ -154,9 +147,7 @@ impl Route {
                 // A receiver that failed closed its end (this shutdown then fails): its error
                 // is the one to tell.
                 let shut = tx.shutdown(Shutdown::Write);
-                let n = receiver
-                    .join()
-                    .map_err(|_| io::Error::other("the receiver thread panicked"))??;
+                let n = receiver.join()?;
                 shut.map(|()| n)
             }
             Link::Udp { .. } => Ok(0),
