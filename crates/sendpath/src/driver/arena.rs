@@ -315,35 +315,28 @@ impl UringDriver {
         if at.is_empty() || (!st.datagrams() && at.len() < room) {
             return Ok((0, 0));
         }
-        // In one request, by one operation: decided before any is written.
-        let stream = match st.datagrams() {
-            true => None,
-            false => match self.stream_lane_op(id, at.len(), len) {
-                Some(op) => Some(op),
-                None => return Ok((0, 0)),
-            },
-        };
+        if !st.datagrams() {
+            // In one request, by one operation: decided before any is written.
+            let Some(op) = self.stream_lane_op(id, at.len(), len) else {
+                return Ok((0, 0));
+            };
+            let n = self.stream_lane_run(id, len, at, fill, op);
+            return Ok((n, usize::from(n > 0)));
+        }
         let mut written = std::mem::take(&mut self.written);
         self.ring
             .fill_parked(id.idx, len, at.clone(), fill, &mut written);
         if written.is_empty() && self.park_fresh(id, len, at.len()) > 0 {
             self.ring.fill_parked(id.idx, len, at, fill, &mut written);
         }
-        let went = match (stream, written.is_empty()) {
-            // No slot free (or a message larger than one): the caller queues them.
-            (_, true) => (0, 0),
-            (Some(op), false) => {
-                let n = self.stream_lane_run(id, &written, len, op);
-                (n, usize::from(n > 0))
-            }
-            (None, false) => {
-                let n = self.datagram_lane_run(id, &written, len);
-                (n, n)
-            }
+        // None written: no slot free (or a message larger than one); the caller queues them.
+        let went = match written.is_empty() {
+            true => 0,
+            false => self.datagram_lane_run(id, &written, len),
         };
         written.clear();
         self.written = written;
-        Ok(went)
+        Ok((went, went))
     }
 
     /// The datagram lane: messages `written` in held parked slots of `id` (`len` bytes each)
@@ -402,27 +395,36 @@ impl UringDriver {
         state.stream_lane_op(n, len)
     }
 
-    /// The stream lane: messages `written` in held parked slots of `id` (`len` bytes each)
-    /// pushed as one vectored request by `op`. When the ring refuses it, the connection fails
-    /// (as for a chain) and the slots go back. Returns how many went.
-    fn stream_lane_run(&mut self, id: ConnId, written: &[u32], len: usize, op: SendOp) -> usize {
+    /// The stream lane: messages `at` (indexes for `fill`, `len` bytes each) written in
+    /// parked slots straight into one vectored request of `id` by `op`
+    /// ([`SendRing::fill_lane_group`](crate::sys::uring::SendRing::fill_lane_group)). When
+    /// the ring refuses it, the connection fails (as for a chain) and the slots go back.
+    /// Returns how many went (0 when no slot is free: the caller queues them).
+    fn stream_lane_run(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        at: std::ops::Range<usize>,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        op: SendOp,
+    ) -> usize {
+        let mut filled = self.ring.fill_lane_group(id.idx, len, at.clone(), fill);
+        if filled.is_none() && self.park_fresh(id, len, at.len()) > 0 {
+            filled = self.ring.fill_lane_group(id.idx, len, at, fill);
+        }
+        let Some((g, n)) = filled else {
+            return 0;
+        };
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
-        let went = match self
-            .ring
-            .push_stream_lane(sock.as_fd(), id.idx, written, len, op)
-        {
+        let went = match self.ring.push_lane_group(sock.as_fd(), id.idx, g, len, op) {
             Ok((_, registered)) => {
-                state.stream_lane_pushed(written, len, op, registered);
-                written.len()
+                let slots = self.ring.lane_group_slots(g);
+                state.stream_lane_pushed(slots, len, op, registered);
+                n
             }
             Err(_) => {
                 state.fail(libc::EBUSY);
-                for &slot in written {
-                    if let Some(b) = self.ring.unhold(slot) {
-                        state.on_released(b);
-                    }
-                }
                 0
             }
         };

@@ -1,6 +1,6 @@
 //! The lanes: messages written in place and pushed to the ring as they are written, past
 //! the queue. On a datagram socket each is one request ([`SendRing::push_lane`]); on a stream
-//! socket a run of them is one vectored request ([`SendRing::push_stream_lane`]), the one the
+//! socket a run of them is one vectored request ([`SendRing::push_lane_group`]), the one the
 //! connection has in the kernel, as a chain would be. The ring lets go of a lane's request
 //! once pushed: its slots go back to the arena with its last completion, and its completions
 //! are counted where they are read, into a [`LaneTally`] the connection takes once per reap
@@ -11,7 +11,7 @@
 //! ([`ConnState::on_lane_failed`]).
 //!
 //! [`SendRing::push_lane`]: crate::sys::uring::SendRing::push_lane
-//! [`SendRing::push_stream_lane`]: crate::sys::uring::SendRing::push_stream_lane
+//! [`SendRing::push_lane_group`]: crate::sys::uring::SendRing::push_lane_group
 
 use super::{Choice, ConnState, Order, SendOp, MAX_IOV};
 use crate::completion::{ChainEntry, ChainResult, LaneSend, LaneTally};

@@ -17,6 +17,7 @@
 mod aux;
 mod lane;
 mod slots;
+mod stream_lane;
 mod submit;
 
 use crate::completion::{LaneRequest, LaneSend, LaneTally};
@@ -181,10 +182,9 @@ pub(crate) struct SendRing {
     held_at: Vec<Option<u64>>,
     /// The lane's datagram in each slot ([`SendRing::push_lane`]).
     lane: Vec<LaneRequest>,
-    /// Slots a stream's lane request reads, counted on its group ([`SendRing::push_stream_lane`]);
-    /// where those [`SendRing::fill_parked`] took last are (slot, first byte, length).
+    /// Slots a stream's lane request reads, counted on its group from when
+    /// [`SendRing::fill_lane_group`] takes them.
     in_lane: Vec<bool>,
-    staged: Vec<(u32, usize, usize)>,
     /// Per tag, what its lane datagrams' completions came to ([`SendRing::take_lane_tallies`]),
     /// and the tags whose tally has something.
     lane_tallies: Vec<LaneTally>,
@@ -278,7 +278,6 @@ impl SendRing {
                         held_at: Vec::new(),
                         lane: Vec::new(),
                         in_lane: Vec::new(),
-                        staged: Vec::new(),
                         lane_tallies: Vec::new(),
                         lane_listed: Vec::new(),
                         clock: crate::stats::SendClock::new(),

@@ -37,7 +37,7 @@ pub(super) struct Group {
     ///
     /// [`SendClock`]: crate::stats::SendClock
     pub(super) pushed_at: Option<u64>,
-    /// A stream's request by the lane ([`SendRing::push_stream_lane`]): what its completions
+    /// A stream's request by the lane ([`SendRing::push_lane_group`]): what its completions
     /// are counted against, and whether its result handed its slots back to their owner.
     pub(super) lane: LaneRequest,
     pub(super) lane_failed: bool,
@@ -119,14 +119,10 @@ impl SendRing {
         out: &mut Vec<u32>,
     ) {
         let start = out.len();
-        if start == 0 {
-            self.staged.clear();
-        }
         for i in at {
             let Some((slot, bytes)) = self.take_parked(tag, len) else {
                 return;
             };
-            let at = (bytes.as_ptr() as usize, bytes.len());
             out.push(slot);
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
                 for slot in out.drain(start..) {
@@ -134,7 +130,6 @@ impl SendRing {
                 }
                 resume_unwind(panic);
             }
-            self.staged.push((slot, at.0, at.1));
         }
     }
 

@@ -1,0 +1,208 @@
+//! The stream lane in the ring: a stream's messages written in parked slots straight into a
+//! group's lists ([`SendRing::fill_lane_group`]), then sent as one vectored request
+//! ([`SendRing::push_lane_group`]). The slots are the group's from the moment they are taken
+//! (`in_lane`), so the push reads no slot again; the request's completions are counted into
+//! the connection's tally as a lane datagram's are, and only a result that sent less than
+//! all hands the slots to their owner, held ([`SendRing::route_lane_group`]).
+
+use super::submit::{next_request, sendmsg_entry};
+use super::{Op, SendRing, GROUP, LANE};
+use crate::completion::LaneRequest;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+impl SendRing {
+    /// Parked slots for a vectored request of `tag`'s stream, one for each message `i` of
+    /// `at`, each written by `fill(i, bytes)` in its first `len` bytes and put in a group's
+    /// lists as it is taken, its iovec where it was written. The slots are the group's, not
+    /// their owner's, until [`SendRing::push_lane_group`] sends it or
+    /// [`SendRing::drop_lane_group`] lets it go. Stops early when no parked slot is free or
+    /// large enough. Returns the group and how many it holds; `None` when it would hold none.
+    /// When `fill` panics, the slots go back before the panic goes on.
+    pub(crate) fn fill_lane_group(
+        &mut self,
+        tag: u32,
+        len: usize,
+        at: std::ops::Range<usize>,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+    ) -> Option<(u32, usize)> {
+        let (g, mut slots, mut iovs) = self.take_group();
+        for i in at {
+            let Some(&slot) = self.parked_free.last() else {
+                break;
+            };
+            let Some(s) = self.slots[slot as usize].as_mut() else {
+                break;
+            };
+            // A parked slot is a slot of the arena: cut to `len` in the one look at it.
+            let Some(bytes) = s.buf.arena_bytes_mut(len) else {
+                break;
+            };
+            s.tag = tag;
+            self.parked_free.pop();
+            self.in_lane[slot as usize] = true;
+            slots.push(slot);
+            iovs.push(libc::iovec {
+                iov_base: bytes.as_mut_ptr().cast(),
+                iov_len: len,
+            });
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
+                (self.groups[g as usize].slots, self.groups[g as usize].iovs) = (slots, iovs);
+                self.drop_lane_group(g);
+                resume_unwind(panic);
+            }
+        }
+        let n = slots.len();
+        (self.groups[g as usize].slots, self.groups[g as usize].iovs) = (slots, iovs);
+        if n == 0 {
+            self.give_back_group(g);
+            return None;
+        }
+        Some((g, n))
+    }
+
+    /// Sends group `g` of [`SendRing::fill_lane_group`] (`tag`'s, messages of `len` bytes) as
+    /// one vectored request (`SENDMSG`, or `SENDMSG_ZC` for `Op::SendZc`, with `MSG_WAITALL`),
+    /// in order: the ring frees its slots after the request's last completion and counts its
+    /// completions into `tag`'s tally, unless its result sent less than all, which hands the
+    /// slots to their owner held, in a [`Cqe`](super::Cqe) that says
+    /// [`Cqe::lane`](super::Cqe::lane). A zero-copy request whose bytes all lie in the
+    /// registered arena goes by index where the kernel takes registered iovecs. Returns the
+    /// request id and whether it goes by index; when it cannot be pushed the group is let go
+    /// ([`SendRing::drop_lane_group`]).
+    pub(crate) fn push_lane_group(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        tag: u32,
+        g: u32,
+        len: usize,
+        op: Op,
+    ) -> io::Result<(u64, bool)> {
+        let zc = matches!(op, Op::SendZc { .. });
+        let (lo, hi) = self.arena.map_or((1, 0), |(b, n)| (b, b + n));
+        let in_arena =
+            |v: &libc::iovec| v.iov_base as usize >= lo && v.iov_base as usize + len <= hi;
+        let now = self.clock(op);
+        let req = next_request(&mut self.requests) | GROUP | LANE | u64::from(g);
+        let group = &mut self.groups[g as usize];
+        let fixed = zc && self.vectored_fixed && group.iovs.iter().all(in_arena);
+        (group.hdr.msg_iov, group.hdr.msg_iovlen) = (group.iovs.as_mut_ptr(), group.iovs.len());
+        (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
+        group.lane = LaneRequest::stream(len, group.slots.len(), zc, fixed);
+        group.lane_failed = false;
+        let entry = sendmsg_entry(fd, &group.hdr, op, false, fixed, req);
+        loop {
+            // SAFETY: as for `push_vectored`: the SQE points at the group's header, its
+            // iovecs and the first `len` bytes of parked slots of the arena (whose memory
+            // never moves), none of which is reused or released before the request's last
+            // completion (`in_lane`, set when each slot was taken, holds it that long).
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_ok() {
+                break;
+            }
+            if let Err(e) = self.submit() {
+                self.drop_lane_group(g);
+                return Err(e);
+            }
+        }
+        self.request_started(tag);
+        self.lane_tally_for(tag);
+        Ok((req, fixed))
+    }
+
+    /// Lets group `g` of [`SendRing::fill_lane_group`] go unsent: its slots parked and free
+    /// again, what was written in them dropped.
+    pub(crate) fn drop_lane_group(&mut self, g: u32) {
+        let slots = std::mem::take(&mut self.groups[g as usize].slots);
+        for &slot in &slots {
+            self.in_lane[slot as usize] = false;
+        }
+        self.parked_free.extend_from_slice(&slots);
+        self.groups[g as usize].slots = slots;
+        self.give_back_group(g);
+    }
+
+    /// The slots of group `g`, in the order its request sends them.
+    pub(crate) fn lane_group_slots(&self, g: u32) -> &[u32] {
+        &self.groups[g as usize].slots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Op;
+    use super::SendRing;
+    use crate::buffer::Buf;
+    use std::io::Read;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+
+    /// `n` parked slots of an arena of 4 KiB slots on `ring`, free.
+    fn parked(ring: &mut SendRing, n: usize) {
+        let arena = std::sync::Arc::new(crate::buffer::ArenaMem::new(4096, n, 0).unwrap());
+        while let Some(slot) = arena.take() {
+            let slot = ring.park(Buf::arena(slot), 2);
+            assert!(ring.unhold(slot).is_none(), "parked, not freed");
+        }
+    }
+
+    #[test]
+    fn a_stream_lane_request_sends_its_slots_in_order_and_gives_them_back_only_when_short() {
+        let Ok(mut ring) = SendRing::new(8, 16) else {
+            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        parked(&mut ring, 4);
+        // Three messages written where they are sent, in one request, in order.
+        let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 1);
+        let (g, n) = ring.fill_lane_group(2, 10, 0..3, &mut fill).unwrap();
+        assert_eq!((n, ring.parked_free.len()), (3, 1));
+        let slots = ring.lane_group_slots(g).to_vec();
+        let (_, by_index) = ring
+            .push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
+            .unwrap();
+        assert!(!by_index, "a copy goes by address");
+        ring.submit_and_wait(1).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(ring.reap(&mut out), 1);
+        assert!(out.is_empty(), "sent in full: nothing for its owner");
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
+        assert_eq!(tallies, [(2, 1, 30)]);
+        let mut got = [0u8; 30];
+        peer.read_exact(&mut got).unwrap();
+        let want: Vec<u8> = (1..=3).flat_map(|i| [i; 10]).collect();
+        assert_eq!(got[..], want[..]);
+        assert_eq!(ring.parked_free.len(), 4, "all free again");
+        // A group let go unsent: its slots free, nothing in the kernel.
+        let (g, _) = ring.fill_lane_group(2, 10, 0..2, &mut fill).unwrap();
+        ring.drop_lane_group(g);
+        assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
+        // More than a slot holds: none taken.
+        assert!(ring.fill_lane_group(2, 4097, 0..1, &mut fill).is_none());
+        assert_eq!(ring.parked_free.len(), 4);
+        // On a socket shut for writing it sends nothing: the slots are their owner's again.
+        sock.shutdown(Shutdown::Write).unwrap();
+        let (g, _) = ring.fill_lane_group(2, 10, 0..2, &mut fill).unwrap();
+        let again = ring.lane_group_slots(g).to_vec();
+        ring.push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
+            .unwrap();
+        ring.submit_and_wait(1).unwrap();
+        assert_eq!(ring.reap(&mut out), 1);
+        let lane = out
+            .iter()
+            .map(|c| (c.res, c.lane.map(|l| l.len)))
+            .collect::<Vec<_>>();
+        assert_eq!(lane, [(-libc::EPIPE, Some(20))]);
+        assert_eq!(ring.in_kernel(), 0);
+        assert_eq!(ring.parked_free.len(), 2, "held by their owner");
+        for &slot in &again {
+            assert!(ring.unhold(slot).is_none(), "let go of, parked");
+        }
+        assert_eq!(ring.parked_free[2..], again[..]);
+        assert!(slots.iter().all(|s| ring.parked_free.contains(s)));
+    }
+}
