@@ -1265,7 +1265,7 @@ fn an_arena_with_a_size_mix_holds_its_largest_messages() {
 }
 
 /// By default each io_uring path sends the way it measured faster: `uring` and `uring-zc` in
-/// place (most of `uring-zc`'s requests by the arena's index; `SEND` takes no registered
+/// place (`uring-zc`'s zero-copy sends by the arena's index while it has slots; `SEND` takes no registered
 /// buffer, so none of `uring`'s); `--arena off` sends both from owned buffers. Every byte
 /// arrives either way.
 #[test]
@@ -1295,10 +1295,14 @@ fn by_default_uring_and_uring_zc_are_written_in_place() {
         rows.iter()
             .map(|r| {
                 let share = r["arena_registered"].as_f64();
+                // Of the sends that went zero-copy, the share by index.
+                let z = &r["repeats"][0]["zerocopy"];
+                let by_index = z["registered"].as_f64().zip(z["attempts"].as_f64());
                 (
                     r["strategy"].as_str().unwrap().to_string(),
                     r["uring_buffers"].as_str().unwrap().to_string(),
                     share,
+                    by_index.map(|(r, a)| r / a.max(1.0)),
                 )
             })
             .collect::<Vec<_>>()
@@ -1306,7 +1310,13 @@ fn by_default_uring_and_uring_zc_are_written_in_place() {
     let auto = buffers(&[]);
     let zc = auto.iter().find(|x| x.0 == "uring-zc").unwrap();
     assert_eq!(zc.1, "arena", "{auto:?}");
-    assert!(zc.2.unwrap() > 0.5, "most requests by index: {auto:?}");
+    assert!(zc.2.unwrap() > 0.0, "requests by index: {auto:?}");
+    // On a loaded host notifications slow down until the default 4 MiB arena is all in
+    // flight and messages go from the heap, by address; an arena that holds them all sends
+    // nearly every zero-copy send by index.
+    let large = buffers(&["--arena", "64M"]);
+    let zc = large.iter().find(|x| x.0 == "uring-zc").unwrap();
+    assert!(zc.3.unwrap() > 0.9, "zero-copy sends by index: {large:?}");
     let uring = auto.iter().find(|x| x.0 == "uring").unwrap();
     assert_eq!(
         (uring.1.as_str(), uring.2),
