@@ -161,12 +161,10 @@ impl SendRing {
         group.lane_failed |= step.failed;
         let slots = std::mem::take(&mut group.slots);
         if step.failed {
-            // Sent less than all: the slots are the connection's again, to settle, held as
-            // `take_parked` holds one (not yet timed).
+            // Sent less than all: the slots are the connection's again, to settle.
             for &slot in &slots {
                 if let Some(s) = self.slots[slot as usize].as_mut() {
                     s.held = true;
-                    self.held_at[slot as usize] = None;
                 }
             }
         }

@@ -103,7 +103,7 @@ impl SendRing {
     /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
     /// does not fit.
     pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
-        self.take_parked(tag, len).map(|(slot, _)| slot)
+        self.take_parked(tag, len, true).map(|(slot, _)| slot)
     }
 
     /// Parked slots as [`SendRing::reserve_parked`] gives them, one for each message `i` of
@@ -120,7 +120,7 @@ impl SendRing {
     ) {
         let start = out.len();
         for i in at {
-            let Some((slot, bytes)) = self.take_parked(tag, len) else {
+            let Some((slot, bytes)) = self.take_parked(tag, len, true) else {
                 return;
             };
             out.push(slot);
@@ -133,13 +133,21 @@ impl SendRing {
         }
     }
 
-    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut [u8])> {
+    /// A free parked slot for `tag`, its first `len` bytes to write, held by its owner when
+    /// `held` (not when a lane request takes it: [`SendRing::fill_lane_group`]); `None`
+    /// when none is free or `len` does not fit.
+    pub(super) fn take_parked(
+        &mut self,
+        tag: u32,
+        len: usize,
+        held: bool,
+    ) -> Option<(u32, &mut [u8])> {
         let slot = *self.parked_free.last()?;
         let s = self.slots[slot as usize].as_mut()?;
         // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
         let bytes = s.buf.arena_bytes_mut(len)?;
         self.parked_free.pop();
-        (s.tag, s.held) = (tag, true);
+        (s.tag, s.held) = (tag, held);
         self.held_at[slot as usize] = None;
         Some((slot, bytes))
     }

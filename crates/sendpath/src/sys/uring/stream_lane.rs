@@ -29,25 +29,17 @@ impl SendRing {
     ) -> Option<(u32, usize)> {
         let (g, mut slots, mut iovs) = self.take_group();
         for i in at {
-            let Some(&slot) = self.parked_free.last() else {
+            let Some((slot, bytes)) = self.take_parked(tag, len, false) else {
                 break;
             };
-            let Some(s) = self.slots[slot as usize].as_mut() else {
-                break;
-            };
-            // A parked slot is a slot of the arena: cut to `len` in the one look at it.
-            let Some(bytes) = s.buf.arena_bytes_mut(len) else {
-                break;
-            };
-            s.tag = tag;
-            self.parked_free.pop();
-            self.in_lane[slot as usize] = true;
             slots.push(slot);
             iovs.push(libc::iovec {
                 iov_base: bytes.as_mut_ptr().cast(),
                 iov_len: len,
             });
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
+            let filled = catch_unwind(AssertUnwindSafe(|| fill(i, bytes)));
+            self.in_lane[slot as usize] = true;
+            if let Err(panic) = filled {
                 (self.groups[g as usize].slots, self.groups[g as usize].iovs) = (slots, iovs);
                 self.drop_lane_group(g);
                 resume_unwind(panic);
