@@ -294,6 +294,15 @@ impl Buf {
         matches!(self.data, Storage::Arena(_))
     }
 
+    /// Where the arena slot this buffer is starts, and its capacity; `None` for another
+    /// buffer.
+    pub(crate) fn arena_raw(&self) -> Option<(*mut u8, usize)> {
+        match &self.data {
+            Storage::Arena(slot) => Some(slot.raw()),
+            _ => None,
+        }
+    }
+
     /// The first `len` bytes of the arena slot this buffer is, to write, cut to that length;
     /// `None` (and nothing changes) for another buffer or a slot smaller than `len`.
     #[inline]

@@ -408,9 +408,9 @@ impl UringDriver {
         fill: &mut dyn FnMut(usize, &mut [u8]),
         op: SendOp,
     ) -> usize {
-        let mut filled = self.ring.fill_lane_group(id.idx, len, at.clone(), fill);
+        let mut filled = self.ring.fill_lane_group(len, at.clone(), fill);
         if filled.is_none() && self.park_fresh(id, len, at.len()) > 0 {
-            filled = self.ring.fill_lane_group(id.idx, len, at, fill);
+            filled = self.ring.fill_lane_group(len, at, fill);
         }
         let Some((g, n)) = filled else {
             return 0;

@@ -322,6 +322,12 @@ impl ArenaSlot {
         fits
     }
 
+    /// Where the slot's bytes start, and how many it has: for a writer that holds the slot
+    /// and reaches its bytes without reading the slot again.
+    pub(crate) fn raw(&self) -> (*mut u8, usize) {
+        (self.start, self.size as usize)
+    }
+
     /// Bytes in the slot.
     #[inline]
     pub(crate) fn capacity(&self) -> usize {

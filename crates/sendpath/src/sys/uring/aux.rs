@@ -7,6 +7,7 @@ use crate::sys::bufring::RecvBufs;
 use io_uring::{cqueue, opcode, squeue, types};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 /// A request other than a send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,5 +234,36 @@ impl SendRing {
     /// [`SendRing::take_aux`].
     pub(crate) fn has_aux(&self) -> bool {
         !self.aux.is_empty()
+    }
+}
+impl SendRing {
+    /// Cancels every request still in the kernel (`IORING_OP_ASYNC_CANCEL` with
+    /// `IORING_ASYNC_CANCEL_ANY`) and waits at most `grace` for their last completions. Returns
+    /// how many buffers the kernel still holds then: they are never freed (see `Drop`).
+    pub(crate) fn shut_down(&mut self, grace: Duration) -> usize {
+        if self.aux_pending == 0 && self.in_kernel() == 0 {
+            return 0;
+        }
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(AUX | (AuxOp::Cancel.code() << 32));
+        // SAFETY: a cancel request points at no memory.
+        if unsafe { self.ring.submission().push(&e) }.is_ok() {
+            self.aux_pending += 1;
+        }
+        let deadline = Instant::now() + grace;
+        let mut sink = Vec::new();
+        while (self.aux_pending > 0 || self.in_kernel() > 0) && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.wait_for(left.min(Duration::from_millis(10))).is_err() {
+                break;
+            }
+            self.reap(&mut sink);
+            self.aux.clear();
+        }
+        self.mark_lane_slots();
+        (0..self.slots.len() as u32)
+            .filter(|&slot| self.in_use(slot))
+            .count()
     }
 }

@@ -158,49 +158,74 @@ impl SendRing {
             return;
         };
         let send = group.lane.send();
-        group.lane_failed |= step.failed;
-        let slots = std::mem::take(&mut group.slots);
         if step.failed {
             // Sent less than all: the slots are the connection's again, to settle.
-            for &slot in &slots {
-                if let Some(s) = self.slots[slot as usize].as_mut() {
-                    s.held = true;
-                }
-            }
+            self.hand_back_lane_slots(g);
         }
         if step.last {
-            self.lane_ended(g, &slots);
+            self.lane_ended(g);
         }
-        self.groups[g as usize].slots = slots;
         if step.failed {
             to(c.failed(tag, send));
         }
     }
 
-    /// Stream lane request `g` of `slots` had its last completion: its slots that no one holds
-    /// are free, and so is the group.
-    fn lane_ended(&mut self, g: u32, slots: &[u32]) {
+    /// The slots of stream lane request `g`, which owned them as a whole, each held for its
+    /// connection again, as [`SendRing::take_parked`] holds one, and marked `in_lane` until
+    /// the request's last completion.
+    fn hand_back_lane_slots(&mut self, g: u32) {
         let group = &mut self.groups[g as usize];
-        let (tag, failed) = (group.tag, group.lane_failed);
-        group.pending = 0;
-        for &slot in slots {
-            self.in_lane[slot as usize] = false;
+        group.whole = false;
+        for (&slot, iov) in group.slots.iter().zip(&group.iovs) {
+            self.in_lane[slot as usize] = true;
+            self.held_at[slot as usize] = None;
+            if let Some(s) = self.slots[slot as usize].as_mut() {
+                (s.tag, s.held) = (group.tag, true);
+                s.buf.resize(iov.iov_len);
+            }
         }
-        if failed {
+    }
+
+    /// Stream lane request `g` had its last completion: its slots that no one holds are free,
+    /// and so is the group.
+    fn lane_ended(&mut self, g: u32) {
+        let group = &mut self.groups[g as usize];
+        let (tag, whole) = (group.tag, group.whole);
+        (group.pending, group.whole) = (0, false);
+        let slots = std::mem::take(&mut group.slots);
+        if whole {
+            // Parked, not held (the ring's since the push) and in no other request: free
+            // without a look at each.
+            self.parked_free.extend_from_slice(&slots);
+        } else {
+            for &slot in &slots {
+                self.in_lane[slot as usize] = false;
+            }
             // Their owner holds them, or let go of some (which may be in a request again).
-            for &slot in slots {
+            for &slot in &slots {
                 if !self.in_use(slot) && self.slots[slot as usize].as_ref().is_some_and(|s| !s.held)
                 {
                     self.slot_done(slot, true);
                 }
             }
-        } else {
-            // Parked, not held (the ring's since the push) and in no other request: free
-            // without a look at each.
-            self.parked_free.extend_from_slice(slots);
         }
+        self.groups[g as usize].slots = slots;
         self.free_groups.push(g);
         self.request_ended(tag);
+    }
+
+    /// Marks the slots of every stream lane request the kernel may still read `in_lane`, one
+    /// by one, so a count or release of slots in use (`in_use`) sees them.
+    pub(super) fn mark_lane_slots(&mut self) {
+        for g in 0..self.groups.len() {
+            let group = &mut self.groups[g];
+            if group.pending > 0 && group.whole {
+                group.whole = false;
+                for &slot in &group.slots {
+                    self.in_lane[slot as usize] = true;
+                }
+            }
+        }
     }
 
     /// Records lane datagram `d` pushed from `slot` for `tag`.

@@ -192,8 +192,10 @@ pub(crate) struct SendRing {
     /// Times one zero-copy push in [`crate::stats::SendClock`]'s sample.
     clock: crate::stats::SendClock,
     free: Vec<u32>,
-    /// Parked slots (arena slots that stay in the ring) the kernel has released.
+    /// Parked slots (arena slots that stay in the ring) the kernel has released, and where
+    /// each parked slot's bytes are.
     parked_free: Vec<u32>,
+    parked_at: Vec<slots::ParkedAt>,
     /// Vectored requests, in flight or free for reuse (`free_groups`).
     groups: Vec<Group>,
     free_groups: Vec<u32>,
@@ -283,6 +285,7 @@ impl SendRing {
                         clock: crate::stats::SendClock::new(),
                         free: Vec::new(),
                         parked_free: Vec::new(),
+                        parked_at: Vec::new(),
                         groups: Vec::new(),
                         free_groups: Vec::new(),
                         released: Vec::new(),
@@ -541,37 +544,6 @@ impl SendRing {
     }
 }
 
-impl SendRing {
-    /// Cancels every request still in the kernel (`IORING_OP_ASYNC_CANCEL` with
-    /// `IORING_ASYNC_CANCEL_ANY`) and waits at most `grace` for their last completions. Returns
-    /// how many buffers the kernel still holds then: they are never freed (see `Drop`).
-    pub(crate) fn shut_down(&mut self, grace: Duration) -> usize {
-        if self.aux_pending == 0 && self.in_kernel() == 0 {
-            return 0;
-        }
-        let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
-            .build()
-            .user_data(AUX | (AuxOp::Cancel.code() << 32));
-        // SAFETY: a cancel request points at no memory.
-        if unsafe { self.ring.submission().push(&e) }.is_ok() {
-            self.aux_pending += 1;
-        }
-        let deadline = Instant::now() + grace;
-        let mut sink = Vec::new();
-        while (self.aux_pending > 0 || self.in_kernel() > 0) && Instant::now() < deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if self.wait_for(left.min(Duration::from_millis(10))).is_err() {
-                break;
-            }
-            self.reap(&mut sink);
-            self.aux.clear();
-        }
-        (0..self.slots.len() as u32)
-            .filter(|&slot| self.in_use(slot))
-            .count()
-    }
-}
-
 impl Drop for SendRing {
     /// Frees nothing the kernel may still read: multishot receives that did not end keep
     /// their provided buffers mapped for good, and buffers and vectored requests with
@@ -584,6 +556,7 @@ impl Drop for SendRing {
                 std::mem::forget(r);
             }
         }
+        self.mark_lane_slots();
         for slot in 0..self.slots.len() {
             if self.in_use(slot as u32) {
                 std::mem::forget(self.slots[slot].take());

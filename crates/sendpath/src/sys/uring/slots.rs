@@ -23,6 +23,19 @@ pub(super) struct Slot {
     pub(super) parked: bool,
 }
 
+/// Where a parked slot's bytes are ([`SendRing::park`]), kept apart from its [`Slot`] so a
+/// stream's lane request takes and writes the slot without reading its cache line, which the
+/// kernel's last send from it left cold.
+#[derive(Clone, Copy)]
+pub(super) struct ParkedAt {
+    pub(super) start: *mut u8,
+    pub(super) size: usize,
+}
+
+// SAFETY: `start` points into the arena slot held in the ring's slot of the same index; it is
+// only followed by the thread that owns the ring.
+unsafe impl Send for ParkedAt {}
+
 /// A vectored request (`SENDMSG` / `SENDMSG_ZC`) over several slots: the slots it reads, and
 /// the iovecs and header the kernel reads, kept until its last completion. A group's lists
 /// keep their allocations from request to request.
@@ -38,9 +51,12 @@ pub(super) struct Group {
     /// [`SendClock`]: crate::stats::SendClock
     pub(super) pushed_at: Option<u64>,
     /// A stream's request by the lane ([`SendRing::push_lane_group`]): what its completions
-    /// are counted against, and whether its result handed its slots back to their owner.
+    /// are counted against.
     pub(super) lane: LaneRequest,
-    pub(super) lane_failed: bool,
+    /// The lane request's slots are its own as a whole: none is marked `in_lane` or held,
+    /// none has its tag or length written, until its result hands them back to their owner
+    /// or the ring counts what the kernel still holds ([`SendRing::mark_lane_slots`]).
+    pub(super) whole: bool,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
@@ -58,7 +74,7 @@ impl Group {
             pending: 0,
             pushed_at: None,
             lane: LaneRequest::default(),
-            lane_failed: false,
+            whole: false,
         }
     }
 }
@@ -92,9 +108,20 @@ impl SendRing {
     /// released it waits in the ring for [`SendRing::reserve_parked`] instead of leaving it, so
     /// a message written in place moves no buffer. Returns the ring slot.
     pub(crate) fn park(&mut self, buf: Buf, tag: u32) -> u32 {
+        let at = buf.arena_raw();
         let slot = self.hold(buf, tag, None);
         if let Some(s) = self.slots[slot as usize].as_mut() {
             s.parked = true;
+        }
+        if let Some((start, size)) = at {
+            let none = ParkedAt {
+                start: std::ptr::null_mut(),
+                size: 0,
+            };
+            if self.parked_at.len() <= slot as usize {
+                self.parked_at.resize(slot as usize + 1, none);
+            }
+            self.parked_at[slot as usize] = ParkedAt { start, size };
         }
         slot
     }
@@ -103,7 +130,7 @@ impl SendRing {
     /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
     /// does not fit.
     pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
-        self.take_parked(tag, len, true).map(|(slot, _)| slot)
+        self.take_parked(tag, len).map(|(slot, _)| slot)
     }
 
     /// Parked slots as [`SendRing::reserve_parked`] gives them, one for each message `i` of
@@ -120,7 +147,7 @@ impl SendRing {
     ) {
         let start = out.len();
         for i in at {
-            let Some((slot, bytes)) = self.take_parked(tag, len, true) else {
+            let Some((slot, bytes)) = self.take_parked(tag, len) else {
                 return;
             };
             out.push(slot);
@@ -133,21 +160,15 @@ impl SendRing {
         }
     }
 
-    /// A free parked slot for `tag`, its first `len` bytes to write, held by its owner when
-    /// `held` (not when a lane request takes it: [`SendRing::fill_lane_group`]); `None`
-    /// when none is free or `len` does not fit.
-    pub(super) fn take_parked(
-        &mut self,
-        tag: u32,
-        len: usize,
-        held: bool,
-    ) -> Option<(u32, &mut [u8])> {
+    /// A free parked slot held for `tag`, its first `len` bytes to write; `None` when none is
+    /// free or `len` does not fit.
+    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut [u8])> {
         let slot = *self.parked_free.last()?;
         let s = self.slots[slot as usize].as_mut()?;
         // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
         let bytes = s.buf.arena_bytes_mut(len)?;
         self.parked_free.pop();
-        (s.tag, s.held) = (tag, held);
+        (s.tag, s.held) = (tag, true);
         self.held_at[slot as usize] = None;
         Some((slot, bytes))
     }
@@ -300,13 +321,20 @@ impl SendRing {
                 .as_ref()
                 .is_some_and(|s| s.tag == tag)
         };
+        let whole = self
+            .groups
+            .iter()
+            .filter(|g| g.pending > 0 && g.whole && g.tag == tag);
+        let in_lane: usize = whole.map(|g| g.slots.len()).sum();
         (0..self.slots.len() as u32)
             .filter(|slot| of_tag(slot) && self.in_use(*slot))
             .count()
+            + in_lane
     }
 
     /// Whether the kernel may still read `slot`'s buffer: a request on it, or a stream's
-    /// lane request, awaits a completion.
+    /// lane request that marked it, awaits a completion (a lane request that owns its slots
+    /// as a whole marks them in [`SendRing::mark_lane_slots`]).
     pub(super) fn in_use(&self, slot: u32) -> bool {
         let s = self.slots.get(slot as usize).and_then(|s| s.as_ref());
         s.is_some_and(|s| s.pending > 0) || self.in_lane.get(slot as usize) == Some(&true)

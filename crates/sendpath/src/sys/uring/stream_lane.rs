@@ -1,9 +1,11 @@
 //! The stream lane in the ring: a stream's messages written in parked slots straight into a
 //! group's lists ([`SendRing::fill_lane_group`]), then sent as one vectored request
-//! ([`SendRing::push_lane_group`]). The slots are the group's from the moment they are taken
-//! (`in_lane`), so the push reads no slot again; the request's completions are counted into
-//! the connection's tally as a lane datagram's are, and only a result that sent less than
-//! all hands the slots to their owner, held ([`SendRing::route_lane_group`]).
+//! ([`SendRing::push_lane_group`]). The slots are the group's as a whole from the moment they
+//! are taken: each is reached through where its bytes are (`parked_at`), and neither its
+//! cache line nor a mark of its own is written, so the push reads no slot again and the end
+//! of the request frees them in one move. The request's completions are counted into the
+//! connection's tally as a lane datagram's are; only a result that sent less than all hands
+//! the slots to their owner, held, each written then ([`SendRing::route_lane_group`]).
 
 use super::submit::{next_request, sendmsg_entry};
 use super::{Op, SendRing, GROUP, LANE};
@@ -13,7 +15,7 @@ use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 impl SendRing {
-    /// Parked slots for a vectored request of `tag`'s stream, one for each message `i` of
+    /// Parked slots for a vectored request of a stream, one for each message `i` of
     /// `at`, each written by `fill(i, bytes)` in its first `len` bytes and put in a group's
     /// lists as it is taken, its iovec where it was written. The slots are the group's, not
     /// their owner's, until [`SendRing::push_lane_group`] sends it or
@@ -22,14 +24,13 @@ impl SendRing {
     /// When `fill` panics, the slots go back before the panic goes on.
     pub(crate) fn fill_lane_group(
         &mut self,
-        tag: u32,
         len: usize,
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> Option<(u32, usize)> {
         let (g, mut slots, mut iovs) = self.take_group();
         for i in at {
-            let Some((slot, bytes)) = self.take_parked(tag, len, false) else {
+            let Some((slot, bytes)) = self.take_lane_slot(len) else {
                 break;
             };
             slots.push(slot);
@@ -37,9 +38,7 @@ impl SendRing {
                 iov_base: bytes.as_mut_ptr().cast(),
                 iov_len: len,
             });
-            let filled = catch_unwind(AssertUnwindSafe(|| fill(i, bytes)));
-            self.in_lane[slot as usize] = true;
-            if let Err(panic) = filled {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
                 (self.groups[g as usize].slots, self.groups[g as usize].iovs) = (slots, iovs);
                 self.drop_lane_group(g);
                 resume_unwind(panic);
@@ -52,6 +51,26 @@ impl SendRing {
             return None;
         }
         Some((g, n))
+    }
+
+    /// A free parked slot for a lane request, its first `len` bytes to write, reached without
+    /// a look at the slot itself; `None` when none is free or `len` does not fit.
+    #[inline(always)]
+    fn take_lane_slot(&mut self, len: usize) -> Option<(u32, &mut [u8])> {
+        let slot = *self.parked_free.last()?;
+        let at = *self.parked_at.get(slot as usize)?;
+        if len > at.size {
+            return None;
+        }
+        self.parked_free.pop();
+        // SAFETY: `at` is where the arena slot held in `slots[slot]` starts, and its size
+        // (`park`); a parked slot's buffer never leaves the ring, and the arena's mapping
+        // lives as long as it. A slot in `parked_free` is in no request and held by no one,
+        // so, taken off that list, these bytes are written here alone, until the lane's
+        // request (which owns the slot from now on) is pushed.
+        Some((slot, unsafe {
+            std::slice::from_raw_parts_mut(at.start, len)
+        }))
     }
 
     /// Sends group `g` of [`SendRing::fill_lane_group`] (`tag`'s, messages of `len` bytes) as
@@ -82,13 +101,13 @@ impl SendRing {
         (group.hdr.msg_iov, group.hdr.msg_iovlen) = (group.iovs.as_mut_ptr(), group.iovs.len());
         (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
         group.lane = LaneRequest::stream(len, group.slots.len(), zc, fixed);
-        group.lane_failed = false;
+        group.whole = true;
         let entry = sendmsg_entry(fd, &group.hdr, op, false, fixed, req);
         loop {
             // SAFETY: as for `push_vectored`: the SQE points at the group's header, its
             // iovecs and the first `len` bytes of parked slots of the arena (whose memory
             // never moves), none of which is reused or released before the request's last
-            // completion (`in_lane`, set when each slot was taken, holds it that long).
+            // completion (the group owns them as a whole, `whole`, or marked `in_lane`).
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
                 break;
@@ -106,12 +125,8 @@ impl SendRing {
     /// Lets group `g` of [`SendRing::fill_lane_group`] go unsent: its slots parked and free
     /// again, what was written in them dropped.
     pub(crate) fn drop_lane_group(&mut self, g: u32) {
-        let slots = std::mem::take(&mut self.groups[g as usize].slots);
-        for &slot in &slots {
-            self.in_lane[slot as usize] = false;
-        }
-        self.parked_free.extend_from_slice(&slots);
-        self.groups[g as usize].slots = slots;
+        self.parked_free
+            .extend_from_slice(&self.groups[g as usize].slots);
         self.give_back_group(g);
     }
 
@@ -150,13 +165,16 @@ mod tests {
         parked(&mut ring, 4);
         // Three messages written where they are sent, in one request, in order.
         let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 1);
-        let (g, n) = ring.fill_lane_group(2, 10, 0..3, &mut fill).unwrap();
+        let (g, n) = ring.fill_lane_group(10, 0..3, &mut fill).unwrap();
         assert_eq!((n, ring.parked_free.len()), (3, 1));
         let slots = ring.lane_group_slots(g).to_vec();
         let (_, by_index) = ring
             .push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
             .unwrap();
         assert!(!by_index, "a copy goes by address");
+        // Unmarked slots, counted through their request.
+        assert_eq!(ring.buffers_in_kernel_for(2), 3);
+        assert_eq!(ring.buffers_in_kernel_for(1), 0);
         ring.submit_and_wait(1).unwrap();
         let mut out = Vec::new();
         assert_eq!(ring.reap(&mut out), 1);
@@ -170,15 +188,15 @@ mod tests {
         assert_eq!(got[..], want[..]);
         assert_eq!(ring.parked_free.len(), 4, "all free again");
         // A group let go unsent: its slots free, nothing in the kernel.
-        let (g, _) = ring.fill_lane_group(2, 10, 0..2, &mut fill).unwrap();
+        let (g, _) = ring.fill_lane_group(10, 0..2, &mut fill).unwrap();
         ring.drop_lane_group(g);
         assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
         // More than a slot holds: none taken.
-        assert!(ring.fill_lane_group(2, 4097, 0..1, &mut fill).is_none());
+        assert!(ring.fill_lane_group(4097, 0..1, &mut fill).is_none());
         assert_eq!(ring.parked_free.len(), 4);
         // On a socket shut for writing it sends nothing: the slots are their owner's again.
         sock.shutdown(Shutdown::Write).unwrap();
-        let (g, _) = ring.fill_lane_group(2, 10, 0..2, &mut fill).unwrap();
+        let (g, _) = ring.fill_lane_group(10, 0..2, &mut fill).unwrap();
         let again = ring.lane_group_slots(g).to_vec();
         ring.push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
             .unwrap();
@@ -196,5 +214,34 @@ mod tests {
         }
         assert_eq!(ring.parked_free[2..], again[..]);
         assert!(slots.iter().all(|s| ring.parked_free.contains(s)));
+    }
+
+    #[test]
+    fn a_stream_lane_request_marked_for_a_count_frees_its_slots_as_one_that_was_not() {
+        let Ok(mut ring) = SendRing::new(8, 16) else {
+            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        parked(&mut ring, 4);
+        let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 7);
+        let (g, _) = ring.fill_lane_group(10, 0..2, &mut fill).unwrap();
+        let slots = ring.lane_group_slots(g).to_vec();
+        ring.push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
+            .unwrap();
+        // What a shutdown or a drop does before it counts or leaks the slots in use.
+        ring.mark_lane_slots();
+        assert!(slots.iter().all(|&s| ring.in_use(s)));
+        assert_eq!(ring.buffers_in_kernel_for(2), 2, "each counted once");
+        ring.submit_and_wait(1).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(ring.reap(&mut out), 1);
+        assert!(out.is_empty(), "sent in full: nothing for its owner");
+        assert!(slots.iter().all(|&s| !ring.in_use(s)));
+        assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
+        let mut got = [0u8; 20];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(got[..], [[7u8; 10], [8u8; 10]].concat()[..]);
     }
 }
