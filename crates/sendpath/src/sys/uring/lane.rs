@@ -106,7 +106,7 @@ impl SendRing {
             let Some(bytes) = s.buf.as_slice().get(..len).filter(|_| s.held) else {
                 break;
             };
-            if zc && !in_region(*arena, bytes) {
+            if zc && !in_region(*arena, bytes.as_ptr() as usize, len) {
                 break;
             }
             time_first_push(s, zc, &mut held_at[slot as usize], clock);

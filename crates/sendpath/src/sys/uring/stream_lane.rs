@@ -7,7 +7,7 @@
 //! connection's tally as a lane datagram's are; only a result that sent less than all hands
 //! the slots to their owner, held, each written then ([`SendRing::route_lane_group`]).
 
-use super::submit::{next_request, sendmsg_entry};
+use super::submit::{in_region, next_request, sendmsg_entry};
 use super::{Op, SendRing, GROUP, LANE};
 use crate::completion::LaneRequest;
 use std::io;
@@ -91,9 +91,8 @@ impl SendRing {
         op: Op,
     ) -> io::Result<(u64, bool)> {
         let zc = matches!(op, Op::SendZc { .. });
-        let (lo, hi) = self.arena.map_or((1, 0), |(b, n)| (b, b + n));
-        let in_arena =
-            |v: &libc::iovec| v.iov_base as usize >= lo && v.iov_base as usize + len <= hi;
+        let arena = self.arena;
+        let in_arena = |v: &libc::iovec| in_region(arena, v.iov_base as usize, v.iov_len);
         let now = self.clock(op);
         let req = next_request(&mut self.requests) | GROUP | LANE | u64::from(g);
         let group = &mut self.groups[g as usize];

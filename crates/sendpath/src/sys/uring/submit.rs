@@ -229,7 +229,7 @@ impl SendRing {
             let s = self.slots[slot as usize].as_mut().expect("live");
             s.pending += 1;
             let bytes = &s.buf.as_slice()[part.range.clone()];
-            fixed = fixed && in_region(self.arena, bytes);
+            fixed = fixed && in_region(self.arena, bytes.as_ptr() as usize, bytes.len());
             iovs.push(libc::iovec {
                 iov_base: bytes.as_ptr() as *mut libc::c_void,
                 iov_len: bytes.len(),
@@ -341,7 +341,7 @@ impl SendRing {
             return Err(io::Error::from_raw_os_error(libc::EBADSLT));
         };
         let (at, len) = (bytes.as_ptr(), bytes.len());
-        let in_arena = zc && in_region(self.arena, bytes);
+        let in_arena = zc && in_region(self.arena, bytes.as_ptr() as usize, bytes.len());
         time_first_push(s, zc, &mut self.held_at[slot as usize], &mut self.clock);
         s.pending += 1;
         let tag = s.tag;
@@ -432,9 +432,9 @@ pub(super) fn send_entry(
     }
 }
 
-/// Whether `bytes` lie in `region` (first byte, length): the registered part of the arena.
-pub(super) fn in_region(region: Option<(usize, usize)>, bytes: &[u8]) -> bool {
-    let (p, n) = (bytes.as_ptr() as usize, bytes.len());
+/// Whether the `n` bytes at address `p` lie in `region` (first byte, length): the registered
+/// part of the arena.
+pub(super) fn in_region(region: Option<(usize, usize)>, p: usize, n: usize) -> bool {
     region.is_some_and(|(base, len)| p >= base && p + n <= base + len)
 }
 
