@@ -153,15 +153,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_stream_lane_request_sends_its_slots_in_order_and_gives_them_back_only_when_short() {
+    /// A ring with 4 parked slots free, a TCP socket on loopback and its peer; `None`
+    /// (skipped) without io_uring.
+    fn ring_and_stream() -> Option<(SendRing, TcpStream, TcpStream)> {
         let Ok(mut ring) = SendRing::new(8, 16) else {
-            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+            crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+            return None;
         };
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (mut peer, _) = listener.accept().unwrap();
+        let (peer, _) = listener.accept().unwrap();
         parked(&mut ring, 4);
+        Some((ring, sock, peer))
+    }
+
+    #[test]
+    fn a_stream_lane_request_sends_its_slots_in_order_and_gives_them_back_only_when_short() {
+        let Some((mut ring, sock, mut peer)) = ring_and_stream() else {
+            return;
+        };
         // Three messages written where they are sent, in one request, in order.
         let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 1);
         let (g, n) = ring.fill_lane_group(10, 0..3, &mut fill).unwrap();
@@ -217,13 +227,9 @@ mod tests {
 
     #[test]
     fn a_stream_lane_request_marked_for_a_count_frees_its_slots_as_one_that_was_not() {
-        let Ok(mut ring) = SendRing::new(8, 16) else {
-            return crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+        let Some((mut ring, sock, mut peer)) = ring_and_stream() else {
+            return;
         };
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (mut peer, _) = listener.accept().unwrap();
-        parked(&mut ring, 4);
         let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 7);
         let (g, _) = ring.fill_lane_group(10, 0..2, &mut fill).unwrap();
         let slots = ring.lane_group_slots(g).to_vec();
