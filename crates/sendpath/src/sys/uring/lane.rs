@@ -215,7 +215,8 @@ impl SendRing {
     }
 
     /// Marks the slots of every stream lane request the kernel may still read `in_lane`, one
-    /// by one, so a count or release of slots in use (`in_use`) sees them.
+    /// by one, each with its request's tag, so a count or release of slots in use (`in_use`,
+    /// by tag) sees them.
     pub(super) fn mark_lane_slots(&mut self) {
         for g in 0..self.groups.len() {
             let group = &mut self.groups[g];
@@ -223,6 +224,9 @@ impl SendRing {
                 group.whole = false;
                 for &slot in &group.slots {
                     self.in_lane[slot as usize] = true;
+                    if let Some(s) = self.slots[slot as usize].as_mut() {
+                        s.tag = group.tag;
+                    }
                 }
             }
         }

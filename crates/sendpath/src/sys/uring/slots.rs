@@ -314,22 +314,18 @@ impl SendRing {
     }
 
     /// Number of buffers carrying `tag` that the kernel may still read (a scan: for counting
-    /// what is left after a deadline, not for a loop).
-    pub(crate) fn buffers_in_kernel_for(&self, tag: u32) -> usize {
+    /// what is left after a deadline, not for a loop). Marks the slots of stream lane requests
+    /// one by one first ([`SendRing::mark_lane_slots`]), so the scan sees them.
+    pub(crate) fn buffers_in_kernel_for(&mut self, tag: u32) -> usize {
+        self.mark_lane_slots();
         let of_tag = |slot: &u32| {
             self.slots[*slot as usize]
                 .as_ref()
                 .is_some_and(|s| s.tag == tag)
         };
-        let whole = self
-            .groups
-            .iter()
-            .filter(|g| g.pending > 0 && g.whole && g.tag == tag);
-        let in_lane: usize = whole.map(|g| g.slots.len()).sum();
         (0..self.slots.len() as u32)
             .filter(|slot| of_tag(slot) && self.in_use(*slot))
             .count()
-            + in_lane
     }
 
     /// Whether the kernel may still read `slot`'s buffer: a request on it, or a stream's

@@ -181,7 +181,7 @@ mod tests {
             .push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
             .unwrap();
         assert!(!by_index, "a copy goes by address");
-        // Unmarked slots, counted through their request.
+        // Slots the request owns as a whole: the count marks them, then finds them by tag.
         assert_eq!(ring.buffers_in_kernel_for(2), 3);
         assert_eq!(ring.buffers_in_kernel_for(1), 0);
         ring.submit_and_wait(1).unwrap();
@@ -233,12 +233,14 @@ mod tests {
         let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 7);
         let (g, _) = ring.fill_lane_group(10, 0..2, &mut fill).unwrap();
         let slots = ring.lane_group_slots(g).to_vec();
-        ring.push_lane_group(sock.as_fd(), 2, g, 10, Op::Send)
+        // A tag other than the one the slots were parked with (2).
+        ring.push_lane_group(sock.as_fd(), 5, g, 10, Op::Send)
             .unwrap();
         // What a shutdown or a drop does before it counts or leaks the slots in use.
         ring.mark_lane_slots();
         assert!(slots.iter().all(|&s| ring.in_use(s)));
-        assert_eq!(ring.buffers_in_kernel_for(2), 2, "each counted once");
+        assert_eq!(ring.buffers_in_kernel_for(5), 2, "each counted once");
+        assert_eq!(ring.buffers_in_kernel_for(2), 0, "by the request's tag");
         ring.submit_and_wait(1).unwrap();
         let mut out = Vec::new();
         assert_eq!(ring.reap(&mut out), 1);
