@@ -25,9 +25,9 @@ use std::sync::Arc;
 /// With SEND_ZC a slot comes back only with the send's notification, which the kernel posts
 /// once it is done with the pages (on TCP, once the bytes are acknowledged; on loopback, once
 /// the receiver has read them). So a zero-copy connection may hold as many slots as its send
-/// buffer holds bytes: several MiB on a fast route. An arena smaller than that, times the connections, runs dry, and the
-/// messages past it come from the heap, pinned per send, counted in
-/// [`ArenaCounts::heap`](crate::ArenaCounts::heap).
+/// buffer holds bytes: several MiB on a fast route. An arena smaller than that, times the
+/// connections, runs dry, and the messages past it come from the heap, pinned per send,
+/// counted in [`ArenaCounts::heap`](crate::ArenaCounts::heap).
 ///
 /// ```
 /// use sendpath::{ArenaConfig, Options};

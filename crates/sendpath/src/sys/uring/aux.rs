@@ -235,8 +235,7 @@ impl SendRing {
     pub(crate) fn has_aux(&self) -> bool {
         !self.aux.is_empty()
     }
-}
-impl SendRing {
+
     /// Cancels every request still in the kernel (`IORING_OP_ASYNC_CANCEL` with
     /// `IORING_ASYNC_CANCEL_ANY`) and waits at most `grace` for their last completions. Returns
     /// how many buffers the kernel still holds then: they are never freed (see `Drop`).
