@@ -2,10 +2,12 @@
 //! `sys/uring/lane.rs`): per request (a datagram, or a stream's vectored send of equal
 //! messages), which of a SEND_ZC's result and notification came first; per connection, what
 //! they came to, as the counts its state would have made one completion at a time
-//! ([`LaneTally`], handed to the connection once per reap). A datagram's result that sent
-//! nothing, or a stream's that sent less than all, fails the request, whose slots go back to
-//! its connection. Every count is the one the connection's queue makes for the same sends
-//! (`send/lane.rs` tests the two against each other); tested here on simulated completions.
+//! ([`LaneTally`], handed to the connection once per reap). A stream's `SEND` request has
+//! one completion, its result, which goes to the connection as it is ([`LaneSend`]). A
+//! datagram's result that sent nothing, or a stream's that sent less than all, fails the
+//! request, whose slots go back to its connection. Every count is the one the connection's
+//! queue makes for the same sends (`send/lane.rs` tests the two against each other); tested
+//! here on simulated completions.
 
 /// A request of a lane, by its ring slot (a datagram) or group (a stream's vectored send):
 /// what its completions are counted against.
@@ -27,13 +29,16 @@ pub(crate) struct LaneRequest {
     notif: Option<bool>,
 }
 
-/// A lane request whose result failed it, for its connection: what it was.
+/// A lane request whose result reaches its connection: one that failed, or a stream's
+/// `SEND` request (whose result is its one completion, so nothing is left to count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LaneSend {
     /// Its bytes, in all.
     pub(crate) len: usize,
     /// It went by SEND_ZC.
     pub(crate) zc: bool,
+    /// Its result failed it ([`LaneRequest::fails`]): its slots are the connection's again.
+    pub(crate) failed: bool,
 }
 
 /// What one connection's lane datagrams' completions came to since the connection last took
@@ -107,12 +112,30 @@ impl LaneRequest {
         }
     }
 
-    /// What it was, for its connection.
-    pub(crate) fn send(&self) -> LaneSend {
+    /// What it was, for its connection, and whether a result of `res` failed it.
+    pub(crate) fn send(&self, res: i32) -> LaneSend {
         LaneSend {
             len: self.len as usize,
             zc: self.zc,
+            failed: self.fails(res),
         }
+    }
+
+    /// Whether a result of `res` fails it: a stream's that sent less than all (its
+    /// connection settles it, as a chain, counting what it sent), a datagram's of bytes that
+    /// sent nothing.
+    pub(crate) fn fails(&self, res: i32) -> bool {
+        let len = self.len as usize;
+        match self.stream {
+            true => res < 0 || res as usize != len,
+            false => !(res > 0 || (res == 0 && len == 0)),
+        }
+    }
+
+    /// A stream's `SEND` request: its result is its one completion, which goes to its
+    /// connection as it is ([`LaneSend`]), not into a tally.
+    pub(crate) fn stream_copy(&self) -> bool {
+        self.stream && !self.zc
     }
 }
 
@@ -143,11 +166,7 @@ impl LaneTally {
             self.end(d);
         }
         let len = d.len as usize;
-        let failed = match d.stream {
-            // The connection settles it, as a chain: it counts what it sent.
-            true => res < 0 || res as usize != len,
-            false => !(res > 0 || (res == 0 && len == 0)),
-        };
+        let failed = d.fails(res);
         if !failed {
             self.sent += 1;
             self.bytes += res as u64;
@@ -253,7 +272,10 @@ mod tests {
         let mut d = LaneRequest::new(100, true, false);
         let failed = t.on_result(&mut d, -libc::EAGAIN, true, None);
         assert_eq!((failed.last, failed.failed), (false, true));
-        assert_eq!(d.send().len, 100);
+        assert_eq!(
+            (d.send(-libc::EAGAIN).len, d.send(-libc::EAGAIN).failed),
+            (100, true)
+        );
         let end = t.on_notification(&mut d, false, Some(3));
         assert_eq!((end.last, end.failed), (true, false));
         assert_eq!((t.sent, t.completions, t.notifications), (0, 0, 1));
@@ -266,5 +288,20 @@ mod tests {
         let s = t.on_result(&mut empty, 0, false, None);
         assert!(s.last && !s.failed);
         assert_eq!((t.sent, t.ended), (1, [(1, 100), (0, 0)]));
+    }
+
+    #[test]
+    fn a_stream_s_send_request_goes_to_its_connection_failed_only_when_it_sent_less_than_all() {
+        let d = LaneRequest::stream(100, 4, false, false);
+        assert!(d.stream_copy(), "one completion: handed over as it is");
+        let failed = |res| d.send(res).failed;
+        assert_eq!(
+            [400, 399, 0, -libc::EPIPE].map(failed),
+            [false, true, true, true]
+        );
+        assert_eq!(d.send(400).len, 400);
+        // SEND_ZC and datagrams are counted into the tally.
+        assert!(!LaneRequest::stream(100, 4, true, true).stream_copy());
+        assert!(!LaneRequest::new(100, false, false).stream_copy());
     }
 }

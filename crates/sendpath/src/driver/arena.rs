@@ -255,10 +255,10 @@ impl UringDriver {
     ) -> Result<()> {
         let (mut i, mut pushed) = (0, 0);
         while i < n {
-            let (went, requests) = self.send_lane_run(id, len, i..n, fill)?;
+            let (went, requests, room) = self.send_lane_run(id, len, i..n, fill)?;
             if went > 0 {
                 (i, pushed) = (i + went, pushed + requests);
-                if self.lane_room(id) == 0 {
+                if room == 0 {
                     // A full batch in the kernel: submitted, and waited for in the same call.
                     self.enter_and_route(std::mem::take(&mut pushed), id)?;
                     if self.lane_room(id) == 0 && self.lane_clear(id) {
@@ -306,29 +306,30 @@ impl UringDriver {
     /// ([`SendRing::push_lane`](crate::sys::uring::SendRing::push_lane)), on a stream socket
     /// a full batch one vectored request ([`UringDriver::stream_lane_run`]), submitted with
     /// the next wait. Returns how many messages went and in how many requests (0 when the
-    /// lane does not apply or no slot is free: the caller queues them).
+    /// lane does not apply or no slot is free: the caller queues them), and the lane's room
+    /// after them.
     fn send_lane_run(
         &mut self,
         id: ConnId,
         len: usize,
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> Result<(usize, usize)> {
+    ) -> Result<(usize, usize, usize)> {
         let st = &mut self.open_conn_mut(id)?.state;
         let room = st.lane_room();
         let at = at.start..at.end.min(at.start + room);
         // A stream's messages go by the lane a full request at a time (`depth` of them, as
         // the queue's way batches them); fewer wait in the queue for the next.
         if at.is_empty() || (!st.datagrams() && at.len() < room) {
-            return Ok((0, 0));
+            return Ok((0, 0, room));
         }
         if !st.datagrams() {
             // In one request, by one operation: decided before any is written.
             let Some(op) = self.stream_lane_op(id, at.len(), len) else {
-                return Ok((0, 0));
+                return Ok((0, 0, room));
             };
-            let n = self.stream_lane_run(id, len, at, fill, op);
-            return Ok((n, usize::from(n > 0)));
+            let (n, room) = self.stream_lane_run(id, len, at, fill, op);
+            return Ok((n, usize::from(n > 0), room));
         }
         let mut written = std::mem::take(&mut self.written);
         self.ring
@@ -343,7 +344,7 @@ impl UringDriver {
         };
         written.clear();
         self.written = written;
-        Ok((went, went))
+        Ok((went, went, self.lane_room(id)))
     }
 
     /// The datagram lane: messages `written` in held parked slots of `id` (`len` bytes each)
@@ -406,7 +407,8 @@ impl UringDriver {
     /// parked slots straight into one vectored request of `id` by `op`
     /// ([`SendRing::fill_lane_group`](crate::sys::uring::SendRing::fill_lane_group)). When
     /// the ring refuses it, the connection fails (as for a chain) and the slots go back.
-    /// Returns how many went (0 when no slot is free: the caller queues them).
+    /// Returns how many went (0 when no slot is free: the caller queues them), and the lane's
+    /// room after them.
     fn stream_lane_run(
         &mut self,
         id: ConnId,
@@ -414,13 +416,13 @@ impl UringDriver {
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
         op: SendOp,
-    ) -> usize {
+    ) -> (usize, usize) {
         let mut filled = self.ring.fill_lane_group(len, at.clone(), fill);
         if filled.is_none() && self.park_fresh(id, len, at.len()) > 0 {
             filled = self.ring.fill_lane_group(len, at, fill);
         }
         let Some((g, n)) = filled else {
-            return 0;
+            return (0, self.lane_room(id));
         };
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
@@ -436,7 +438,7 @@ impl UringDriver {
             }
         };
         self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
-        went
+        (went, state.lane_room())
     }
 
     /// [`ConnState::lane_room`](crate::send::ConnState::lane_room) of `id` (0 for no open

@@ -495,6 +495,15 @@ impl ToConn<'_> {
             return;
         };
         let st = &mut conn.state;
+        if let Some(d) = c.lane.filter(|d| !d.failed) {
+            // A stream's `SEND` by the lane that sent all: it held no slot of the state's, went
+            // by copy, and fails nothing; the kernel has room again.
+            st.on_lane_result(c.req as u32, d, c.res);
+            if st.ready() {
+                self.dirty.push(c.tag);
+            }
+            return;
+        }
         let before = st.zc_inflight();
         if c.notif {
             let copied = (c.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
@@ -502,7 +511,7 @@ impl ToConn<'_> {
         } else {
             let (was, failed) = (st.chain_in_flight(), st.error().is_some());
             match c.lane {
-                Some(d) => st.on_lane_failed(c.req as u32, d, c.res),
+                Some(d) => st.on_lane_result(c.req as u32, d, c.res),
                 None => st.on_result(c.req, c.res, c.more, c.age_ns),
             }
             if was && st.ready() {

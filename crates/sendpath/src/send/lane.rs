@@ -174,12 +174,19 @@ impl ConnState {
         }
     }
 
-    /// The lane's datagram `d` in `slot` sent nothing (`res`: 0 or `-errno`), or the stream's
-    /// request sent less than all; the ring holds its slots for the state again. A datagram is
-    /// resent by the queue's way or let go; a stream's request is settled as a chain of one
-    /// request: the bytes it sent count, and what it left is resent first, in order.
-    pub(crate) fn on_lane_failed(&mut self, slot: u32, d: LaneSend, res: i32) {
+    /// The result `res` of the lane's request `d` in `slot` (for a stream, its first), which
+    /// the ring hands over as it is: a stream's `SEND` request that sent all counts as its
+    /// tally would ([`LaneTally::on_result`]). Otherwise `d` failed: the datagram sent nothing
+    /// (`res`: 0 or `-errno`), or the stream's request sent less than all, and the ring holds
+    /// its slots for the state again. A datagram is resent by the queue's way or let go; a
+    /// stream's request is settled as a chain of one request: the bytes it sent count, and
+    /// what it left is resent first, in order.
+    pub(crate) fn on_lane_result(&mut self, slot: u32, d: LaneSend, res: i32) {
         self.lane_in_kernel = self.lane_in_kernel.saturating_sub(1);
+        if !d.failed {
+            self.stats.bytes += res as u64;
+            return;
+        }
         if self.datagrams {
             return self.datagram_failed(slot, d.len, d.zc, res);
         }
@@ -235,8 +242,8 @@ mod tests {
 
     /// A result as the ring counts it, and as the state gets it when it sent nothing.
     fn result(st: &mut ConnState, t: &mut LaneTally, slot: u32, d: &mut LaneRequest, res: i32) {
-        if t.on_result(d, res, d.send().zc, Some(7)).failed {
-            st.on_lane_failed(slot, d.send(), res);
+        if t.on_result(d, res, d.send(res).zc, Some(7)).failed {
+            st.on_lane_result(slot, d.send(res), res);
         }
     }
 
@@ -510,10 +517,16 @@ mod tests {
                 assert_eq!(l.lane_room(), 0, "one request in the kernel");
                 let mut d = LaneRequest::stream(100, 4, zc, registered && zc);
                 let mut t = LaneTally::default();
-                let failed = t.on_result(&mut d, res, zc, Some(7)).failed;
+                // As the ring routes it: a `SEND` request's result to the state as it is, a
+                // `SEND_ZC` request's into the tally, and to the state when it failed it.
+                let failed = match d.stream_copy() {
+                    true => d.fails(res),
+                    false => t.on_result(&mut d, res, zc, Some(7)).failed,
+                };
                 assert_eq!(failed, res != 400, "{why}");
-                if failed {
-                    l.on_lane_failed(0, d.send(), res);
+                assert_eq!(d.stream_copy(), !zc, "{why}");
+                if failed || !zc {
+                    l.on_lane_result(0, d.send(res), res);
                 }
                 if zc {
                     q.on_notification(req, copied, Some(9));

@@ -52,7 +52,7 @@ impl SendRing {
         if step.last {
             s.pending = s.pending.saturating_sub(1);
         }
-        let (free, parked, send) = (s.pending == 0 && !s.held, s.parked, d.send());
+        let (free, parked, send) = (s.pending == 0 && !s.held, s.parked, d.send(res));
         if step.last {
             if free {
                 self.slot_done(slot, parked);
@@ -60,7 +60,7 @@ impl SendRing {
             self.request_ended(tag);
         }
         if step.failed {
-            to(c.failed(tag, send));
+            to(c.lane(tag, send));
         }
     }
 
@@ -135,9 +135,10 @@ impl SendRing {
     }
 
     /// One completion of a stream's lane request `req` (which carries [`GROUP`] and
-    /// [`LANE`]): counted into its connection's tally; a result that sent less than all also
-    /// goes to `to`, its slots held again. After its last, each slot its owner does not hold
-    /// is free.
+    /// [`LANE`]): a `SEND` request's result goes to `to` as it is; a `SEND_ZC` request's
+    /// completions are counted into its connection's tally, and a result that sent less than
+    /// all also goes to `to`. A result that sent less than all holds the slots for their owner
+    /// again. After its last completion, each slot its owner does not hold is free.
     pub(super) fn route_lane_group(
         &mut self,
         req: u64,
@@ -152,12 +153,21 @@ impl SendRing {
         };
         let tag = group.tag;
         let c = Done::new(req, res, flags);
+        if group.lane.stream_copy() {
+            // Its one completion: nothing to wait for, nothing to count but what it sent.
+            let send = group.lane.send(res);
+            if send.failed {
+                self.hand_back_lane_slots(g);
+            }
+            self.lane_ended(g);
+            return to(c.lane(tag, send));
+        }
         let age_ns = age_ns(&self.clock, now, c.timed(), group.pushed_at);
         let (tallies, listed) = (&mut self.lane_tallies, &mut self.lane_listed);
         let Some(step) = c.count(tallies, listed, tag, &mut group.lane, age_ns) else {
             return;
         };
-        let send = group.lane.send();
+        let send = group.lane.send(res);
         if step.failed {
             // Sent less than all: the slots are the connection's again, to settle.
             self.hand_back_lane_slots(g);
@@ -166,7 +176,7 @@ impl SendRing {
             self.lane_ended(g);
         }
         if step.failed {
-            to(c.failed(tag, send));
+            to(c.lane(tag, send));
         }
     }
 
@@ -192,12 +202,13 @@ impl SendRing {
         let group = &mut self.groups[g as usize];
         let (tag, whole) = (group.tag, group.whole);
         (group.pending, group.whole) = (0, false);
-        let slots = std::mem::take(&mut group.slots);
         if whole {
             // Parked, not held (the ring's since the push) and in no other request: free
             // without a look at each.
-            self.parked_free.extend_from_slice(&slots);
+            self.parked_free
+                .extend_from_slice(&self.groups[g as usize].slots);
         } else {
+            let slots = std::mem::take(&mut group.slots);
             for &slot in &slots {
                 self.in_lane[slot as usize] = false;
             }
@@ -208,8 +219,8 @@ impl SendRing {
                     self.slot_done(slot, true);
                 }
             }
+            self.groups[g as usize].slots = slots;
         }
-        self.groups[g as usize].slots = slots;
         self.free_groups.push(g);
         self.request_ended(tag);
     }
@@ -317,8 +328,8 @@ impl Done {
         })
     }
 
-    /// For `tag`'s connection: its request, `send`, failed.
-    fn failed(&self, tag: u32, send: LaneSend) -> Cqe {
+    /// For `tag`'s connection: its request, `send` (failed, or a stream's `SEND`).
+    fn lane(&self, tag: u32, send: LaneSend) -> Cqe {
         Cqe {
             tag,
             req: self.req,

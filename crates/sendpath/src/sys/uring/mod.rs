@@ -114,9 +114,10 @@ pub(crate) struct Cqe {
     /// (what a zero-copy outcome is timed from), when the request was one of the timed ones
     /// ([`SendRing::clock`]); `None` otherwise.
     pub(crate) age_ns: Option<u64>,
-    /// A result of a datagram pushed by [`SendRing::push_lane`] that sent nothing (its slot,
-    /// in the low half of `req`, held for the connection again): what it was. The lane's
-    /// other completions are counted into [`LaneTally`] instead.
+    /// A lane request's result that failed it (its slot, in the low half of `req`, or its
+    /// slots, held for the connection again), or the result of a stream's `SEND` request by
+    /// the lane: what it was ([`LaneSend`]). The lane's other completions are counted into
+    /// [`LaneTally`] instead.
     pub(crate) lane: Option<LaneSend>,
 }
 
@@ -650,7 +651,11 @@ mod tests {
         assert_eq!(ring.reap(&mut out), 2);
         // Only the one that sent nothing goes to its owner; the other is counted for tag 3.
         let got: Vec<_> = out.iter().map(|c| (c.req as u32, c.res, c.lane)).collect();
-        let what = LaneSend { len: 10, zc: false };
+        let what = LaneSend {
+            len: 10,
+            zc: false,
+            failed: true,
+        };
         assert_eq!(got, [(failed, -libc::EDESTADDRREQ, Some(what))]);
         let mut tallies = Vec::new();
         ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));

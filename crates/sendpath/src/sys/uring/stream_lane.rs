@@ -3,9 +3,10 @@
 //! ([`SendRing::push_lane_group`]). The slots are the group's as a whole from the moment they
 //! are taken: each is reached through where its bytes are (`parked_at`), and neither its
 //! cache line nor a mark of its own is written, so the push reads no slot again and the end
-//! of the request frees them in one move. The request's completions are counted into the
-//! connection's tally as a lane datagram's are; only a result that sent less than all hands
-//! the slots to their owner, held, each written then ([`SendRing::route_lane_group`]).
+//! of the request frees them in one move. A `SEND` request's one completion goes to its
+//! connection as it is; a `SEND_ZC` request's are counted into the connection's tally as a
+//! lane datagram's are. Only a result that sent less than all hands the slots to their owner,
+//! held, each written then ([`SendRing::route_lane_group`]).
 
 use super::submit::{in_region, next_request, sendmsg_entry};
 use super::{Op, SendRing, GROUP, LANE};
@@ -187,10 +188,15 @@ mod tests {
         ring.submit_and_wait(1).unwrap();
         let mut out = Vec::new();
         assert_eq!(ring.reap(&mut out), 1);
-        assert!(out.is_empty(), "sent in full: nothing for its owner");
-        let mut tallies = Vec::new();
-        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
-        assert_eq!(tallies, [(2, 1, 30)]);
+        // Its one completion, to its owner as it is: sent in full, nothing to settle.
+        let sent = |out: &[super::super::Cqe]| {
+            out.iter()
+                .map(|c| (c.tag, c.res, c.lane.map(|l| (l.len, l.failed))))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sent(&out), [(2, 30, Some((30, false)))]);
+        assert!(!ring.has_lane_tallies(), "nothing counted into a tally");
+        out.clear();
         let mut got = [0u8; 30];
         peer.read_exact(&mut got).unwrap();
         let want: Vec<u8> = (1..=3).flat_map(|i| [i; 10]).collect();
@@ -211,11 +217,7 @@ mod tests {
             .unwrap();
         ring.submit_and_wait(1).unwrap();
         assert_eq!(ring.reap(&mut out), 1);
-        let lane = out
-            .iter()
-            .map(|c| (c.res, c.lane.map(|l| l.len)))
-            .collect::<Vec<_>>();
-        assert_eq!(lane, [(-libc::EPIPE, Some(20))]);
+        assert_eq!(sent(&out), [(2, -libc::EPIPE, Some((20, true)))]);
         assert_eq!(ring.in_kernel(), 0);
         assert_eq!(ring.parked_free.len(), 2, "held by their owner");
         for &slot in &again {
@@ -244,7 +246,8 @@ mod tests {
         ring.submit_and_wait(1).unwrap();
         let mut out = Vec::new();
         assert_eq!(ring.reap(&mut out), 1);
-        assert!(out.is_empty(), "sent in full: nothing for its owner");
+        assert_eq!(out.len(), 1, "its one completion, to its owner");
+        assert!(out[0].lane.is_some_and(|l| !l.failed), "sent in full");
         assert!(slots.iter().all(|&s| !ring.in_use(s)));
         assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
         let mut got = [0u8; 20];
