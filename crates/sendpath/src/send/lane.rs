@@ -78,10 +78,11 @@ impl ConnState {
     ) {
         let (n, zc) = (slots.len(), op != SendOp::Send);
         if zc {
-            // As the queue's way decides each (`stream_lane_op` found every one admitted).
-            self.deciding = (0, 0);
-            let all = (0..n).fold(true, |all, _| self.decide(len) && all);
-            debug_assert!(all, "admitted by stream_lane_op");
+            // As the queue's way decides each: under the fixed choice of zero-copy that
+            // `stream_lane_op` found admitting every one, each decision takes one send from
+            // the ring's budget and none falls back (what they chose is in the ledger once
+            // counted below).
+            self.zc_budget -= n.min(self.zc_budget);
         }
         self.count_in_place(n, true);
         self.count_unkeyed(1, n, len, zc, registered);
@@ -552,6 +553,27 @@ mod tests {
                 assert_eq!(again(&mut q), again(&mut l), "{why}");
             }
         }
+    }
+
+    #[test]
+    fn a_stream_s_zero_copy_request_decides_as_the_queue_decides_each_of_its_sends() {
+        let (mut l, mut q) = (
+            stream(8, true, Choice::ZeroCopy),
+            stream(8, true, Choice::ZeroCopy),
+        );
+        l.set_zc_budget(5);
+        q.set_zc_budget(5);
+        let op = l.stream_lane_op(4, 100).expect("four admitted");
+        l.stream_lane_pushed(&[0, 1, 2, 3], 100, op, true);
+        q.deciding = (0, 0);
+        assert!(
+            (0..4).all(|_| q.decide(100)),
+            "the queue's way: each admitted"
+        );
+        assert_eq!((l.zc_budget, q.zc_budget), (1, 1));
+        let (lz, qz) = (&l.stats().zerocopy, &q.stats().zerocopy);
+        assert_eq!(format!("{:?}", lz.fallbacks), format!("{:?}", qz.fallbacks));
+        assert_eq!(lz.fallbacks.total(), 0);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! of it; a vectored request's header and iovecs are reused only after its last completion.
 //! This is what keeps every SQE the ring pushed pointing at live memory.
 
+use super::submit::in_region;
 use super::{LaneRequest, SendRing};
 use crate::buffer::Buf;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -30,6 +31,8 @@ pub(super) struct Slot {
 pub(super) struct ParkedAt {
     pub(super) start: *mut u8,
     pub(super) size: usize,
+    /// It lies in the registered part of the arena: a zero-copy request may send it by index.
+    pub(super) registered: bool,
 }
 
 // SAFETY: `start` points into the arena slot held in the ring's slot of the same index; it is
@@ -57,6 +60,8 @@ pub(super) struct Group {
     /// none has its tag or length written, until its result hands them back to their owner
     /// or the ring counts what the kernel still holds ([`SendRing::mark_lane_slots`]).
     pub(super) whole: bool,
+    /// Every slot of the lane request lies in the registered part of the arena.
+    pub(super) registered: bool,
 }
 
 // SAFETY: the raw pointers in `iovs` and `hdr` point into buffers the ring's own slots hold
@@ -75,6 +80,7 @@ impl Group {
             pushed_at: None,
             lane: LaneRequest::default(),
             whole: false,
+            registered: false,
         }
     }
 }
@@ -117,11 +123,17 @@ impl SendRing {
             let none = ParkedAt {
                 start: std::ptr::null_mut(),
                 size: 0,
+                registered: false,
             };
             if self.parked_at.len() <= slot as usize {
                 self.parked_at.resize(slot as usize + 1, none);
             }
-            self.parked_at[slot as usize] = ParkedAt { start, size };
+            let registered = in_region(self.arena, start as usize, size);
+            self.parked_at[slot as usize] = ParkedAt {
+                start,
+                size,
+                registered,
+            };
         }
         slot
     }

@@ -8,7 +8,7 @@
 //! lane datagram's are. Only a result that sent less than all hands the slots to their owner,
 //! held, each written then ([`SendRing::route_lane_group`]).
 
-use super::submit::{in_region, next_request, sendmsg_entry};
+use super::submit::{next_request, sendmsg_entry};
 use super::{Op, SendRing, GROUP, LANE};
 use crate::completion::LaneRequest;
 use std::io;
@@ -30,10 +30,12 @@ impl SendRing {
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> Option<(u32, usize)> {
         let (g, mut slots, mut iovs) = self.take_group();
+        let mut registered = true;
         for i in at {
-            let Some((slot, bytes)) = self.take_lane_slot(len) else {
+            let Some((slot, bytes, in_arena)) = self.take_lane_slot(len) else {
                 break;
             };
+            registered &= in_arena;
             slots.push(slot);
             iovs.push(libc::iovec {
                 iov_base: bytes.as_mut_ptr().cast(),
@@ -46,7 +48,8 @@ impl SendRing {
             }
         }
         let n = slots.len();
-        (self.groups[g as usize].slots, self.groups[g as usize].iovs) = (slots, iovs);
+        let group = &mut self.groups[g as usize];
+        (group.slots, group.iovs, group.registered) = (slots, iovs, registered);
         if n == 0 {
             self.give_back_group(g);
             return None;
@@ -54,10 +57,11 @@ impl SendRing {
         Some((g, n))
     }
 
-    /// A free parked slot for a lane request, its first `len` bytes to write, reached without
-    /// a look at the slot itself; `None` when none is free or `len` does not fit.
+    /// A free parked slot for a lane request, its first `len` bytes to write, and whether it
+    /// lies in the registered arena, reached without a look at the slot itself; `None` when
+    /// none is free or `len` does not fit.
     #[inline(always)]
-    fn take_lane_slot(&mut self, len: usize) -> Option<(u32, &mut [u8])> {
+    fn take_lane_slot(&mut self, len: usize) -> Option<(u32, &mut [u8], bool)> {
         let slot = *self.parked_free.last()?;
         let at = *self.parked_at.get(slot as usize)?;
         if len > at.size {
@@ -69,9 +73,8 @@ impl SendRing {
         // lives as long as it. A slot in `parked_free` is in no request and held by no one,
         // so, taken off that list, these bytes are written here alone, until the lane's
         // request (which owns the slot from now on) is pushed.
-        Some((slot, unsafe {
-            std::slice::from_raw_parts_mut(at.start, len)
-        }))
+        let bytes = unsafe { std::slice::from_raw_parts_mut(at.start, len) };
+        Some((slot, bytes, at.registered))
     }
 
     /// Sends group `g` of [`SendRing::fill_lane_group`] (`tag`'s, messages of `len` bytes) as
@@ -92,12 +95,10 @@ impl SendRing {
         op: Op,
     ) -> io::Result<(u64, bool)> {
         let zc = matches!(op, Op::SendZc { .. });
-        let arena = self.arena;
-        let in_arena = |v: &libc::iovec| in_region(arena, v.iov_base as usize, v.iov_len);
         let now = self.clock(op);
         let req = next_request(&mut self.requests) | GROUP | LANE | u64::from(g);
         let group = &mut self.groups[g as usize];
-        let fixed = zc && self.vectored_fixed && group.iovs.iter().all(in_arena);
+        let fixed = zc && self.vectored_fixed && group.registered;
         (group.hdr.msg_iov, group.hdr.msg_iovlen) = (group.iovs.as_mut_ptr(), group.iovs.len());
         (group.tag, group.pending, group.pushed_at) = (tag, 1, now);
         group.lane = LaneRequest::stream(len, group.slots.len(), zc, fixed);
@@ -253,5 +254,87 @@ mod tests {
         let mut got = [0u8; 20];
         peer.read_exact(&mut got).unwrap();
         assert_eq!(got[..], [[7u8; 10], [8u8; 10]].concat()[..]);
+    }
+
+    /// A zero-copy lane request of `n` slots on `ring` and `sock`, read by `peer`, with every
+    /// completion reaped: whether it went by index, and its tally's sends and bytes. `None`
+    /// when the kernel refused registered iovecs (before 6.15).
+    fn zc_request(
+        ring: &mut SendRing,
+        sock: &TcpStream,
+        peer: &mut TcpStream,
+        n: usize,
+    ) -> Option<(bool, u64, u64)> {
+        let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 1);
+        let (g, _) = ring.fill_lane_group(10, 0..n, &mut fill).unwrap();
+        let op = Op::SendZc { report_usage: true };
+        let (_, by_index) = ring.push_lane_group(sock.as_fd(), 2, g, 10, op).unwrap();
+        ring.submit_and_wait(1).unwrap();
+        let mut out = Vec::new();
+        ring.reap(&mut out);
+        if out.iter().any(|c| c.res == -libc::EINVAL) {
+            return None;
+        }
+        let mut got = vec![0u8; 10 * n];
+        peer.read_exact(&mut got).unwrap();
+        let want: Vec<u8> = (1..=n as u8).flat_map(|i| [i; 10]).collect();
+        assert_eq!(got, want, "in order");
+        // The notification, once the peer has read the bytes (bounded: 10 waits of 1 s).
+        for _ in 0..10 {
+            if ring.in_kernel() == 0 {
+                break;
+            }
+            let one_second = std::time::Duration::from_secs(1);
+            ring.wait_batch(1, std::time::Duration::ZERO, one_second)
+                .unwrap();
+            ring.reap(&mut out);
+        }
+        assert_eq!(ring.in_kernel(), 0, "result and notification in");
+        let mut sent = (0, 0);
+        ring.take_lane_tallies(|_, t| sent = (sent.0 + t.sent, sent.1 + t.bytes));
+        Some((by_index, sent.0, sent.1))
+    }
+
+    #[test]
+    fn a_zero_copy_stream_lane_request_goes_by_index_only_when_all_its_slots_are_registered() {
+        for (registered, before) in [(4, true), (4, false), (2, true), (0, true)] {
+            let Some((mut ring, sock, mut peer)) = ring_and_stream() else {
+                return;
+            };
+            ring.enable_fixed_buffers(1).unwrap();
+            ring.set_vectored_fixed(true);
+            // A second arena of four slots, `registered` of them registered before or
+            // after they are parked; the first arena's four taken out of the way.
+            let taken: Vec<u32> = ring.parked_free.drain(..).collect();
+            let arena = std::sync::Arc::new(crate::buffer::ArenaMem::new(4096, 4, 0).unwrap());
+            let (base, _) = arena.region();
+            let register = |ring: &mut SendRing| {
+                if registered > 0 {
+                    assert_eq!(
+                        ring.register_arena(base, registered * 4096, 4096).0,
+                        registered * 4096
+                    );
+                }
+            };
+            if before {
+                register(&mut ring);
+            }
+            while let Some(slot) = arena.take() {
+                let slot = ring.park(Buf::arena(slot), 2);
+                assert!(ring.unhold(slot).is_none(), "parked");
+            }
+            if !before {
+                register(&mut ring);
+            }
+            let Some((by_index, sent, bytes)) = zc_request(&mut ring, &sock, &mut peer, 4) else {
+                crate::test_support::skip("SENDMSG_ZC from registered iovecs needs Linux 6.15");
+                return;
+            };
+            let why = format!("{registered} of 4 registered, before parking: {before}");
+            assert_eq!(by_index, registered == 4, "{why}");
+            assert_eq!((sent, bytes), (1, 40), "{why}");
+            assert_eq!(ring.parked_free.len(), 4, "{why}");
+            drop(taken);
+        }
     }
 }

@@ -87,6 +87,9 @@ impl SendRing {
                     table.keys[0] = (base, try_len);
                     table.used = 1;
                     self.arena = Some((base, try_len));
+                    for at in &mut self.parked_at {
+                        at.registered = in_region(self.arena, at.start as usize, at.size);
+                    }
                     return (try_len, first);
                 }
                 Err(e) => {
