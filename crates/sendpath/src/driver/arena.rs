@@ -253,18 +253,21 @@ impl UringDriver {
         len: usize,
         fill: &mut dyn FnMut(usize, &mut [u8]),
     ) -> Result<()> {
-        let (mut i, mut pushed) = (0, 0);
+        let (mut i, mut pushed, mut entered) = (0, 0, false);
         while i < n {
             let (went, requests, room) = self.send_lane_run(id, len, i..n, fill)?;
             if went > 0 {
                 (i, pushed) = (i + went, pushed + requests);
-                if room == 0 {
-                    // A full batch in the kernel: submitted, and waited for in the same call.
+                // A full batch in the kernel: submitted, and waited for in the same call.
+                entered = room == Some(0);
+                if entered {
                     self.enter_and_route(std::mem::take(&mut pushed), id)?;
-                    if self.lane_room(id) == 0 && self.lane_clear(id) {
-                        self.run_until(id, |d| d.lane_room(id) > 0 || !d.lane_clear(id))?;
-                    }
                 }
+                continue;
+            }
+            if std::mem::take(&mut entered) && room == Some(0) {
+                // The batch is not through yet: the lane goes on once it is.
+                self.run_until(id, |d| d.lane_room(id) > 0 || !d.lane_clear(id))?;
                 continue;
             }
             if self.room(id) == 0 {
@@ -307,26 +310,28 @@ impl UringDriver {
     /// a full batch one vectored request ([`UringDriver::stream_lane_run`]), submitted with
     /// the next wait. Returns how many messages went and in how many requests (0 when the
     /// lane does not apply or no slot is free: the caller queues them), and the lane's room
-    /// after them.
+    /// after them ([`ConnState::lane_space`](crate::send::ConnState::lane_space): `None`
+    /// when the lane does not apply).
     fn send_lane_run(
         &mut self,
         id: ConnId,
         len: usize,
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
-    ) -> Result<(usize, usize, usize)> {
+    ) -> Result<(usize, usize, Option<usize>)> {
         let st = &mut self.open_conn_mut(id)?.state;
-        let room = st.lane_room();
+        let space = st.lane_space();
+        let room = space.unwrap_or(0);
         let at = at.start..at.end.min(at.start + room);
         // A stream's messages go by the lane a full request at a time (`depth` of them, as
         // the queue's way batches them); fewer wait in the queue for the next.
         if at.is_empty() || (!st.datagrams() && at.len() < room) {
-            return Ok((0, 0, room));
+            return Ok((0, 0, space));
         }
         if !st.datagrams() {
             // In one request, by one operation: decided before any is written.
             let Some(op) = self.stream_lane_op(id, at.len(), len) else {
-                return Ok((0, 0, room));
+                return Ok((0, 0, space));
             };
             let (n, room) = self.stream_lane_run(id, len, at, fill, op);
             return Ok((n, usize::from(n > 0), room));
@@ -344,7 +349,7 @@ impl UringDriver {
         };
         written.clear();
         self.written = written;
-        Ok((went, went, self.lane_room(id)))
+        Ok((went, went, self.lane_space(id)))
     }
 
     /// The datagram lane: messages `written` in held parked slots of `id` (`len` bytes each)
@@ -416,13 +421,13 @@ impl UringDriver {
         at: std::ops::Range<usize>,
         fill: &mut dyn FnMut(usize, &mut [u8]),
         op: SendOp,
-    ) -> (usize, usize) {
+    ) -> (usize, Option<usize>) {
         let mut filled = self.ring.fill_lane_group(len, at.clone(), fill);
         if filled.is_none() && self.park_fresh(id, len, at.len()) > 0 {
             filled = self.ring.fill_lane_group(len, at, fill);
         }
         let Some((g, n)) = filled else {
-            return (0, self.lane_room(id));
+            return (0, self.lane_space(id));
         };
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
@@ -438,13 +443,19 @@ impl UringDriver {
             }
         };
         self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
-        (went, state.lane_room())
+        (went, state.lane_space())
     }
 
     /// [`ConnState::lane_room`](crate::send::ConnState::lane_room) of `id` (0 for no open
     /// connection).
     fn lane_room(&self, id: ConnId) -> usize {
         self.conn(id).map_or(0, |c| c.state.lane_room())
+    }
+
+    /// [`ConnState::lane_space`](crate::send::ConnState::lane_space) of `id` (`None` for no
+    /// open connection).
+    fn lane_space(&self, id: ConnId) -> Option<usize> {
+        self.conn(id).ok()?.state.lane_space()
     }
 
     /// Whether the lane applies to `id` once the kernel has room.

@@ -30,11 +30,17 @@ impl ConnState {
     /// for, or on a stream socket with nothing in the kernel a vectored request's worth; 0
     /// unless [`ConnState::lane_clear`].
     pub(crate) fn lane_room(&self) -> usize {
+        self.lane_space().unwrap_or(0)
+    }
+
+    /// [`ConnState::lane_room`], `None` when the lane is not clear
+    /// ([`ConnState::lane_clear`]): `Some(0)` says it waits for the kernel.
+    pub(crate) fn lane_space(&self) -> Option<usize> {
         match (self.lane_clear(), self.datagrams) {
-            (false, _) => 0,
-            (true, true) => self.cfg.depth.saturating_sub(self.datagrams_in_kernel()),
-            (true, false) if self.chain_in_flight() => 0,
-            (true, false) => self.cfg.depth.min(MAX_IOV),
+            (false, _) => None,
+            (true, true) => Some(self.cfg.depth.saturating_sub(self.datagrams_in_kernel())),
+            (true, false) if self.chain_in_flight() => Some(0),
+            (true, false) => Some(self.cfg.depth.min(MAX_IOV)),
         }
     }
 
