@@ -52,15 +52,16 @@ impl SendRing {
         if step.last {
             s.pending = s.pending.saturating_sub(1);
         }
-        let (free, parked, send) = (s.pending == 0 && !s.held, s.parked, d.send(res));
+        let (free, parked) = (s.pending == 0 && !s.held, s.parked);
+        let failed = step.failed.then(|| d.send(res));
         if step.last {
             if free {
                 self.slot_done(slot, parked);
             }
             self.request_ended(tag);
         }
-        if step.failed {
-            to(c.lane(tag, send));
+        if let Some(send) = failed {
+            failed_to(to, c.lane(tag, send));
         }
     }
 
@@ -138,7 +139,9 @@ impl SendRing {
     /// [`LANE`]): a `SEND` request's result goes to `to` as it is; a `SEND_ZC` request's
     /// completions are counted into its connection's tally, and a result that sent less than
     /// all also goes to `to`. A result that sent less than all holds the slots for their owner
-    /// again. After its last completion, each slot its owner does not hold is free.
+    /// again. After its last completion, each slot its owner does not hold is free. Kept out
+    /// of the reap's loop, which it would crowd for the datagram lane's many completions.
+    #[inline(never)]
     pub(super) fn route_lane_group(
         &mut self,
         req: u64,
@@ -167,7 +170,7 @@ impl SendRing {
         let Some(step) = c.count(tallies, listed, tag, &mut group.lane, age_ns) else {
             return;
         };
-        let send = group.lane.send(res);
+        let failed = step.failed.then(|| group.lane.send(res));
         if step.failed {
             // Sent less than all: the slots are the connection's again, to settle.
             self.hand_back_lane_slots(g);
@@ -175,7 +178,7 @@ impl SendRing {
         if step.last {
             self.lane_ended(g);
         }
-        if step.failed {
+        if let Some(send) = failed {
             to(c.lane(tag, send));
         }
     }
@@ -275,6 +278,13 @@ impl SendRing {
     pub(crate) fn has_lane_tallies(&self) -> bool {
         !self.lane_listed.is_empty()
     }
+}
+
+/// A lane datagram's failed result to its connection: rare, kept out of the reap's loop.
+#[cold]
+#[inline(never)]
+fn failed_to(to: &mut impl FnMut(Cqe), c: Cqe) {
+    to(c)
 }
 
 /// One completion of a lane's request, decoded.
