@@ -76,6 +76,7 @@ pub fn max_gso_segments() -> Option<usize> {
 /// Writes the sequence numbers of the datagrams `buf` is cut into (`seg` bytes each), from
 /// `first`; with `fill`, the pattern after each header. Returns the number of datagrams.
 /// Segments shorter than the header get the header's first bytes only (plans refuse them).
+#[inline]
 pub fn stamp(buf: &mut [u8], seg: usize, first: u64, fill: bool) -> u64 {
     // One datagram with room for its header and no pattern (a speed run without GSO): one
     // store, the cost of a sequence number and nothing of the loop's.
@@ -83,6 +84,12 @@ pub fn stamp(buf: &mut [u8], seg: usize, first: u64, fill: bool) -> u64 {
         buf[..HEADER].copy_from_slice(&first.to_le_bytes());
         return 1;
     }
+    stamp_segments(buf, seg, first, fill)
+}
+
+/// [`stamp`], one segment at a time.
+#[inline(never)]
+fn stamp_segments(buf: &mut [u8], seg: usize, first: u64, fill: bool) -> u64 {
     let mut seq = first;
     for d in buf.chunks_mut(seg.max(1)) {
         let h = d.len().min(HEADER);
