@@ -15,6 +15,8 @@
 pub(crate) struct LaneRequest {
     /// Its bytes, in all.
     len: u32,
+    /// Its connection's.
+    tag: u32,
     /// The messages it carries, of equal length: 1 for a datagram.
     sends: u16,
     /// A stream's: anything short of all its bytes fails it.
@@ -82,6 +84,7 @@ impl LaneRequest {
     pub(crate) fn new(len: usize, zc: bool, registered: bool) -> LaneRequest {
         LaneRequest {
             len: len as u32,
+            tag: 0,
             sends: 1,
             stream: false,
             zc,
@@ -100,6 +103,17 @@ impl LaneRequest {
             stream: true,
             ..LaneRequest::new(0, zc, registered)
         }
+    }
+
+    /// The same, of `tag`'s connection: a completion finds its tally from it.
+    pub(crate) fn of(self, tag: u32) -> LaneRequest {
+        LaneRequest { tag, ..self }
+    }
+
+    /// Its connection's tag ([`LaneRequest::of`]).
+    #[inline(always)]
+    pub(crate) fn tag(&self) -> u32 {
+        self.tag
     }
 
     /// How many of its sends a result of `res` reached: all when it sent all, none when it
@@ -141,14 +155,15 @@ impl LaneRequest {
 
 impl LaneTally {
     /// The result of `d`: `res` bytes or `-errno`, `more` when a notification follows;
-    /// `age_ns` when it was timed. A datagram of bytes whose result is `<= 0` failed.
-    #[inline]
+    /// `age_ns` says how long it took when it was timed, asked only when a zero-copy outcome
+    /// is counted. A datagram of bytes whose result is `<= 0` failed.
+    #[inline(always)]
     pub(crate) fn on_result(
         &mut self,
         d: &mut LaneRequest,
         res: i32,
         more: bool,
-        age_ns: Option<u64>,
+        age_ns: impl FnOnce() -> Option<u64>,
     ) -> LaneStep {
         if !d.live || d.result.is_some() {
             self.unexpected += 1;
@@ -177,12 +192,13 @@ impl LaneTally {
 
     /// The notification of SEND_ZC datagram `d`, `copied` as
     /// `IORING_NOTIF_USAGE_ZC_COPIED` says; before its result it is kept for the result.
-    #[inline]
+    /// `age_ns` as for [`LaneTally::on_result`].
+    #[inline(always)]
     pub(crate) fn on_notification(
         &mut self,
         d: &mut LaneRequest,
         copied: bool,
-        age_ns: Option<u64>,
+        age_ns: impl FnOnce() -> Option<u64>,
     ) -> LaneStep {
         self.notifications += 1;
         if !d.live || !d.zc || d.notif.is_some() {
@@ -211,12 +227,13 @@ impl LaneTally {
 
     /// A zero-copy request's two completions are in: a completion for each of its sends that
     /// transmitted bytes.
-    fn outcome(&mut self, transmitted: u16, copied: bool, age_ns: Option<u64>) {
+    #[inline(always)]
+    fn outcome(&mut self, transmitted: u16, copied: bool, age_ns: impl FnOnce() -> Option<u64>) {
         if transmitted > 0 {
             let n = u64::from(transmitted);
             self.completions += n;
             self.copied += n * u64::from(copied);
-            if let Some(age) = age_ns {
+            if let Some(age) = age_ns() {
                 self.ages.push((age, n));
             }
         }
@@ -251,18 +268,24 @@ mod tests {
         let mut t = LaneTally::default();
         let (mut a, mut b) = (zc(), zc());
         let step = |last, failed| LaneStep { last, failed };
-        assert_eq!(t.on_result(&mut a, 100, true, None), step(false, false));
-        assert_eq!(t.on_notification(&mut a, false, Some(5)), step(true, false));
+        assert_eq!(t.on_result(&mut a, 100, true, || None), step(false, false));
+        assert_eq!(
+            t.on_notification(&mut a, false, || Some(5)),
+            step(true, false)
+        );
         // The notification first: kept for the result, which ends it.
-        assert_eq!(t.on_notification(&mut b, true, None), step(false, false));
-        assert_eq!(t.on_result(&mut b, 60, true, Some(7)), step(true, false));
+        assert_eq!(t.on_notification(&mut b, true, || None), step(false, false));
+        assert_eq!(t.on_result(&mut b, 60, true, || Some(7)), step(true, false));
         assert_eq!((t.sent, t.bytes, t.short), (2, 160, 1));
         assert_eq!((t.completions, t.copied, t.notifications), (2, 1, 2));
         assert_eq!(t.ended, [(0, 0), (2, 200)]);
         assert_eq!(t.ages, [(5, 1), (7, 1)]);
         // A third completion of either is unexpected and changes nothing.
-        assert_eq!(t.on_notification(&mut a, false, None), step(false, false));
-        assert_eq!(t.on_result(&mut b, 100, false, None), step(false, false));
+        assert_eq!(
+            t.on_notification(&mut a, false, || None),
+            step(false, false)
+        );
+        assert_eq!(t.on_result(&mut b, 100, false, || None), step(false, false));
         assert_eq!((t.unexpected, t.sent, t.completions), (2, 2, 2));
     }
 
@@ -270,22 +293,22 @@ mod tests {
     fn a_result_that_sent_nothing_fails_and_its_notification_still_ends_it() {
         let mut t = LaneTally::default();
         let mut d = LaneRequest::new(100, true, false);
-        let failed = t.on_result(&mut d, -libc::EAGAIN, true, None);
+        let failed = t.on_result(&mut d, -libc::EAGAIN, true, || None);
         assert_eq!((failed.last, failed.failed), (false, true));
         assert_eq!(
             (d.send(-libc::EAGAIN).len, d.send(-libc::EAGAIN).failed),
             (100, true)
         );
-        let end = t.on_notification(&mut d, false, Some(3));
+        let end = t.on_notification(&mut d, false, || Some(3));
         assert_eq!((end.last, end.failed), (true, false));
         assert_eq!((t.sent, t.completions, t.notifications), (0, 0, 1));
         assert_eq!(t.ended, [(1, 100), (0, 0)], "pinned: out of the ledger");
         assert!(t.ages.is_empty(), "no data, no completion timed");
         // A copy ends with its result; an empty datagram's 0 is no failure, another's is.
         let mut copy = LaneRequest::new(100, false, false);
-        assert!(t.on_result(&mut copy, 0, false, None).failed);
+        assert!(t.on_result(&mut copy, 0, false, || None).failed);
         let mut empty = LaneRequest::new(0, false, false);
-        let s = t.on_result(&mut empty, 0, false, None);
+        let s = t.on_result(&mut empty, 0, false, || None);
         assert!(s.last && !s.failed);
         assert_eq!((t.sent, t.ended), (1, [(1, 100), (0, 0)]));
     }

@@ -249,7 +249,7 @@ mod tests {
 
     /// A result as the ring counts it, and as the state gets it when it sent nothing.
     fn result(st: &mut ConnState, t: &mut LaneTally, slot: u32, d: &mut LaneRequest, res: i32) {
-        if t.on_result(d, res, d.send(res).zc, Some(7)).failed {
+        if t.on_result(d, res, d.send(res).zc, || Some(7)).failed {
             st.on_lane_result(slot, d.send(res), res);
         }
     }
@@ -325,13 +325,13 @@ mod tests {
                 assert_eq!(*went_zc, pushed[slot].3 != SendOp::Send, "the same choice");
                 if *went_zc && e.notif_first {
                     q.on_notification(req, e.copied, None);
-                    t.on_notification(d, e.copied, None);
+                    t.on_notification(d, e.copied, || None);
                 }
                 q.on_result(req, e.res, *went_zc, Some(7));
                 result(&mut l, &mut t, slot as u32, d, e.res);
                 if *went_zc && !e.notif_first {
                     q.on_notification(req, e.copied, Some(9));
-                    t.on_notification(d, e.copied, Some(9));
+                    t.on_notification(d, e.copied, || Some(9));
                 }
             }
             l.on_lane_tally(&t);
@@ -528,7 +528,7 @@ mod tests {
                 // `SEND_ZC` request's into the tally, and to the state when it failed it.
                 let failed = match d.stream_copy() {
                     true => d.fails(res),
-                    false => t.on_result(&mut d, res, zc, Some(7)).failed,
+                    false => t.on_result(&mut d, res, zc, || Some(7)).failed,
                 };
                 assert_eq!(failed, res != 400, "{why}");
                 assert_eq!(d.stream_copy(), !zc, "{why}");
@@ -537,7 +537,7 @@ mod tests {
                 }
                 if zc {
                     q.on_notification(req, copied, Some(9));
-                    t.on_notification(&mut d, copied, Some(9));
+                    t.on_notification(&mut d, copied, || Some(9));
                 }
                 l.on_lane_tally(&t);
                 let (qs, ls) = (q.stats(), l.stats());

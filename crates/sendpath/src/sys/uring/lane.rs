@@ -9,7 +9,7 @@
 //! [`SendRing::push_lane`]: super::SendRing::push_lane
 //! [`Cqe`]: super::Cqe
 
-use super::submit::{in_region, next_request, send_entry, time_first_push};
+use super::submit::{next_request, send_entry, time_first_push};
 use super::{age_ns, cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
 use crate::completion::{LaneRequest, LaneSend, LaneStep, LaneTally};
 use io_uring::types;
@@ -18,7 +18,10 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 impl SendRing {
     /// One completion of a lane datagram (`req` carries [`super::LANE`]): counted into its
-    /// connection's tally; a result that sent nothing also goes to `to`, its slot held again.
+    /// connection's tally, found from the datagram's own record; its slot is looked at only
+    /// after its last completion, or a result that sent nothing (which goes to `to` too, its
+    /// slot held again). The clock and the slot's push time are read only for a zero-copy
+    /// outcome, and the time only for the sampled pushes.
     #[inline(always)]
     pub(super) fn route_lane(
         &mut self,
@@ -28,40 +31,56 @@ impl SendRing {
         now: &mut Option<u64>,
         to: &mut impl FnMut(Cqe),
     ) {
-        let slot = req as u32;
-        let (Some(Some(s)), Some(d)) = (
-            self.slots.get_mut(slot as usize),
-            self.lane.get_mut(slot as usize),
-        ) else {
+        let slot = req as u32 as usize;
+        let Some(d) = self.lane.get_mut(slot) else {
             return;
         };
-        let tag = s.tag;
-        let c = Done::new(req, res, flags);
-        let age_ns = age_ns(&self.clock, now, c.timed(), self.held_at[slot as usize]);
-        let Some(step) = c.count(
-            &mut self.lane_tallies,
-            &mut self.lane_listed,
-            tag,
-            d,
-            age_ns,
-        ) else {
+        let tag = d.tag();
+        let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
             return;
         };
-        // Nothing sent: the slot is its connection's again, to resend or let go of.
+        if t.list() {
+            self.lane_listed.push(tag);
+        }
+        let (clock, at) = (&self.clock, &self.held_at);
+        let age_ns = || age_ns(clock, now, true, at.get(slot).copied().flatten());
+        let step = match cqueue::notif(flags) {
+            true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
+            false => t.on_result(d, res, cqueue::more(flags), age_ns),
+        };
+        if step.last || step.failed {
+            self.lane_step(slot as u32, tag, step, Done::new(req, res, flags), to);
+        }
+    }
+
+    /// Lane datagram `slot` of `tag` had its last completion (`step.last`), or a result that
+    /// sent nothing (`step.failed`: the slot is its connection's again, to resend or let go
+    /// of, and the result goes to `to`).
+    #[inline(always)]
+    fn lane_step(
+        &mut self,
+        slot: u32,
+        tag: u32,
+        step: LaneStep,
+        c: Done,
+        to: &mut impl FnMut(Cqe),
+    ) {
+        let Some(Some(s)) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
         s.held |= step.failed;
         if step.last {
             s.pending = s.pending.saturating_sub(1);
         }
         let (free, parked) = (s.pending == 0 && !s.held, s.parked);
-        let failed = step.failed.then(|| d.send(res));
         if step.last {
             if free {
                 self.slot_done(slot, parked);
             }
             self.request_ended(tag);
         }
-        if let Some(send) = failed {
-            failed_to(to, c.lane(tag, send));
+        if step.failed {
+            failed_to(to, c.lane(tag, self.lane[slot as usize].send(c.res)));
         }
     }
 
@@ -95,7 +114,7 @@ impl SendRing {
             lane,
             clock,
             requests,
-            arena,
+            parked_at,
             ..
         } = self;
         let mut sq = ring.submission();
@@ -107,7 +126,9 @@ impl SendRing {
             let Some(bytes) = s.buf.as_slice().get(..len).filter(|_| s.held) else {
                 break;
             };
-            if zc && !in_region(*arena, bytes.as_ptr() as usize, len) {
+            // Parked slots of the arena only: whether it lies in the registered part was
+            // recorded when it was parked.
+            if zc && !parked_at.get(slot as usize).is_some_and(|p| p.registered) {
                 break;
             }
             time_first_push(s, zc, &mut held_at[slot as usize], clock);
@@ -120,7 +141,7 @@ impl SendRing {
                 break;
             }
             (s.pending, s.held) = (s.pending + 1, false);
-            lane[slot as usize] = LaneRequest::new(len, zc, zc);
+            lane[slot as usize] = LaneRequest::new(len, zc, zc).of(tag);
             n += 1;
         }
         drop(sq);
@@ -250,7 +271,7 @@ impl SendRing {
     #[inline]
     pub(super) fn lane_pushed(&mut self, slot: u32, tag: u32, d: LaneRequest) {
         // As long as `slots`: one for each.
-        self.lane[slot as usize] = d;
+        self.lane[slot as usize] = d.of(tag);
         self.lane_tally_for(tag);
     }
 
@@ -332,9 +353,9 @@ impl Done {
         Some(match self.notif {
             true => {
                 let copied = (self.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
-                t.on_notification(d, copied, age_ns)
+                t.on_notification(d, copied, || age_ns)
             }
-            false => t.on_result(d, self.res, self.more, age_ns),
+            false => t.on_result(d, self.res, self.more, || age_ns),
         })
     }
 
@@ -349,5 +370,69 @@ impl Done {
             age_ns: None,
             lane: Some(send),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Op, SendRing};
+    use crate::buffer::Buf;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn each_lane_datagram_s_completions_count_for_the_connection_that_pushed_it() {
+        let Ok(mut ring) = SendRing::new(16, 32) else {
+            crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+            return;
+        };
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        // Two connections' datagrams, interleaved: tag 2 sends 10 bytes, tag 5 sends 30, each
+        // by SEND_ZC (two completions) and by SEND (one).
+        let zc = Op::SendZc { report_usage: true };
+        let mut slots = Vec::new();
+        for (i, op) in [zc, zc, Op::Send, zc].into_iter().enumerate() {
+            for (tag, len) in [(2, 10), (5, 30)] {
+                let slot = ring.hold(Buf::filled(len, i as u8), tag, None);
+                ring.push_lane(tx.as_fd(), slot, len, op).unwrap();
+                slots.push(slot);
+            }
+        }
+        ring.submit_and_wait(8).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            ring.reap(&mut out);
+            if ring.in_kernel() == 0 {
+                break;
+            }
+            ring.wait_batch(
+                1,
+                std::time::Duration::ZERO,
+                std::time::Duration::from_millis(10),
+            )
+            .unwrap();
+        }
+        assert_eq!(ring.in_kernel(), 0, "every result and notification in");
+        assert!(out.is_empty(), "all sent: nothing for their owners");
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| {
+            tallies.push((
+                tag,
+                t.sent,
+                t.bytes,
+                t.notifications,
+                t.completions,
+                t.unexpected,
+            ))
+        });
+        tallies.sort_unstable();
+        assert_eq!(tallies, [(2, 4, 40, 3, 3, 0), (5, 4, 120, 3, 3, 0)]);
+        // Each slot let go of with its last completion, to the connection that held it.
+        let mut released = Vec::new();
+        ring.take_released(&mut released);
+        let mut back: Vec<_> = released.iter().map(|(tag, b)| (*tag, b.len())).collect();
+        back.sort_unstable();
+        assert_eq!(back, [[(2, 10); 4], [(5, 30); 4]].concat());
     }
 }
