@@ -391,12 +391,10 @@ mod tests {
         // Two connections' datagrams, interleaved: tag 2 sends 10 bytes, tag 5 sends 30, each
         // by SEND_ZC (two completions) and by SEND (one).
         let zc = Op::SendZc { report_usage: true };
-        let mut slots = Vec::new();
         for (i, op) in [zc, zc, Op::Send, zc].into_iter().enumerate() {
             for (tag, len) in [(2, 10), (5, 30)] {
                 let slot = ring.hold(Buf::filled(len, i as u8), tag, None);
                 ring.push_lane(tx.as_fd(), slot, len, op).unwrap();
-                slots.push(slot);
             }
         }
         ring.submit_and_wait(8).unwrap();
