@@ -36,17 +36,11 @@ impl SendRing {
             return;
         };
         let tag = d.tag();
-        let Some(t) = self.lane_tallies.get_mut(tag as usize) else {
-            return;
-        };
-        if t.list() {
-            self.lane_listed.push(tag);
-        }
         let (clock, at) = (&self.clock, &self.held_at);
         let age_ns = || age_ns(clock, now, true, at.get(slot).copied().flatten());
-        let step = match cqueue::notif(flags) {
-            true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
-            false => t.on_result(d, res, cqueue::more(flags), age_ns),
+        let (tallies, listed) = (&mut self.lane_tallies, &mut self.lane_listed);
+        let Some(step) = count(tallies, listed, tag, d, (res, flags), age_ns) else {
+            return;
         };
         if step.last || step.failed {
             self.lane_step(slot as u32, tag, step, Done::new(req, res, flags), to);
@@ -186,9 +180,10 @@ impl SendRing {
             self.lane_ended(g);
             return to(c.lane(tag, send));
         }
-        let age_ns = age_ns(&self.clock, now, c.timed(), group.pushed_at);
+        let (clock, at) = (&self.clock, group.pushed_at);
+        let age_ns = || age_ns(clock, now, c.timed(), at);
         let (tallies, listed) = (&mut self.lane_tallies, &mut self.lane_listed);
-        let Some(step) = c.count(tallies, listed, tag, &mut group.lane, age_ns) else {
+        let Some(step) = count(tallies, listed, tag, &mut group.lane, (res, flags), age_ns) else {
             return;
         };
         let failed = step.failed.then(|| group.lane.send(res));
@@ -308,6 +303,28 @@ fn failed_to(to: &mut impl FnMut(Cqe), c: Cqe) {
     to(c)
 }
 
+/// Completion `res`, `flags` of lane request `d` of `tag`, counted into the tag's tally in
+/// `tallies` (listed in `listed` for the hand-over if it was not); `None` for a tag with no
+/// tally. `age_ns` is asked for only when a zero-copy outcome is counted.
+#[inline(always)]
+fn count(
+    tallies: &mut [LaneTally],
+    listed: &mut Vec<u32>,
+    tag: u32,
+    d: &mut LaneRequest,
+    (res, flags): (i32, u32),
+    age_ns: impl FnOnce() -> Option<u64>,
+) -> Option<LaneStep> {
+    let t = tallies.get_mut(tag as usize)?;
+    if t.list() {
+        listed.push(tag);
+    }
+    Some(match cqueue::notif(flags) {
+        true => t.on_notification(d, (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0, age_ns),
+        false => t.on_result(d, res, cqueue::more(flags), age_ns),
+    })
+}
+
 /// One completion of a lane's request, decoded.
 struct Done {
     req: u64,
@@ -333,30 +350,6 @@ impl Done {
     /// Whether it is one a zero-copy outcome is timed from.
     fn timed(&self) -> bool {
         self.notif || self.more
-    }
-
-    /// Counted against request `d` of `tag` into the tag's tally in `tallies` (listed in
-    /// `listed` for the hand-over if it was not); `None` for a tag with no tally.
-    #[inline(always)]
-    fn count(
-        &self,
-        tallies: &mut [LaneTally],
-        listed: &mut Vec<u32>,
-        tag: u32,
-        d: &mut LaneRequest,
-        age_ns: Option<u64>,
-    ) -> Option<LaneStep> {
-        let t = tallies.get_mut(tag as usize)?;
-        if t.list() {
-            listed.push(tag);
-        }
-        Some(match self.notif {
-            true => {
-                let copied = (self.res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0;
-                t.on_notification(d, copied, || age_ns)
-            }
-            false => t.on_result(d, self.res, self.more, || age_ns),
-        })
     }
 
     /// For `tag`'s connection: its request, `send` (failed, or a stream's `SEND`).
