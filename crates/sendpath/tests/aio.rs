@@ -63,6 +63,36 @@ mod on_tokio {
             .unwrap()
     }
 
+    #[test]
+    fn every_async_path_closes_on_a_runtime_without_a_timer() {
+        if !sendpath::probe().io_uring.send_zc {
+            return common::skip("io_uring SEND_ZC unavailable here");
+        }
+        // I/O alone, no `enable_time`: the wait for the last completions in `close` must not
+        // reach for tokio's timer, which panics on such a runtime.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        for strategy in [
+            Strategy::Copy,
+            Strategy::MsgZerocopy,
+            Strategy::Uring,
+            Strategy::UringZc,
+        ] {
+            let (s, rx) = connect(Duration::ZERO);
+            let sent = rt.block_on(async {
+                let mut tx = AsyncSender::open(strategy, s, &Options::default()).unwrap();
+                let sent = stream(&mut tx, 65536, 40).await;
+                let stats = tx.close(Duration::from_secs(5)).await.unwrap();
+                assert_eq!((stats.bytes, stats.leaked_buffers), (sent, 0), "{strategy}");
+                sent
+            });
+            let v = rx.join().unwrap();
+            assert_eq!((v.mismatches, v.bytes_verified()), (0, sent), "{strategy}");
+        }
+    }
+
     /// A profile whose tiers name every memory path, so sizes cross between the socket and the
     /// ring, and copy and zero-copy on each.
     fn every_tier() -> Options {

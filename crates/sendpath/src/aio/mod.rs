@@ -13,6 +13,7 @@ mod socket;
 use crate::policy::adaptive::Adaptive;
 use crate::send::Chooser;
 use crate::socket::Waits;
+use crate::sys::reactor::Deadline;
 use crate::{Buf, Error, FileRange, Options, Result, SendStats, Socket, Strategy};
 use ring::RingHalf;
 use socket::SocketHalf;
@@ -99,9 +100,10 @@ enum Half {
 
 impl AsyncSender {
     /// Opens `strategy` on `sock` in the current tokio runtime (its reactor must have I/O
-    /// enabled). The socket must be connected and non-blocking; it is used as given. Refused,
-    /// naming why: a path with no async sender (`serialize`, `gather`, `vmsplice`, the other
-    /// file paths), a blocking socket, or no runtime.
+    /// enabled; no timer is needed: `close` waits on a timerfd of its own). The socket must
+    /// be connected and non-blocking; it is used as given. Refused, naming why: a path with no
+    /// async sender (`serialize`, `gather`, `vmsplice`, the other file paths), a blocking
+    /// socket, or no runtime.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -280,8 +282,8 @@ impl AsyncSender {
     /// # Ok(()) }
     /// ```
     pub async fn close(mut self, timeout: Duration) -> Result<SendStats> {
-        let flushed = tokio::time::timeout(timeout, self.flush()).await;
-        if let Ok(r) = flushed {
+        let deadline = Deadline::after(timeout).map_err(Error::sys("timerfd_create"))?;
+        if let Some(r) = deadline.within(self.flush()).await {
             r?;
         }
         let mut leaked = 0;

@@ -7,6 +7,7 @@
 
 use crate::driver::{ConnId, DriverConfig, UringDriver};
 use crate::send::Chooser;
+use crate::sys::reactor::Deadline;
 use crate::sys::uring::RingSetup;
 use crate::{Buf, Error, Options, Result, Socket};
 use std::collections::VecDeque;
@@ -93,17 +94,15 @@ impl RingHalf {
     /// Flushes, then awaits every notification for at most `timeout`; the buffers the kernel
     /// still holds then are leaked, counted. How many.
     pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
-        let flushed = tokio::time::timeout(timeout, self.flush()).await;
-        if let Ok(r) = flushed {
+        let after = |t| Deadline::after(t).map_err(Error::sys("timerfd_create"));
+        if let Some(r) = after(timeout)?.within(self.flush()).await {
             r?;
         }
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = after(timeout)?;
         while self.driver.in_kernel() > 0 {
-            if tokio::time::timeout_at(deadline, self.completion())
-                .await
-                .is_err()
-            {
-                break;
+            match deadline.within(self.completion()).await {
+                Some(r) => r?,
+                None => break,
             }
             self.driver.run(false)?;
         }

@@ -13,6 +13,7 @@ use crate::buffer::{Buf, BufPool};
 use crate::completion::{HeldMessages, ZcNotification};
 use crate::policy::{self, InflightLimits, ZcDecision};
 use crate::stats::SendClock;
+use crate::sys::reactor::Deadline;
 use crate::sys::{self, SendFlags};
 use crate::{Error, Result, SendStats, Socket};
 use std::collections::VecDeque;
@@ -315,14 +316,14 @@ impl SocketHalf {
     /// Awaits the error queue's readiness and reads the completions, until none is due or
     /// `timeout` passed; the buffers still held then are leaked (never freed), counted.
     pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = Deadline::after(timeout).map_err(Error::sys("timerfd_create"))?;
         self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         while self.held.outstanding() > 0 {
             let ready = self.registered()?.ready(Interest::ERROR);
-            match tokio::time::timeout_at(deadline, ready).await {
-                Ok(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
-                Ok(Err(e)) => return Err(super::reactor_gone("the error queue")(e)),
-                Err(_) => break,
+            match deadline.within(ready).await {
+                Some(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
+                Some(Err(e)) => return Err(super::reactor_gone("the error queue")(e)),
+                None => break,
             }
             self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         }

@@ -38,3 +38,93 @@ pub(crate) fn register<T: StableFd>(
         (e, inner)
     })
 }
+
+/// A deadline the reactor wakes a task at, without tokio's timer: a timerfd
+/// (`CLOCK_MONOTONIC`) armed once and registered with the runtime's reactor, so the async
+/// sender's `close` works on a runtime built with I/O alone (`enable_io`, no `enable_time`),
+/// where `tokio::time` would panic.
+pub(crate) struct Deadline(AsyncFd<std::os::fd::OwnedFd>);
+
+impl Deadline {
+    /// `after` from now: an error where there is no runtime on this thread or the kernel
+    /// refuses a timerfd.
+    pub(crate) fn after(after: std::time::Duration) -> io::Result<Deadline> {
+        use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags};
+        let flags = TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC;
+        let fd = rustix::time::timerfd_create(TimerfdClockId::Monotonic, flags)?;
+        // A zero time disarms the timer: a deadline already due is 1 ns away.
+        let after = after.max(std::time::Duration::from_nanos(1));
+        let at = Itimerspec {
+            it_interval: rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: rustix::time::Timespec {
+                tv_sec: after.as_secs().min(i64::MAX as u64) as _,
+                tv_nsec: after.subsec_nanos() as _,
+            },
+        };
+        rustix::time::timerfd_settime(&fd, TimerfdTimerFlags::empty(), &at)?;
+        register(fd, Interest::READABLE)
+            .map(Deadline)
+            .map_err(|(e, _)| e)
+    }
+
+    /// What `fut` gives, or `None` once the deadline has passed (at once on every call after
+    /// it has: the timer stays readable).
+    pub(crate) async fn within<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
+        use std::task::Poll;
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            // Readable: the timer fired. An error: the reactor is gone, and nothing will
+            // wake this task again; either way the time is up.
+            match self.0.poll_read_ready(cx) {
+                Poll::Ready(_) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deadline;
+    use std::time::{Duration, Instant};
+
+    /// A runtime with I/O and no timer, where `tokio::time` panics.
+    fn io_only() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_deadline_ends_a_wait_on_a_runtime_without_a_timer() {
+        io_only().block_on(async {
+            let t0 = Instant::now();
+            let d = Deadline::after(Duration::from_millis(30)).unwrap();
+            assert_eq!(d.within(std::future::pending::<()>()).await, None);
+            let waited = t0.elapsed();
+            assert!(waited >= Duration::from_millis(30), "{waited:?}");
+            // Passed: at once from now on, and a ready future still gives its value first.
+            assert_eq!(d.within(std::future::pending::<()>()).await, None);
+            assert_eq!(d.within(std::future::ready(7)).await, Some(7));
+        });
+    }
+
+    #[test]
+    fn a_future_ready_before_its_deadline_gives_its_value() {
+        io_only().block_on(async {
+            let d = Deadline::after(Duration::from_secs(3600)).unwrap();
+            assert_eq!(d.within(async { 5 }).await, Some(5));
+            // A zero deadline is due at once, not disarmed.
+            let now = Deadline::after(Duration::ZERO).unwrap();
+            assert_eq!(now.within(std::future::pending::<()>()).await, None);
+        });
+    }
+}
