@@ -282,8 +282,8 @@ impl AsyncSender {
     /// # Ok(()) }
     /// ```
     pub async fn close(mut self, timeout: Duration) -> Result<SendStats> {
-        let deadline = Deadline::after(timeout).map_err(Error::sys("timerfd_create"))?;
-        if let Some(r) = deadline.within(self.flush()).await {
+        let flushed = Deadline::after(timeout).within(self.flush()).await;
+        if let Some(r) = flushed.map_err(Error::sys("timerfd_create"))? {
             r?;
         }
         let mut leaked = 0;

@@ -94,13 +94,14 @@ impl RingHalf {
     /// Flushes, then awaits every notification for at most `timeout`; the buffers the kernel
     /// still holds then are leaked, counted. How many.
     pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
-        let after = |t| Deadline::after(t).map_err(Error::sys("timerfd_create"));
-        if let Some(r) = after(timeout)?.within(self.flush()).await {
+        let timer = || Error::sys("timerfd_create");
+        let flushed = Deadline::after(timeout).within(self.flush()).await;
+        if let Some(r) = flushed.map_err(timer())? {
             r?;
         }
-        let deadline = after(timeout)?;
+        let mut deadline = Deadline::after(timeout);
         while self.driver.in_kernel() > 0 {
-            match deadline.within(self.completion()).await {
+            match deadline.within(self.completion()).await.map_err(timer())? {
                 Some(r) => r?,
                 None => break,
             }

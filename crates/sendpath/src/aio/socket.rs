@@ -316,11 +316,12 @@ impl SocketHalf {
     /// Awaits the error queue's readiness and reads the completions, until none is due or
     /// `timeout` passed; the buffers still held then are leaked (never freed), counted.
     pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
-        let deadline = Deadline::after(timeout).map_err(Error::sys("timerfd_create"))?;
+        let mut deadline = Deadline::after(timeout);
         self.reap().map_err(Error::sys("recvmsg(MSG_ERRQUEUE)"))?;
         while self.held.outstanding() > 0 {
             let ready = self.registered()?.ready(Interest::ERROR);
-            match deadline.within(ready).await {
+            let ready = deadline.within(ready).await;
+            match ready.map_err(Error::sys("timerfd_create"))? {
                 Some(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
                 Some(Err(e)) => return Err(super::reactor_gone("the error queue")(e)),
                 None => break,
