@@ -91,6 +91,12 @@ fn reactor_gone(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     }
 }
 
+/// The error of making a wait's deadline (`sys::reactor::Deadline`): its timerfd, or its
+/// registration with the reactor.
+fn deadline_failed(e: std::io::Error) -> Error {
+    Error::sys("timerfd_create")(e)
+}
+
 /// Which half a send goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Half {
@@ -283,7 +289,7 @@ impl AsyncSender {
     /// ```
     pub async fn close(mut self, timeout: Duration) -> Result<SendStats> {
         let flushed = Deadline::after(timeout).within(self.flush()).await;
-        if let Some(r) = flushed.map_err(Error::sys("timerfd_create"))? {
+        if let Some(r) = flushed.map_err(deadline_failed)? {
             r?;
         }
         let mut leaked = 0;

@@ -94,16 +94,19 @@ impl RingHalf {
     /// Flushes, then awaits every notification for at most `timeout`; the buffers the kernel
     /// still holds then are leaked, counted. How many.
     pub(super) async fn drain(&mut self, timeout: Duration) -> Result<u64> {
-        let timer = || Error::sys("timerfd_create");
         let flushed = Deadline::after(timeout).within(self.flush()).await;
-        if let Some(r) = flushed.map_err(timer())? {
+        if let Some(r) = flushed.map_err(super::deadline_failed)? {
             r?;
         }
         let mut deadline = Deadline::after(timeout);
         while self.driver.in_kernel() > 0 {
             // Past the deadline, or the reactor gone: what the kernel still holds is counted
             // as leaked below, with the stats.
-            match deadline.within(self.completion()).await.map_err(timer())? {
+            match deadline
+                .within(self.completion())
+                .await
+                .map_err(super::deadline_failed)?
+            {
                 Some(Ok(())) => {}
                 Some(Err(_)) | None => break,
             }

@@ -321,7 +321,7 @@ impl SocketHalf {
         while self.held.outstanding() > 0 {
             let ready = self.registered()?.ready(Interest::ERROR);
             let ready = deadline.within(ready).await;
-            match ready.map_err(Error::sys("timerfd_create"))? {
+            match ready.map_err(super::deadline_failed)? {
                 Some(Ok(mut g)) => g.clear_ready_matching(tokio::io::Ready::ERROR),
                 Some(Err(e)) => return Err(super::reactor_gone("the error queue")(e)),
                 None => break,
