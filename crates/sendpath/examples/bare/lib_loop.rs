@@ -30,7 +30,7 @@ impl LibPath {
             // As the stream harness's `--arena 4M`: 4 MiB cut into slots of the message size.
             uring_arena: a.arena.then(|| sendpath::ArenaConfig {
                 slot_size: a.size,
-                slots: ((4usize << 20) / a.size.next_multiple_of(4096)).max(1),
+                slots: super::arena_slots(a.size),
             }),
             zc_reap_every: a.reap_every,
             uring_order: match a.order {
