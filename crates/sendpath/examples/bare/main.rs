@@ -59,7 +59,6 @@ mod receiver;
 mod route;
 use route::Route;
 
-/// The paths a bare twin exists for.
 /// `--arena`'s region, with or without `--lib`: the 4 MiB of `sendpath stream --arena 4M`, cut
 /// in page-aligned slots of the message size, as the library cuts it. The same number of
 /// slots on both sides, since how many sends may wait for their notification changes how fast
@@ -68,6 +67,7 @@ pub(crate) fn arena_slots(size: usize) -> usize {
     ((4usize << 20) / size.next_multiple_of(4096)).max(1)
 }
 
+/// The paths a bare twin exists for.
 const PATHS: [&str; 12] = [
     "copy",
     "gather",
