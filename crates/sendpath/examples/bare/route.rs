@@ -124,13 +124,16 @@ impl Route {
                 p => sys::copy(fd, &bufs, until, p == "serialize"),
             };
         }
-        // Zero-copy sends wait for notifications: up to sendpath's in-flight cap (256) more.
-        // An arena holds what `stream --arena 4M` holds, whatever the path.
-        let zc = matches!(a.path.as_str(), "msg-zerocopy" | "uring-zc");
-        let cap = 2 * a.depth + if zc { 256 } else { 0 };
         let mut pool = match a.arena {
+            // What `stream --arena 4M` holds, whatever the path.
             true => Pool::arena(a.size, super::arena_slots(a.size)),
-            false => Pool::new(a.size, a.pool, cap, a.fixed),
+            false => {
+                // Zero-copy sends wait for notifications: up to sendpath's in-flight cap
+                // (256) more.
+                let zc = matches!(a.path.as_str(), "msg-zerocopy" | "uring-zc");
+                let cap = 2 * a.depth + if zc { 256 } else { 0 };
+                Pool::new(a.size, a.pool, cap, a.fixed)
+            }
         };
         let p = &mut pool;
         match a.path.as_str() {
