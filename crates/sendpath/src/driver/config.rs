@@ -54,6 +54,8 @@ pub struct DriverConfig {
     pub connections: usize,
     /// Cap on SEND_ZC requests awaiting notification over all connections of the ring (a
     /// server worker's cap); a zero-copy send past it goes by copy, counted as `inflight_cap`.
+    /// `None`: only each connection's own cap (`options.inflight`) holds, so n connections
+    /// may keep n times it awaiting notification, buffers the kernel holds until then.
     pub ring_zc_inflight: Option<usize>,
     /// What each connection sends with: the depth of its chain (`uring_depth`), its zero-copy
     /// cap (`inflight`), usage reporting, registered buffers, the order of a stream's sends,
