@@ -325,19 +325,18 @@ impl SendRing {
         self.tag_busy.get(tag as usize).map_or(0, |n| *n as usize)
     }
 
-    /// Number of buffers carrying `tag` that the kernel may still read (a scan: for counting
-    /// what is left after a deadline, not for a loop). Marks the slots of stream lane requests
-    /// one by one first ([`SendRing::mark_lane_slots`]), so the scan sees them.
-    pub(crate) fn buffers_in_kernel_for(&mut self, tag: u32) -> usize {
+    /// Adds to `counts[tag]` the number of buffers carrying `tag` that the kernel may still
+    /// read, for every tag below `counts.len()`: one scan of the slots for all of them (for
+    /// counting what is left after a deadline, not for a loop). Marks the slots of stream lane
+    /// requests one by one first ([`SendRing::mark_lane_slots`]), so the scan sees them.
+    pub(crate) fn buffers_in_kernel_by_tag(&mut self, counts: &mut [u64]) {
         self.mark_lane_slots();
-        let of_tag = |slot: &u32| {
-            self.slots[*slot as usize]
-                .as_ref()
-                .is_some_and(|s| s.tag == tag)
-        };
-        (0..self.slots.len() as u32)
-            .filter(|slot| of_tag(slot) && self.in_use(*slot))
-            .count()
+        for slot in 0..self.slots.len() as u32 {
+            let tag = self.slots[slot as usize].as_ref().map(|s| s.tag as usize);
+            if let Some(n) = tag.and_then(|t| counts.get_mut(t)) {
+                *n += u64::from(self.in_use(slot));
+            }
+        }
     }
 
     /// Whether the kernel may still read `slot`'s buffer: a request on it, or a stream's
