@@ -396,14 +396,18 @@ impl UringDriver {
         Ok(())
     }
 
-    /// A DEFER_TASKRUN ring runs a bounded batch of deferred completions per enter; run the
-    /// rest before deciding, or lagging notifications fill the zero-copy in-flight cap.
+    /// A DEFER_TASKRUN ring runs a bounded batch of deferred completions per plain enter; run
+    /// the rest before deciding, a CQ's worth an enter, or lagging notifications hold
+    /// zero-copy buffers the kernel is done with: they fill the in-flight cap, and with many
+    /// connections the sender makes a new buffer for nearly every send.
     fn run_deferred(&mut self) -> Result<()> {
         for _ in 0..8 {
             if !self.ring.taskrun_pending() {
                 break;
             }
-            self.ring.submit().map_err(Error::sys("io_uring_enter"))?;
+            self.ring
+                .run_deferred_work()
+                .map_err(Error::sys("io_uring_enter"))?;
             self.reap();
         }
         Ok(())
