@@ -396,18 +396,23 @@ impl UringDriver {
         Ok(())
     }
 
-    /// A DEFER_TASKRUN ring runs a bounded batch of deferred completions per plain enter; run
-    /// the rest before deciding, a CQ's worth an enter, or lagging notifications hold
-    /// zero-copy buffers the kernel is done with: they fill the in-flight cap, and with many
-    /// connections the sender makes a new buffer for nearly every send.
+    /// A DEFER_TASKRUN ring runs a bounded batch of deferred completions per plain enter (20
+    /// items), which is what a pass usually finds. Work still waiting after one is a backlog:
+    /// it runs a CQ's worth an enter, or lagging notifications hold zero-copy buffers the
+    /// kernel is done with (they fill the in-flight cap, and with many connections the sender
+    /// makes a new buffer for nearly every send).
     fn run_deferred(&mut self) -> Result<()> {
-        for _ in 0..8 {
+        for i in 0..8 {
             if !self.ring.taskrun_pending() {
                 break;
             }
-            self.ring
-                .run_deferred_work()
-                .map_err(Error::sys("io_uring_enter"))?;
+            // The larger enter waits on a timer that has already run out: dearer than a plain
+            // one when there is little to run.
+            let entered = match i {
+                0 => self.ring.submit().map(drop),
+                _ => self.ring.run_deferred_work(),
+            };
+            entered.map_err(Error::sys("io_uring_enter"))?;
             self.reap();
         }
         Ok(())
