@@ -414,7 +414,8 @@ impl SendRing {
     /// Runs the deferred completion work waiting on the ring (submitting what is queued first),
     /// without waiting for more: as much as the CQ has room for, in one `io_uring_enter`. A
     /// plain enter runs a bounded batch (20 items on Linux 6.13 and later); one that asks for
-    /// `n` completions runs up to `n`, and with a zero timeout returns once it has.
+    /// `n` completions runs up to `n`, and with a zero timeout returns once it has run them
+    /// (`ETIME` when fewer than `n` came, which is no error here).
     pub(crate) fn run_deferred_work(&mut self) -> io::Result<()> {
         let room = {
             let cq = self.ring.completion();
