@@ -25,6 +25,9 @@ pub(crate) struct LaneRequest {
     registered: bool,
     /// Awaiting a completion.
     live: bool,
+    /// A datagram whose slot the ring owns as a whole until its last completion: the slot's
+    /// own record is not written for it ([`LaneRequest::whole`]).
+    whole: bool,
     /// Its result came, with `F_MORE`: how many of its sends transmitted bytes.
     result: Option<u16>,
     /// Its notification came before its result: whether the kernel copied.
@@ -90,6 +93,7 @@ impl LaneRequest {
             zc,
             registered,
             live: true,
+            whole: false,
             result: None,
             notif: None,
         }
@@ -108,6 +112,33 @@ impl LaneRequest {
     /// The same, of `tag`'s connection: a completion finds its tally from it.
     pub(crate) fn of(self, tag: u32) -> LaneRequest {
         LaneRequest { tag, ..self }
+    }
+
+    /// The same, its slot the ring's as a whole until its last completion: no one holds it,
+    /// and the slot's own record (tag, length, completions due) is written only if its
+    /// result fails it or the ring counts what the kernel still holds.
+    pub(crate) fn whole(self) -> LaneRequest {
+        LaneRequest {
+            whole: true,
+            ..self
+        }
+    }
+
+    /// Whether it awaits a completion with its slot the ring's as a whole
+    /// ([`LaneRequest::whole`]).
+    #[inline(always)]
+    pub(crate) fn is_whole(&self) -> bool {
+        self.whole && self.live
+    }
+
+    /// Its slot's own record is written from now on: no longer whole.
+    pub(crate) fn split(&mut self) {
+        self.whole = false;
+    }
+
+    /// Its bytes, in all.
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
     }
 
     /// Its connection's tag ([`LaneRequest::of`]).

@@ -338,9 +338,9 @@ impl UringDriver {
         }
         let mut written = std::mem::take(&mut self.written);
         self.ring
-            .fill_parked(id.idx, len, at.clone(), fill, &mut written);
+            .fill_lane_slots(len, at.clone(), fill, &mut written);
         if written.is_empty() && self.park_fresh(id, len, at.len()) > 0 {
-            self.ring.fill_parked(id.idx, len, at, fill, &mut written);
+            self.ring.fill_lane_slots(len, at, fill, &mut written);
         }
         // None written: no slot free (or a message larger than one); the caller queues them.
         let went = match written.is_empty() {
@@ -352,10 +352,10 @@ impl UringDriver {
         Ok((went, went, self.lane_space(id)))
     }
 
-    /// The datagram lane: messages `written` in held parked slots of `id` (`len` bytes each)
-    /// pushed one request each, a run at a time where a decision stands. When the ring
-    /// refuses one, the connection fails (as for a chain) and the rest go back. Returns how
-    /// many went.
+    /// The datagram lane: messages `written` in lane slots for `id` (`len` bytes each,
+    /// [`SendRing::fill_lane_slots`](crate::sys::uring::SendRing::fill_lane_slots)) pushed one
+    /// request each, a run at a time where a decision stands. When the ring refuses one, the
+    /// connection fails (as for a chain) and the rest go back. Returns how many went.
     fn datagram_lane_run(&mut self, id: ConnId, written: &[u32], len: usize) -> usize {
         let Conn { sock, state, .. } = self.conns[id.index()].as_mut().expect("open");
         let before = state.zc_inflight();
@@ -376,8 +376,10 @@ impl UringDriver {
                 }
                 None => {
                     let (op, _) = state.lane_op(len);
-                    let went = self.ring.push_lane(fd, written[pushed], len, op);
-                    went.map(|(_, registered)| {
+                    let went = self
+                        .ring
+                        .push_lane_taken(fd, id.idx, written[pushed], len, op);
+                    went.map(|registered| {
                         again = state.lane_pushed(1, len, op, registered);
                         1
                     })
@@ -391,11 +393,7 @@ impl UringDriver {
             pushed += n;
         }
         self.zc_inflight = (self.zc_inflight + state.zc_inflight()).saturating_sub(before);
-        for &slot in &written[pushed..] {
-            if let Some(b) = self.ring.unhold(slot) {
-                state.on_released(b);
-            }
-        }
+        self.ring.drop_lane_slots(&written[pushed..]);
         pushed
     }
 

@@ -1,20 +1,25 @@
-//! The datagram lane in the ring. A datagram pushed by [`SendRing::push_lane`] (or a run of
-//! them, [`SendRing::push_lane_run`]) is no one's once pushed: its result and notification
-//! are counted into its connection's [`LaneTally`] where they are read, which the driver
-//! hands to the connection once per reap ([`SendRing::take_lane_tallies`]), and its slot goes
-//! back to the arena with its last completion. Only a result that sent nothing goes to the
-//! connection itself, as a [`Cqe`] whose slot the ring holds for it again: the connection
-//! resends it or lets it go.
+//! The datagram lane in the ring. Datagrams written in place are taken from the parked slots
+//! as a stream's lane request takes them ([`SendRing::fill_lane_slots`]) and pushed a run at
+//! a time ([`SendRing::push_lane_run`]): each slot is the ring's as a whole from the moment
+//! it is taken, reached through where its bytes are, its own record (tag, length,
+//! completions due) not written, and its last completion puts it back among the parked slots
+//! in one move. A datagram pushed by [`SendRing::push_lane`] (a held slot) is no one's once
+//! pushed either. Either way its result and notification are counted into its connection's
+//! [`LaneTally`] where they are read, which the driver hands to the connection once per reap
+//! ([`SendRing::take_lane_tallies`]). Only a result that sent nothing goes to the connection
+//! itself, as a [`Cqe`] whose slot the ring holds for it again (written then): the
+//! connection resends it or lets it go.
 //!
 //! [`SendRing::push_lane`]: super::SendRing::push_lane
 //! [`Cqe`]: super::Cqe
 
-use super::submit::{next_request, send_entry, time_first_push};
+use super::submit::{next_request, send_entry};
 use super::{age_ns, cqueue, Cqe, Op, SendRing, IORING_NOTIF_USAGE_ZC_COPIED, LANE};
 use crate::completion::{LaneRequest, LaneSend, LaneStep, LaneTally};
 use io_uring::types;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 impl SendRing {
     /// One completion of a lane datagram (`req` carries [`super::LANE`]): counted into its
@@ -35,15 +40,41 @@ impl SendRing {
         let Some(d) = self.lane.get_mut(slot) else {
             return;
         };
-        let tag = d.tag();
+        let (tag, whole) = (d.tag(), d.is_whole());
         let (clock, at) = (&self.clock, &self.held_at);
         let age_ns = || age_ns(clock, now, true, at.get(slot).copied().flatten());
         let (tallies, listed) = (&mut self.lane_tallies, &mut self.lane_listed);
         let Some(step) = count(tallies, listed, tag, d, (res, flags), age_ns) else {
             return;
         };
+        if whole && !step.failed {
+            if step.last {
+                // The ring's as a whole since its push, and no one's: free as it is.
+                self.parked_free.push(slot as u32);
+                self.request_ended(tag);
+            }
+            return;
+        }
+        if whole {
+            self.split_lane_slot(slot);
+        }
         if step.last || step.failed {
             self.lane_step(slot as u32, tag, step, Done::new(req, res, flags), to);
+        }
+    }
+
+    /// The slot of whole lane datagram `slot` given its own record, as a slot pushed by
+    /// [`SendRing::push_lane`] has it: its tag, its length, the request awaiting its
+    /// completions, held by no one. For a result that fails the datagram, and for a count of
+    /// what the kernel holds.
+    #[cold]
+    fn split_lane_slot(&mut self, slot: usize) {
+        let d = &mut self.lane[slot];
+        d.split();
+        let (tag, len) = (d.tag(), d.len());
+        if let Some(s) = self.slots[slot].as_mut() {
+            s.buf.resize(len);
+            (s.tag, s.held, s.pending) = (tag, false, 1);
         }
     }
 
@@ -78,12 +109,40 @@ impl SendRing {
         }
     }
 
-    /// Datagrams of the first `len` bytes of each of held `slots` (parked slots of the
-    /// arena, all of `tag`), each pushed by `op` as [`SendRing::push_lane`] pushes one, with
-    /// one look at the submission queue for them all. Stops at a slot not held or with fewer
-    /// bytes, and, for SEND_ZC, at one outside the registered arena (which `push_lane`
-    /// registers on its own). Returns how many went and whether they send from a registered
-    /// buffer.
+    /// Parked slots for lane datagrams of `len` bytes, one for each message `i` of `at`, each
+    /// written by `fill(i, bytes)` and pushed onto `out` in order, taken as a stream's lane
+    /// request takes them: the slots are the lane's as a whole, not their owner's, until
+    /// [`SendRing::push_lane_run`] (or [`SendRing::push_lane_taken`]) sends them or
+    /// [`SendRing::drop_lane_slots`] lets them go. Stops early when no parked slot is free or
+    /// large enough. When `fill` panics, the slots this call took go back before the panic
+    /// goes on.
+    pub(crate) fn fill_lane_slots(
+        &mut self,
+        len: usize,
+        at: std::ops::Range<usize>,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        out: &mut Vec<u32>,
+    ) {
+        let start = out.len();
+        for i in at {
+            let Some((slot, bytes, _)) = self.take_lane_slot(len) else {
+                return;
+            };
+            out.push(slot);
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
+                self.parked_free.extend(out.drain(start..));
+                resume_unwind(panic);
+            }
+        }
+    }
+
+    /// Datagrams of the first `len` bytes of each of `slots` (taken by
+    /// [`SendRing::fill_lane_slots`], all of `tag`), each pushed by `op` as one request, with
+    /// one look at the submission queue for them all. Each slot is reached through where its
+    /// bytes are, and stays the ring's as a whole until its last completion, which frees it.
+    /// Stops at a slot with fewer bytes, and, for SEND_ZC, at one outside the registered arena
+    /// ([`SendRing::push_lane_taken`] sends that one). Returns how many went and whether they
+    /// send from a registered buffer.
     pub(crate) fn push_lane_run(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -103,7 +162,6 @@ impl SendRing {
         let fd = types::Fd(fd.as_raw_fd());
         let SendRing {
             ring,
-            slots: held,
             held_at,
             lane,
             clock,
@@ -114,34 +172,63 @@ impl SendRing {
         let mut sq = ring.submission();
         let mut n = 0;
         for &slot in slots {
-            let Some(Some(s)) = held.get_mut(slot as usize) else {
+            let Some(at) = parked_at.get(slot as usize) else {
                 break;
             };
-            let Some(bytes) = s.buf.as_slice().get(..len).filter(|_| s.held) else {
-                break;
-            };
-            // Parked slots of the arena only: whether it lies in the registered part was
-            // recorded when it was parked.
-            if zc && !parked_at.get(slot as usize).is_some_and(|p| p.registered) {
+            if len > at.size || (zc && !at.registered) {
                 break;
             }
-            time_first_push(s, zc, &mut held_at[slot as usize], clock);
             let req = next_request(requests) | LANE | u64::from(slot);
-            let entry = send_entry(fd, bytes.as_ptr(), len, op, zc.then_some(0)).user_data(req);
-            // SAFETY: the SQE points at `len` bytes inside the buffer held in `slots[slot]`,
-            // which is released only once `pending` (counted here) drops to zero after the
-            // kernel posted the slot's last CQE: as for `push_slot`.
+            let entry = send_entry(fd, at.start, len, op, zc.then_some(0)).user_data(req);
+            // SAFETY: the SQE points at the first `len` bytes of the arena slot held in
+            // `slots[slot]` (`at`, recorded by `park`), whose buffer never leaves the ring and
+            // whose memory lives as long as it. The slot is the lane's as a whole: it is in no
+            // free list and held by no one until its datagram's last completion frees it.
             if unsafe { sq.push(&entry) }.is_err() {
                 break;
             }
-            (s.pending, s.held) = (s.pending + 1, false);
-            lane[slot as usize] = LaneRequest::new(len, zc, zc).of(tag);
+            // The clock, for a zero-copy outcome in the sample.
+            held_at[slot as usize] = if zc { clock.timed() } else { None };
+            lane[slot as usize] = LaneRequest::new(len, zc, zc).of(tag).whole();
             n += 1;
         }
         drop(sq);
         self.requests_started(tag, n);
         self.lane_tally_for(tag);
         Ok((n, zc))
+    }
+
+    /// Lane datagram `slot` (taken by [`SendRing::fill_lane_slots`] for `tag`), pushed alone:
+    /// as [`SendRing::push_lane_run`] pushes it where it can, else held for `tag` and pushed as
+    /// [`SendRing::push_lane`] pushes a held slot (registering a buffer outside the arena's
+    /// registered part on its own). Returns whether it sends from a registered buffer. When
+    /// it cannot be pushed, the slot is `tag`'s, held, for [`SendRing::drop_lane_slots`].
+    pub(crate) fn push_lane_taken(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        tag: u32,
+        slot: u32,
+        len: usize,
+        op: Op,
+    ) -> io::Result<bool> {
+        if let (1, registered) = self.push_lane_run(fd, tag, &[slot], len, op)? {
+            return Ok(registered);
+        }
+        self.hold_taken(slot, tag, len);
+        self.push_lane(fd, slot, len, op)
+            .map(|(_, registered)| registered)
+    }
+
+    /// Lets lane slots that did not go free again ([`SendRing::fill_lane_slots`]): each parked
+    /// and free, what was written in it dropped.
+    pub(crate) fn drop_lane_slots(&mut self, slots: &[u32]) {
+        for &slot in slots {
+            // Held only when `push_lane_taken` held it for a push that failed.
+            match self.slots[slot as usize].as_ref().is_some_and(|s| s.held) {
+                true => drop(self.unhold(slot)),
+                false => self.parked_free.push(slot),
+            }
+        }
     }
 
     /// Group `g`, taken for a request that did not go, free again.
@@ -244,10 +331,16 @@ impl SendRing {
         self.request_ended(tag);
     }
 
-    /// Marks the slots of every stream lane request the kernel may still read `in_lane`, one
-    /// by one, each with its request's tag, so a count or release of slots in use (`in_use`,
-    /// by tag) sees them.
+    /// Marks the slots of every lane request the kernel may still read, one by one, each with
+    /// its request's tag, so a count or release of slots in use (`in_use`, by tag) sees them:
+    /// a whole datagram's slot as [`SendRing::push_lane`] leaves it, a stream request's
+    /// `in_lane`.
     pub(super) fn mark_lane_slots(&mut self) {
+        for slot in 0..self.lane.len() {
+            if self.lane[slot].is_whole() {
+                self.split_lane_slot(slot);
+            }
+        }
         for g in 0..self.groups.len() {
             let group = &mut self.groups[g];
             if group.pending > 0 && group.whole {
@@ -368,9 +461,152 @@ impl Done {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stream_lane::tests::parked;
     use super::super::{Op, SendRing};
     use crate::buffer::Buf;
+    use std::net::UdpSocket;
     use std::os::fd::AsFd;
+
+    /// A ring with 4 parked slots free (parked for tag 2), a UDP socket connected to a
+    /// receiving one, and that one; `None` (skipped) without io_uring.
+    fn ring_and_datagrams() -> Option<(SendRing, UdpSocket, UdpSocket)> {
+        let Ok(mut ring) = SendRing::new(8, 16) else {
+            crate::test_support::skip("io_uring setup failed (kernel or seccomp)");
+            return None;
+        };
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        parked(&mut ring, 4);
+        Some((ring, tx, rx))
+    }
+
+    /// Every completion `ring` has, and each tally's (tag, sends, bytes).
+    fn reap_all(ring: &mut SendRing, n: usize) -> (Vec<super::Cqe>, Vec<(u32, u64, u64)>) {
+        ring.submit_and_wait(n).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            ring.reap(&mut out);
+            if ring.in_kernel() == 0 {
+                break;
+            }
+            let ms = std::time::Duration::from_millis(10);
+            ring.wait_batch(1, std::time::Duration::ZERO, ms).unwrap();
+        }
+        let mut tallies = Vec::new();
+        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
+        (out, tallies)
+    }
+
+    #[test]
+    fn lane_datagrams_written_in_place_are_the_ring_s_until_their_last_completion_frees_them() {
+        let Some((mut ring, tx, rx)) = ring_and_datagrams() else {
+            return;
+        };
+        let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 1);
+        for (round, count_first) in [(0u8, false), (1, true)] {
+            let mut slots = Vec::new();
+            ring.fill_lane_slots(10, 0..3, &mut fill, &mut slots);
+            assert_eq!((slots.len(), ring.parked_free.len()), (3, 1));
+            // Bytes past a slot's: none goes.
+            assert_eq!(
+                ring.push_lane_run(tx.as_fd(), 5, &slots, 4097, Op::Send)
+                    .unwrap()
+                    .0,
+                0
+            );
+            let (n, _) = ring
+                .push_lane_run(tx.as_fd(), 5, &slots, 10, Op::Send)
+                .unwrap();
+            assert_eq!((n, ring.in_kernel()), (3, 3));
+            // No slot's own record was written: the tag they were parked with is still there.
+            assert!(slots
+                .iter()
+                .all(|&s| ring.slots[s as usize].as_ref().unwrap().tag == 2));
+            if count_first {
+                // What a shutdown or a drop does first: the slots are found, by their tag.
+                let mut left = [0u64; 6];
+                ring.buffers_in_kernel_by_tag(&mut left);
+                assert_eq!(left, [0, 0, 0, 0, 0, 3]);
+                assert!(slots.iter().all(|&s| ring.in_use(s)));
+            }
+            let (out, tallies) = reap_all(&mut ring, 3);
+            assert!(
+                out.is_empty(),
+                "all sent: nothing for their owner (round {round})"
+            );
+            assert_eq!(tallies, [(5, 3, 30)]);
+            assert!(slots.iter().all(|&s| !ring.in_use(s)));
+            assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
+            for i in 1..=3u8 {
+                let mut got = [0u8; 16];
+                assert_eq!(rx.recv(&mut got).unwrap(), 10);
+                assert_eq!(got[..10], [i; 10]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lane_datagram_that_sent_nothing_is_its_owner_s_again_and_one_not_pushed_goes_back() {
+        let Some((mut ring, _tx, _rx)) = ring_and_datagrams() else {
+            return;
+        };
+        // Not connected: its send fails (EDESTADDRREQ).
+        let lone = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut fill = |i: usize, b: &mut [u8]| b.fill(i as u8 + 7);
+        let mut slots = Vec::new();
+        ring.fill_lane_slots(12, 0..2, &mut fill, &mut slots);
+        let registered = ring.push_lane_taken(lone.as_fd(), 3, slots[0], 12, Op::Send);
+        assert!(!registered.unwrap(), "a copy goes by address");
+        // The second did not go: free again, unwritten.
+        ring.drop_lane_slots(&slots[1..]);
+        assert_eq!(ring.parked_free.len(), 3);
+        let (out, tallies) = reap_all(&mut ring, 1);
+        let got: Vec<_> = out
+            .iter()
+            .map(|c| (c.tag, c.res, c.lane.map(|l| l.failed)))
+            .collect();
+        assert_eq!(got, [(3, -libc::EDESTADDRREQ, Some(true))]);
+        assert_eq!(tallies, [(3, 0, 0)]);
+        // Held for its owner, its bytes as written, to resend or let go of.
+        assert_eq!(ring.unsent_bytes(slots[0]), Some(&[7u8; 12][..]));
+        assert!(ring.unhold(slots[0]).is_none(), "parked, not freed");
+        assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
+        // A write that panics takes nothing.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut boom = |i: usize, _: &mut [u8]| assert!(i < 1, "the second write fails");
+            ring.fill_lane_slots(12, 0..3, &mut boom, &mut slots);
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(ring.parked_free.len(), 4);
+    }
+
+    #[test]
+    fn a_zero_copy_lane_datagram_outside_the_registered_arena_is_held_and_pushed_alone() {
+        let Some((mut ring, tx, rx)) = ring_and_datagrams() else {
+            return;
+        };
+        let mut fill = |_: usize, b: &mut [u8]| b.fill(9);
+        let mut slots = Vec::new();
+        ring.fill_lane_slots(100, 0..1, &mut fill, &mut slots);
+        let zc = Op::SendZc { report_usage: true };
+        // No arena registered: not by a run, which sends by index only.
+        assert_eq!(
+            ring.push_lane_run(tx.as_fd(), 4, &slots, 100, zc)
+                .unwrap()
+                .0,
+            0
+        );
+        ring.push_lane_taken(tx.as_fd(), 4, slots[0], 100, zc)
+            .unwrap();
+        let (out, tallies) = reap_all(&mut ring, 1);
+        assert!(out.is_empty(), "sent: nothing for its owner");
+        assert_eq!(tallies, [(4, 1, 100)]);
+        assert_eq!((ring.parked_free.len(), ring.in_kernel()), (4, 0));
+        let mut got = [0u8; 128];
+        assert_eq!(rx.recv(&mut got).unwrap(), 100);
+        assert_eq!(got[..100], [9u8; 100]);
+    }
 
     #[test]
     fn each_lane_datagram_s_completions_count_for_the_connection_that_pushed_it() {

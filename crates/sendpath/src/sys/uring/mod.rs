@@ -696,34 +696,6 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_run_pushes_held_slots_until_one_is_not_and_each_comes_back_with_its_completion() {
-        let Some((mut ring, sock)) = ring_and_socket(8) else {
-            return;
-        };
-        let fd = std::os::fd::AsFd::as_fd(&sock);
-        let slots: Vec<u32> = (0..4).map(|i| ring.park(Buf::filled(10, i), 2)).collect();
-        // The third is let go of: the run stops there and pushes nothing of it or after.
-        assert!(ring.unhold(slots[2]).is_none());
-        assert_eq!(
-            ring.push_lane_run(fd, 2, &slots, 10, Op::Send).unwrap(),
-            (2, false)
-        );
-        assert_eq!(ring.in_kernel(), 2);
-        ring.submit_and_wait(2).unwrap();
-        let mut out = Vec::new();
-        assert_eq!(ring.reap(&mut out), 2);
-        assert!(out.is_empty(), "both sent: nothing for their owner");
-        let mut tallies = Vec::new();
-        ring.take_lane_tallies(|tag, t| tallies.push((tag, t.sent, t.bytes)));
-        assert_eq!(tallies, [(2, 2, 20)]);
-        assert_eq!(ring.in_kernel(), 0);
-        // Both sent slots and the one let go of wait in the ring; the fourth is still held.
-        let mut free = ring.parked_free.clone();
-        free.sort_unstable();
-        assert_eq!(free, [slots[0], slots[1], slots[2]]);
-    }
-
-    #[test]
     fn a_reap_of_more_completions_than_one_chunk_routes_every_one() {
         let Some((mut ring, sock)) = ring_and_socket(64) else {
             return;

@@ -6,7 +6,6 @@
 use super::submit::in_region;
 use super::{LaneRequest, SendRing};
 use crate::buffer::Buf;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// One cache line per slot: a buffer the ring holds goes in with one line written. When it
 /// went to the ring is kept beside ([`SendRing::held_at`]).
@@ -142,13 +141,21 @@ impl SendRing {
     /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
     /// does not fit.
     pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
-        self.take_parked(tag, len).map(|(slot, _)| slot)
+        let slot = *self.parked_free.last()?;
+        let s = self.slots[slot as usize].as_mut()?;
+        // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
+        s.buf.arena_bytes_mut(len)?;
+        self.parked_free.pop();
+        (s.tag, s.held) = (tag, true);
+        self.held_at[slot as usize] = None;
+        Some(slot)
     }
 
     /// Parked slots as [`SendRing::reserve_parked`] gives them, one for each message `i` of
-    /// `at`, each written by `fill(i, bytes)` and pushed onto `out` in order, in one pass: a
-    /// message written in place touches its slot once. Stops early when none is free. When
-    /// `fill` panics, the slots this call took go back to the ring before the panic goes on.
+    /// `at`, each written by `fill(i, bytes)` and pushed onto `out` in order: taken as
+    /// [`SendRing::fill_lane_slots`] takes them, then held for `tag`. Stops early when none is
+    /// free. When `fill` panics, the slots this call took go back to the ring before the panic
+    /// goes on.
     pub(crate) fn fill_parked(
         &mut self,
         tag: u32,
@@ -158,31 +165,20 @@ impl SendRing {
         out: &mut Vec<u32>,
     ) {
         let start = out.len();
-        for i in at {
-            let Some((slot, bytes)) = self.take_parked(tag, len) else {
-                return;
-            };
-            out.push(slot);
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| fill(i, bytes))) {
-                for slot in out.drain(start..) {
-                    self.unhold(slot);
-                }
-                resume_unwind(panic);
-            }
+        self.fill_lane_slots(len, at, fill, out);
+        for &slot in &out[start..] {
+            self.hold_taken(slot, tag, len);
         }
     }
 
-    /// A free parked slot held for `tag`, its first `len` bytes to write; `None` when none is
-    /// free or `len` does not fit.
-    fn take_parked(&mut self, tag: u32, len: usize) -> Option<(u32, &mut [u8])> {
-        let slot = *self.parked_free.last()?;
-        let s = self.slots[slot as usize].as_mut()?;
-        // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
-        let bytes = s.buf.arena_bytes_mut(len)?;
-        self.parked_free.pop();
-        (s.tag, s.held) = (tag, true);
+    /// Parked slot `slot`, taken by [`SendRing::fill_lane_slots`] and written in its first
+    /// `len` bytes, held for `tag` as [`SendRing::reserve_parked`] holds one.
+    pub(super) fn hold_taken(&mut self, slot: u32, tag: u32, len: usize) {
+        if let Some(s) = self.slots[slot as usize].as_mut() {
+            s.buf.resize(len);
+            (s.tag, s.held) = (tag, true);
+        }
         self.held_at[slot as usize] = None;
-        Some((slot, bytes))
     }
 
     /// The bytes of a held slot no request has read yet (a message being written in place);

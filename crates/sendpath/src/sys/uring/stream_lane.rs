@@ -61,10 +61,11 @@ impl SendRing {
     /// lies in the registered arena, reached without a look at the slot itself; `None` when
     /// none is free or `len` does not fit.
     #[inline(always)]
-    fn take_lane_slot(&mut self, len: usize) -> Option<(u32, &mut [u8], bool)> {
+    pub(super) fn take_lane_slot(&mut self, len: usize) -> Option<(u32, &mut [u8], bool)> {
         let slot = *self.parked_free.last()?;
         let at = *self.parked_at.get(slot as usize)?;
-        if len > at.size {
+        // A slot parked without an arena's bytes has none to give.
+        if len > at.size || at.start.is_null() {
             return None;
         }
         self.parked_free.pop();
@@ -138,7 +139,7 @@ impl SendRing {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::Op;
     use super::SendRing;
     use crate::buffer::Buf;
@@ -147,7 +148,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     /// `n` parked slots of an arena of 4 KiB slots on `ring`, free.
-    fn parked(ring: &mut SendRing, n: usize) {
+    pub(in super::super) fn parked(ring: &mut SendRing, n: usize) {
         let arena = std::sync::Arc::new(crate::buffer::ArenaMem::new(4096, n, 0).unwrap());
         while let Some(slot) = arena.take() {
             let slot = ring.park(Buf::arena(slot), 2);
