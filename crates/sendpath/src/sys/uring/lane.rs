@@ -202,7 +202,8 @@ impl SendRing {
     /// as [`SendRing::push_lane_run`] pushes it where it can, else held for `tag` and pushed as
     /// [`SendRing::push_lane`] pushes a held slot (registering a buffer outside the arena's
     /// registered part on its own). Returns whether it sends from a registered buffer. When
-    /// it cannot be pushed, the slot is `tag`'s, held, for [`SendRing::drop_lane_slots`].
+    /// it cannot be pushed, the slot is left for [`SendRing::drop_lane_slots`] (held for
+    /// `tag` if it failed as a held slot's push).
     pub(crate) fn push_lane_taken(
         &mut self,
         fd: BorrowedFd<'_>,
