@@ -302,16 +302,6 @@ impl Buf {
             _ => None,
         }
     }
-
-    /// The first `len` bytes of the arena slot this buffer is, to write, cut to that length;
-    /// `None` (and nothing changes) for another buffer or a slot smaller than `len`.
-    #[inline]
-    pub(crate) fn arena_bytes_mut(&mut self, len: usize) -> Option<&mut [u8]> {
-        match &mut self.data {
-            Storage::Arena(slot) => slot.set_len(len).then(|| slot.bytes_mut()),
-            _ => None,
-        }
-    }
 }
 
 impl From<Vec<u8>> for Buf {

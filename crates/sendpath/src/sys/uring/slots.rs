@@ -141,13 +141,8 @@ impl SendRing {
     /// write (`len` at most its capacity); `None` when every parked slot is in use or `len`
     /// does not fit.
     pub(crate) fn reserve_parked(&mut self, tag: u32, len: usize) -> Option<u32> {
-        let slot = *self.parked_free.last()?;
-        let s = self.slots[slot as usize].as_mut()?;
-        // A parked slot is a slot of the arena: cut to `len` in the one look at its buffer.
-        s.buf.arena_bytes_mut(len)?;
-        self.parked_free.pop();
-        (s.tag, s.held) = (tag, true);
-        self.held_at[slot as usize] = None;
+        let (slot, _, _) = self.take_lane_slot(len)?;
+        self.hold_taken(slot, tag, len);
         Some(slot)
     }
 
